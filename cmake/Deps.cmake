@@ -1,0 +1,13 @@
+# System dependencies from Debian packages (installed by launch/setup.sh).
+find_package(MPI REQUIRED COMPONENTS C)
+find_package(HDF5 REQUIRED COMPONENTS C)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+find_package(JPEG REQUIRED)
+find_package(PNG REQUIRED)
+find_package(Threads REQUIRED)
+if(GMOD_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One-time machine set-up for gmod (Debian 12): system packages and the LibTorch virtualenv.
+# Idempotent and cached: packages already present and an existing venv are reused, so CI pays once.
+# Prints the venv path on its last line (used by the build scripts).
+set -euo pipefail
+
+TORCH_VERSION="${GMOD_TORCH_VERSION:-2.11.0}"
+CACHE="${GMOD_CACHE:-$HOME/.cache/gmod}"
+PYVER="$(python3 -c 'import sys;print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+VENV="$CACHE/venv-torch-$TORCH_VERSION-py$PYVER"
+
+PKGS=(libopenmpi-dev openmpi-bin libhdf5-dev hdf5-helpers nlohmann-json3-dev libsentencepiece-dev
+      libgtest-dev libgmock-dev libpcre2-dev libjpeg-dev libpng-dev ccache gnuplot-nox)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] installing Debian packages: ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+if [ ! -f "$VENV/.complete" ]; then
+  echo "[setup] creating $VENV with torch==$TORCH_VERSION (first time only; a few GB)" >&2
+  rm -rf "$VENV"
+  mkdir -p "$CACHE"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip >&2
+  "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" numpy safetensors >&2
+  touch "$VENV/.complete"
+fi
+echo "$VENV"
