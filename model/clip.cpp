@@ -1,0 +1,74 @@
+#include "model/clip.h"
+
+#include <cmath>
+
+namespace gmod {
+
+namespace {
+class Group : public torch::nn::Module {};  // a named level in the parameter path
+}  // namespace
+
+LayerNormImpl::LayerNormImpl(int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", at::ones({dim}));
+  bias = register_parameter("bias", at::zeros({dim}));
+}
+
+ClipEncoderLayer::ClipEncoderLayer(const ClipVisionConfig& c)
+    : n_heads(c.num_attention_heads), head_dim(c.hidden_size / c.num_attention_heads),
+      quick_gelu(c.hidden_act == "quick_gelu") {
+  const int64_t d = c.hidden_size;
+  self_attn = register_module("self_attn", std::make_shared<Group>());
+  q_proj = self_attn->register_module("q_proj", std::make_shared<LinearImpl>(d, d, true));
+  k_proj = self_attn->register_module("k_proj", std::make_shared<LinearImpl>(d, d, true));
+  v_proj = self_attn->register_module("v_proj", std::make_shared<LinearImpl>(d, d, true));
+  out_proj = self_attn->register_module("out_proj", std::make_shared<LinearImpl>(d, d, true));
+  layer_norm1 = register_module("layer_norm1", std::make_shared<LayerNormImpl>(d, c.layer_norm_eps));
+  mlp = register_module("mlp", std::make_shared<Group>());
+  fc1 = mlp->register_module("fc1", std::make_shared<LinearImpl>(d, c.intermediate_size, true));
+  fc2 = mlp->register_module("fc2", std::make_shared<LinearImpl>(c.intermediate_size, d, true));
+  layer_norm2 = register_module("layer_norm2", std::make_shared<LayerNormImpl>(d, c.layer_norm_eps));
+}
+
+at::Tensor ClipEncoderLayer::forward(const at::Tensor& x) {
+  auto N = x.size(0), T = x.size(1), D = x.size(2);
+  auto h = layer_norm1->forward(x);
+  auto split = [&](const at::Tensor& t) { return t.view({N, T, n_heads, head_dim}).transpose(1, 2); };
+  auto q = split(q_proj->forward(h)), k = split(k_proj->forward(h)), v = split(v_proj->forward(h));
+  auto a = at::scaled_dot_product_attention(q, k, v, {}, 0.0, false, 1.0 / std::sqrt(double(head_dim)));
+  auto y = x + out_proj->forward(a.transpose(1, 2).reshape({N, T, D}));
+  auto m = fc1->forward(layer_norm2->forward(y));
+  m = quick_gelu ? m * at::sigmoid(1.702 * m) : at::gelu(m);
+  return y + fc2->forward(m);
+}
+
+ClipVisionTower::ClipVisionTower(const ClipVisionConfig& c) : config(c) {
+  auto emb = register_module("embeddings", std::make_shared<Group>());
+  class_embedding = emb->register_parameter("class_embedding", at::empty({c.hidden_size}));
+  auto patch = emb->register_module("patch_embedding", std::make_shared<Group>());
+  patch_embedding = patch->register_parameter(
+      "weight", at::empty({c.hidden_size, c.num_channels, c.patch_size, c.patch_size}));
+  auto pos = emb->register_module("position_embedding", std::make_shared<Group>());
+  position_embedding = pos->register_parameter("weight", at::empty({c.num_patches() + 1, c.hidden_size}));
+  pre_layrnorm = register_module("pre_layrnorm", std::make_shared<LayerNormImpl>(c.hidden_size, c.layer_norm_eps));
+  auto enc = register_module("encoder", std::make_shared<Group>());
+  auto list = enc->register_module("layers", std::make_shared<Group>());
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    layers.push_back(list->register_module(std::to_string(i), std::make_shared<ClipEncoderLayer>(c)));
+  post_layernorm = register_module("post_layernorm", std::make_shared<LayerNormImpl>(c.hidden_size, c.layer_norm_eps));
+}
+
+at::Tensor ClipVisionTower::forward(const at::Tensor& pixel_values, int feature_layer) {
+  const int n = config.num_hidden_layers;
+  const int run = feature_layer >= 0 ? feature_layer : n + 1 + feature_layer;
+  if (run < 0 || run > n) throw std::invalid_argument("vision feature layer out of range");
+  auto px = pixel_values.to(patch_embedding.scalar_type());
+  auto patches = at::conv2d(px, patch_embedding, {}, config.patch_size);  // [N, D, g, g]
+  patches = patches.flatten(2).transpose(1, 2);                            // [N, g*g, D]
+  auto cls = class_embedding.view({1, 1, -1}).expand({px.size(0), 1, class_embedding.size(0)});
+  auto h = at::cat({cls, patches}, 1) + position_embedding.unsqueeze(0);
+  h = pre_layrnorm->forward(h);
+  for (int i = 0; i < run; ++i) h = layers[i]->forward(h);
+  return h;
+}
+
+}  // namespace gmod

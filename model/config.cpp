@@ -1,0 +1,241 @@
+#include "model/config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace gmod {
+namespace {
+
+// Collects every problem of one config before throwing, so a user fixes them all in one go.
+struct Reader {
+  const nlohmann::json& j;
+  std::string where;
+  std::vector<std::string>& errors;
+
+  template <typename T>
+  void required(const char* key, T& out) {
+    if (!j.contains(key) || j[key].is_null()) {
+      errors.push_back(where + "missing field '" + key + "'");
+      return;
+    }
+    get(key, out);
+  }
+  template <typename T>
+  void optional(const char* key, T& out) {
+    if (j.contains(key) && !j[key].is_null()) get(key, out);
+  }
+  template <typename T>
+  void get(const char* key, T& out) {
+    try {
+      out = j[key].get<T>();
+    } catch (const std::exception&) {
+      errors.push_back(where + "field '" + key + "' has the wrong type (" + j[key].type_name() + ")");
+    }
+  }
+};
+
+void check_positive(std::vector<std::string>& errors, const std::string& where, const char* name, double v) {
+  if (!(v > 0)) errors.push_back(where + "'" + name + "' must be positive, got " + std::to_string(v));
+}
+
+LlamaConfig parse_llama(const nlohmann::json& j, const std::string& where, std::vector<std::string>& errors) {
+  LlamaConfig c;
+  Reader r{j, where, errors};
+  r.required("vocab_size", c.vocab_size);
+  r.required("hidden_size", c.hidden_size);
+  r.required("intermediate_size", c.intermediate_size);
+  r.required("num_hidden_layers", c.num_hidden_layers);
+  r.required("num_attention_heads", c.num_attention_heads);
+  c.num_key_value_heads = c.num_attention_heads;
+  r.optional("num_key_value_heads", c.num_key_value_heads);
+  r.optional("head_dim", c.head_dim);
+  r.optional("rms_norm_eps", c.rms_norm_eps);
+  r.optional("rope_theta", c.rope_theta);
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {  // transformers v5 layout
+    Reader rp{j["rope_parameters"], where + "rope_parameters: ", errors};
+    rp.optional("rope_theta", c.rope_theta);
+    std::string type = "default";
+    rp.optional("rope_type", type);
+    if (type != "default") errors.push_back(where + "rope_type '" + type + "' is not supported (only default RoPE)");
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    std::string type = j["rope_scaling"].value("rope_type", j["rope_scaling"].value("type", std::string("?")));
+    if (type != "default") errors.push_back(where + "rope_scaling type '" + type + "' is not supported");
+  }
+  r.optional("max_position_embeddings", c.max_position_embeddings);
+  r.optional("tie_word_embeddings", c.tie_word_embeddings);
+  r.optional("attention_bias", c.attention_bias);
+  r.optional("mlp_bias", c.mlp_bias);
+  r.optional("initializer_range", c.initializer_range);
+  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_token_id = j["bos_token_id"];
+  if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer()) c.eos_token_id = j["eos_token_id"];
+  if (j.contains("pad_token_id") && j["pad_token_id"].is_number_integer()) c.pad_token_id = j["pad_token_id"].get<int>();
+  std::string act = "silu";
+  r.optional("hidden_act", act);
+  if (act != "silu") errors.push_back(where + "hidden_act '" + act + "' is not supported (LLaMA uses silu)");
+  check_positive(errors, where, "vocab_size", c.vocab_size);
+  check_positive(errors, where, "hidden_size", c.hidden_size);
+  check_positive(errors, where, "num_hidden_layers", c.num_hidden_layers);
+  check_positive(errors, where, "num_attention_heads", c.num_attention_heads);
+  check_positive(errors, where, "num_key_value_heads", c.num_key_value_heads);
+  if (c.num_attention_heads > 0 && c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads != 0)
+    errors.push_back(where + "num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                     ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
+  if (c.head_dim == 0 && c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads != 0)
+    errors.push_back(where + "hidden_size is not a multiple of num_attention_heads and no head_dim is given");
+  if (c.num_attention_heads > 0 && c.dim_per_head() % 2 != 0)
+    errors.push_back(where + "head dimension must be even for rotary embeddings");
+  return c;
+}
+
+ClipVisionConfig parse_clip(const nlohmann::json& j, const std::string& where, std::vector<std::string>& errors) {
+  ClipVisionConfig c;
+  Reader r{j, where, errors};
+  r.required("hidden_size", c.hidden_size);
+  r.required("intermediate_size", c.intermediate_size);
+  r.required("num_hidden_layers", c.num_hidden_layers);
+  r.required("num_attention_heads", c.num_attention_heads);
+  r.required("image_size", c.image_size);
+  r.required("patch_size", c.patch_size);
+  r.optional("num_channels", c.num_channels);
+  r.optional("layer_norm_eps", c.layer_norm_eps);
+  r.optional("hidden_act", c.hidden_act);
+  r.optional("initializer_range", c.initializer_range);
+  if (c.hidden_act != "quick_gelu" && c.hidden_act != "gelu")
+    errors.push_back(where + "vision hidden_act '" + c.hidden_act + "' is not supported");
+  check_positive(errors, where, "patch_size", c.patch_size);
+  if (c.patch_size > 0 && c.image_size % c.patch_size != 0)
+    errors.push_back(where + "image_size is not a multiple of patch_size");
+  if (c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads != 0)
+    errors.push_back(where + "vision hidden_size is not a multiple of num_attention_heads");
+  return c;
+}
+
+}  // namespace
+
+int LlavaConfig::image_seq_length() const {
+  if (!vision) return 0;
+  return vision->num_patches() + (vision_feature_select_strategy == "full" ? 1 : 0);
+}
+
+LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& source) {
+  std::vector<std::string> errors;
+  LlavaConfig c;
+  if (!j.is_object()) throw std::runtime_error(source + ": config is not a JSON object");
+  const std::string where = source + ": ";
+  if (j.contains("text_config")) {  // transformers LlavaForConditionalGeneration
+    if (!j["text_config"].is_object()) errors.push_back(where + "text_config is not an object");
+    else c.text = parse_llama(j["text_config"], where + "text_config: ", errors);
+    if (!j.contains("vision_config") || !j["vision_config"].is_object())
+      errors.push_back(where + "missing object 'vision_config'");
+    else c.vision = parse_clip(j["vision_config"], where + "vision_config: ", errors);
+    Reader r{j, where, errors};
+    if (j.contains("image_token_index")) r.get("image_token_index", c.image_token_id);
+    else r.optional("image_token_id", c.image_token_id);
+    r.optional("projector_hidden_act", c.projector_hidden_act);
+    if (j.contains("vision_feature_layer") && j["vision_feature_layer"].is_array())
+      errors.push_back(where + "a list of vision_feature_layer values is not supported");
+    else r.optional("vision_feature_layer", c.vision_feature_layer);
+    r.optional("vision_feature_select_strategy", c.vision_feature_select_strategy);
+    // Tied embeddings may be declared at the top level in LLaVA configs.
+    if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
+        !j["text_config"].contains("tie_word_embeddings"))
+      c.text.tie_word_embeddings = j["tie_word_embeddings"];
+  } else {
+    c.text = parse_llama(j, where, errors);
+    if (j.contains("mm_vision_tower") || j.contains("mm_hidden_size")) {  // original LLaVA
+      Reader r{j, where, errors};
+      std::string proj = "linear";
+      r.optional("mm_projector_type", proj);
+      c.projector_type = proj;
+      int select_layer = -2;
+      r.optional("mm_vision_select_layer", select_layer);
+      c.vision_feature_layer = select_layer;
+      std::string feature = "patch";
+      r.optional("mm_vision_select_feature", feature);
+      c.vision_feature_select_strategy = feature == "patch" ? "default" : "full";
+      if (j.contains("vision_config") && j["vision_config"].is_object())
+        c.vision = parse_clip(j["vision_config"], where + "vision_config: ", errors);
+      else
+        errors.push_back(where + "original LLaVA config without an embedded 'vision_config': add the CLIP "
+                         "vision config of '" + j.value("mm_vision_tower", std::string("?")) + "'");
+      r.optional("image_token_id", c.image_token_id);
+    }
+  }
+  if (c.projector_type != "mlp2x_gelu")
+    errors.push_back(where + "projector type '" + c.projector_type + "' is not supported (mlp2x_gelu)");
+  if (c.projector_hidden_act != "gelu")
+    errors.push_back(where + "projector_hidden_act '" + c.projector_hidden_act + "' is not supported (gelu)");
+  if (c.vision_feature_select_strategy != "default" && c.vision_feature_select_strategy != "full")
+    errors.push_back(where + "vision_feature_select_strategy must be 'default' or 'full'");
+  if (c.vision) {
+    int n = c.vision->num_hidden_layers;
+    int l = c.vision_feature_layer;
+    if (l < -(n + 1) || l > n) errors.push_back(where + "vision_feature_layer " + std::to_string(l) + " out of range");
+    if (c.image_token_id < 0 || c.image_token_id >= c.text.vocab_size)
+      errors.push_back(where + "image token id " + std::to_string(c.image_token_id) + " is outside the vocabulary");
+  }
+  if (!errors.empty()) {
+    std::ostringstream os;
+    os << "invalid model config (" << errors.size() << " problem" << (errors.size() > 1 ? "s" : "") << "):";
+    for (auto& e : errors) os << "\n  " << e;
+    throw std::runtime_error(os.str());
+  }
+  return c;
+}
+
+LlavaConfig load_model_config(const std::string& path) {
+  std::filesystem::path p(path);
+  if (std::filesystem::is_directory(p)) p /= "config.json";
+  std::ifstream f(p);
+  if (!f) throw std::runtime_error(p.string() + ": cannot open model config");
+  nlohmann::json j;
+  try {
+    f >> j;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(p.string() + ": malformed JSON: " + e.what());
+  }
+  return parse_model_config(j, p.string());
+}
+
+nlohmann::json llama_config_to_json(const LlamaConfig& c) {
+  nlohmann::json j = {{"model_type", "llama"},
+                      {"vocab_size", c.vocab_size},
+                      {"hidden_size", c.hidden_size},
+                      {"intermediate_size", c.intermediate_size},
+                      {"num_hidden_layers", c.num_hidden_layers},
+                      {"num_attention_heads", c.num_attention_heads},
+                      {"num_key_value_heads", c.num_key_value_heads},
+                      {"head_dim", c.dim_per_head()},
+                      {"rms_norm_eps", c.rms_norm_eps},
+                      {"rope_theta", c.rope_theta},
+                      {"max_position_embeddings", c.max_position_embeddings},
+                      {"tie_word_embeddings", c.tie_word_embeddings},
+                      {"attention_bias", c.attention_bias},
+                      {"mlp_bias", c.mlp_bias},
+                      {"hidden_act", "silu"},
+                      {"initializer_range", c.initializer_range},
+                      {"bos_token_id", c.bos_token_id},
+                      {"eos_token_id", c.eos_token_id}};
+  if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
+  return j;
+}
+
+nlohmann::json clip_config_to_json(const ClipVisionConfig& c) {
+  return {{"model_type", "clip_vision_model"},
+          {"hidden_size", c.hidden_size},
+          {"intermediate_size", c.intermediate_size},
+          {"num_hidden_layers", c.num_hidden_layers},
+          {"num_attention_heads", c.num_attention_heads},
+          {"image_size", c.image_size},
+          {"patch_size", c.patch_size},
+          {"num_channels", c.num_channels},
+          {"layer_norm_eps", c.layer_norm_eps},
+          {"hidden_act", c.hidden_act},
+          {"initializer_range", c.initializer_range}};
+}
+
+}  // namespace gmod

@@ -1,0 +1,69 @@
+// Model configuration: the LLaMA-family decoder, the CLIP vision tower and the LLaVA wiring.
+// Plain structs with defaults; `load_model_config` reads a Hugging Face config.json (LlamaForCausalLM,
+// LlavaForConditionalGeneration or original LLaVA's LlavaLlamaForCausalLM) and validates it in one place.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gmod {
+
+struct LlamaConfig {
+  int vocab_size = 32000;
+  int hidden_size = 4096;
+  int intermediate_size = 11008;
+  int num_hidden_layers = 32;
+  int num_attention_heads = 32;
+  int num_key_value_heads = 32;  // < num_attention_heads means grouped-query attention
+  int head_dim = 0;              // 0: hidden_size / num_attention_heads
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  int max_position_embeddings = 4096;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  double initializer_range = 0.02;
+  int bos_token_id = 1;
+  int eos_token_id = 2;
+  std::optional<int> pad_token_id;
+
+  int dim_per_head() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+};
+
+struct ClipVisionConfig {
+  int hidden_size = 1024;
+  int intermediate_size = 4096;
+  int num_hidden_layers = 24;
+  int num_attention_heads = 16;
+  int image_size = 336;
+  int patch_size = 14;
+  int num_channels = 3;
+  double layer_norm_eps = 1e-5;
+  std::string hidden_act = "quick_gelu";  // or "gelu"
+  double initializer_range = 0.02;
+
+  int num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
+};
+
+struct LlavaConfig {
+  LlamaConfig text;
+  std::optional<ClipVisionConfig> vision;  // absent: a text-only LLM
+  std::string projector_type = "mlp2x_gelu";
+  std::string projector_hidden_act = "gelu";
+  int image_token_id = 32000;
+  int vision_feature_layer = -2;
+  std::string vision_feature_select_strategy = "default";  // "default" drops CLS, "full" keeps it
+
+  // Number of LLM positions one image occupies after splicing.
+  int image_seq_length() const;
+};
+
+// Parses and validates; `source` names the file in error messages. Throws listing every problem.
+LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& source);
+LlavaConfig load_model_config(const std::string& path);  // a config.json or a directory holding one
+nlohmann::json llama_config_to_json(const LlamaConfig& c);
+nlohmann::json clip_config_to_json(const ClipVisionConfig& c);
+
+}  // namespace gmod

@@ -1,0 +1,34 @@
+#include "model/decoder_layer.h"
+
+namespace gmod {
+
+DenseDecoderLayer::DenseDecoderLayer(const LlamaConfig& c) {
+  self_attn = register_module("self_attn", std::make_shared<AttentionImpl>(c));
+  mlp = register_module("mlp", std::make_shared<MLPImpl>(c));
+  input_layernorm = register_module("input_layernorm", std::make_shared<RMSNormImpl>(c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", std::make_shared<RMSNormImpl>(c.hidden_size, c.rms_norm_eps));
+}
+
+at::Tensor DenseDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int layer_idx) {
+  at::Tensor probs;
+  KVCache* cache = st.caches ? &(*st.caches)[layer_idx] : nullptr;
+  auto a = self_attn->forward(input_layernorm->forward(h), st.cos, st.sin, st.mask,
+                              st.want_attn_probs ? &probs : nullptr, cache);
+  if (st.want_attn_probs) st.attn_probs.push_back(probs);
+  auto x = h + a;
+  st.tokens.push_back({layer_idx, st.valid_tokens, st.valid_tokens});
+  return x + mlp->forward(post_attention_layernorm->forward(x));
+}
+
+void BlockStack::push_back(std::shared_ptr<DecoderBlock> b) {
+  register_module(std::to_string(blocks_.size()), b);
+  blocks_.push_back(std::move(b));
+}
+
+void BlockStack::set(size_t i, std::shared_ptr<DecoderBlock> b) {
+  replace_module(std::to_string(i), b);
+  blocks_.at(i) = std::move(b);
+}
+
+}  // namespace gmod

@@ -1,0 +1,69 @@
+// One LLM decoder layer behind a small interface, so that mod/ can swap a dense layer for a
+// Mixture-of-Depths layer without the model knowing about routing. `ForwardState` carries what all
+// layers of one forward pass share (positions, masks, rotary tables) and what they report back
+// (attention maps for ARank, auxiliary losses, tokens processed per layer).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <vector>
+
+#include "model/layers.h"
+
+namespace gmod {
+
+struct LayerTokens {
+  int layer;
+  int64_t processed;  // token positions this layer ran attention+MLP on (valid tokens only)
+  int64_t total;      // valid token positions that entered the layer
+};
+
+struct ForwardState {
+  const RotaryEmbedding* rope = nullptr;
+  at::Tensor positions;    // [B, L] int64 absolute positions of the current tokens
+  at::Tensor key_valid;    // [B, L] bool, true = real token; undefined = no padding
+  at::Tensor token_roles;  // [B, L] int8 TokenRole; undefined when unknown (MoD then routes nothing)
+  at::Tensor cos, sin;     // [B|1, L, Dh] rotary tables for `positions`
+  AttentionMask mask;      // full-sequence mask (undefined `allowed` = plain causal)
+  std::vector<KVCache>* caches = nullptr;  // one per layer during generation
+
+  bool want_attn_probs = false;
+  std::vector<at::Tensor> attn_probs;  // per layer [B, H, L, L] fp32 (only when requested)
+  std::vector<at::Tensor> aux_losses;  // e.g. per-MoD-layer routing losses (scalar tensors)
+  std::vector<LayerTokens> tokens;     // per layer accounting
+  int64_t valid_tokens = 0;            // number of real tokens in the batch
+};
+
+class DecoderBlock : public torch::nn::Module {
+ public:
+  // h [B, L, D] -> [B, L, D].
+  virtual at::Tensor forward(const at::Tensor& h, ForwardState& st, int layer_idx) = 0;
+  virtual bool is_mod() const { return false; }
+};
+
+// The standard pre-norm LLaMA layer: h + attn(norm(h)), then + mlp(norm(.)).
+class DenseDecoderLayer : public DecoderBlock {
+ public:
+  explicit DenseDecoderLayer(const LlamaConfig& c);
+  at::Tensor forward(const at::Tensor& h, ForwardState& st, int layer_idx) override;
+
+  std::shared_ptr<RMSNormImpl> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<AttentionImpl> self_attn;
+  std::shared_ptr<MLPImpl> mlp;
+};
+
+// Ordered container of decoder blocks whose children are named "0", "1", ... (so parameter names
+// read "layers.3.self_attn.q_proj.weight"); a block can be replaced in place.
+class BlockStack : public torch::nn::Module {
+ public:
+  void push_back(std::shared_ptr<DecoderBlock> b);
+  void set(size_t i, std::shared_ptr<DecoderBlock> b);
+  size_t size() const { return blocks_.size(); }
+  const std::shared_ptr<DecoderBlock>& operator[](size_t i) const { return blocks_.at(i); }
+
+ private:
+  std::vector<std::shared_ptr<DecoderBlock>> blocks_;
+};
+
+}  // namespace gmod

@@ -1,0 +1,140 @@
+#include "model/layers.h"
+
+#include <cmath>
+
+namespace gmod {
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias) {
+  weight = register_parameter("weight", at::empty({out, in}));
+  if (with_bias) bias = register_parameter("bias", at::zeros({out}));
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", at::ones({dim}));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
+  auto xf = x.to(at::kFloat);
+  auto var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  xf = xf * at::rsqrt(var + eps);
+  return weight * xf.to(x.scalar_type());
+}
+
+RotaryEmbedding::RotaryEmbedding(int64_t head_dim, double theta) : head_dim_(head_dim), theta_(theta) {}
+
+std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(const at::Tensor& positions, at::ScalarType dtype) const {
+  auto opts = at::TensorOptions().dtype(at::kFloat).device(positions.device());
+  // inv_freq exactly as transformers: 1 / theta^(arange(0, d, 2) / d), computed in fp32.
+  auto exponent = at::arange(0, head_dim_, 2, opts.dtype(at::kLong)).to(at::kFloat) / static_cast<double>(head_dim_);
+  auto inv_freq = 1.0 / at::pow(theta_, exponent);            // [Dh/2]
+  auto pos = positions.dim() == 1 ? positions.unsqueeze(0) : positions;  // [B, L]
+  auto freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, L, Dh/2]
+  auto emb = at::cat({freqs, freqs}, -1);                     // [B, L, Dh]
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  auto half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  auto rotated = at::cat({-x2, x1}, -1);
+  auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);  // broadcast over heads
+  return x * c + rotated * s;
+}
+
+AttentionMask AttentionMask::causal(const at::Tensor& key_valid, int64_t lq, int64_t lk, int64_t q_offset) {
+  auto dev = key_valid.defined() ? key_valid.device() : at::Device(at::kCPU);
+  auto qi = at::arange(q_offset, q_offset + lq, at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(1);
+  auto ki = at::arange(lk, at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(0);
+  auto allowed = (ki <= qi).unsqueeze(0).unsqueeze(0);  // [1,1,Lq,Lk]
+  if (key_valid.defined()) {
+    allowed = allowed & key_valid.to(at::kBool).unsqueeze(1).unsqueeze(1);  // [B,1,Lq,Lk]
+    // A padded query whose keys are all masked would produce NaN; let it see itself.
+    if (lq + q_offset <= lk) allowed = allowed | (ki == qi).unsqueeze(0).unsqueeze(0);
+  }
+  return AttentionMask{allowed};
+}
+
+namespace {
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  auto s = x.sizes();  // [B, Hkv, L, Dh]
+  return x.unsqueeze(2).expand({s[0], s[1], n_rep, s[2], s[3]}).reshape({s[0], s[1] * n_rep, s[2], s[3]});
+}
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> explicit_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                     const at::Tensor& allowed, bool causal, double scale) {
+  auto scores = at::matmul(q, k.transpose(-1, -2)) * scale;  // [B,H,Lq,Lk]
+  if (allowed.defined()) {
+    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  } else if (causal) {
+    auto lq = q.size(2), lk = k.size(2);
+    auto m = at::ones({lq, lk}, q.options().dtype(at::kBool)).triu(lk - lq + 1);
+    scores = scores.masked_fill(m, -std::numeric_limits<float>::infinity());
+  }
+  auto probs = at::softmax(scores, -1, at::kFloat);
+  auto out = at::matmul(probs.to(q.scalar_type()), v);
+  return {out, probs};
+}
+
+AttentionImpl::AttentionImpl(const LlamaConfig& c)
+    : n_heads(c.num_attention_heads), n_kv_heads(c.num_key_value_heads), head_dim(c.dim_per_head()) {
+  q_proj = register_module("q_proj", std::make_shared<LinearImpl>(c.hidden_size, n_heads * head_dim, c.attention_bias));
+  k_proj = register_module("k_proj", std::make_shared<LinearImpl>(c.hidden_size, n_kv_heads * head_dim, c.attention_bias));
+  v_proj = register_module("v_proj", std::make_shared<LinearImpl>(c.hidden_size, n_kv_heads * head_dim, c.attention_bias));
+  o_proj = register_module("o_proj", std::make_shared<LinearImpl>(n_heads * head_dim, c.hidden_size, c.attention_bias));
+}
+
+std::pair<at::Tensor, at::Tensor> AttentionImpl::rotated_qk(const at::Tensor& x, const at::Tensor& cos,
+                                                            const at::Tensor& sin) {
+  auto B = x.size(0), L = x.size(1);
+  auto q = q_proj->forward(x).view({B, L, n_heads, head_dim}).transpose(1, 2);
+  auto k = k_proj->forward(x).view({B, L, n_kv_heads, head_dim}).transpose(1, 2);
+  return {apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)};
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                  const AttentionMask& mask, at::Tensor* probs, KVCache* cache) {
+  auto B = x.size(0), L = x.size(1);
+  auto [q, k] = rotated_qk(x, cos, sin);
+  auto v = v_proj->forward(x).view({B, L, n_kv_heads, head_dim}).transpose(1, 2);
+  if (cache) {
+    if (cache->k.defined()) {
+      cache->k = at::cat({cache->k, k}, 2);
+      cache->v = at::cat({cache->v, v}, 2);
+    } else {
+      cache->k = k;
+      cache->v = v;
+    }
+    k = cache->k;
+    v = cache->v;
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const bool causal = !mask.allowed.defined();
+  if (causal && k.size(2) != L)
+    throw std::logic_error("attention: a KV cache needs an explicit mask (AttentionMask::causal)");
+  at::Tensor out;
+  const int64_t rep = n_heads / n_kv_heads;
+  if (probs) {
+    auto r = explicit_attention(q, repeat_kv(k, rep), repeat_kv(v, rep), mask.allowed, causal, scale);
+    out = r.first;
+    *probs = r.second;
+  } else {
+    out = at::scaled_dot_product_attention(q, k, v, mask.allowed, 0.0, causal, scale, /*enable_gqa=*/rep > 1);
+  }
+  out = out.transpose(1, 2).reshape({B, L, n_heads * head_dim});
+  return o_proj->forward(out);
+}
+
+MLPImpl::MLPImpl(const LlamaConfig& c) {
+  gate_proj = register_module("gate_proj", std::make_shared<LinearImpl>(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  up_proj = register_module("up_proj", std::make_shared<LinearImpl>(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  down_proj = register_module("down_proj", std::make_shared<LinearImpl>(c.intermediate_size, c.hidden_size, c.mlp_bias));
+}
+
+at::Tensor MLPImpl::forward(const at::Tensor& x) const {
+  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+}
+
+}  // namespace gmod

@@ -1,0 +1,33 @@
+#include "model/llama.h"
+
+namespace gmod {
+
+namespace {
+// Holds one tensor under the name "weight" so the parameter reads "embed_tokens.weight".
+class EmbeddingHolder : public torch::nn::Module {
+ public:
+  EmbeddingHolder(int64_t v, int64_t d) { weight = register_parameter("weight", at::empty({v, d})); }
+  at::Tensor weight;
+};
+}  // namespace
+
+LlamaModel::LlamaModel(const LlamaConfig& c) : config(c), rope(c.dim_per_head(), c.rope_theta) {
+  auto holder = std::make_shared<EmbeddingHolder>(c.vocab_size, c.hidden_size);
+  embed_tokens = holder->weight;
+  embed_holder_ = register_module("embed_tokens", holder);
+  layers = register_module("layers", std::make_shared<BlockStack>());
+  for (int i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<DenseDecoderLayer>(c));
+  norm = register_module("norm", std::make_shared<RMSNormImpl>(c.hidden_size, c.rms_norm_eps));
+}
+
+at::Tensor LlamaModel::forward(const at::Tensor& inputs_embeds, ForwardState& st) {
+  st.rope = &rope;
+  auto [cos, sin] = rope.cos_sin(st.positions, inputs_embeds.scalar_type());
+  st.cos = cos;
+  st.sin = sin;
+  auto h = inputs_embeds;
+  for (size_t i = 0; i < layers->size(); ++i) h = (*layers)[i]->forward(h, st, static_cast<int>(i));
+  return norm->forward(h);
+}
+
+}  // namespace gmod

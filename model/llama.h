@@ -1,0 +1,26 @@
+// The LLaMA-family decoder stack (embeddings, decoder blocks, final norm), without the LM head.
+#pragma once
+
+#include "model/decoder_layer.h"
+
+namespace gmod {
+
+class LlamaModel : public torch::nn::Module {
+ public:
+  explicit LlamaModel(const LlamaConfig& c);
+  // inputs_embeds [B, L, D] -> final-normed hidden states [B, L, D]. `st` must hold positions
+  // (and masks); this fills the rotary tables.
+  at::Tensor forward(const at::Tensor& inputs_embeds, ForwardState& st);
+  at::Tensor embed(const at::Tensor& ids) const { return at::embedding(embed_tokens, ids); }
+
+  LlamaConfig config;
+  RotaryEmbedding rope;
+  at::Tensor embed_tokens;  // [V, D] (registered as "embed_tokens.weight")
+  std::shared_ptr<BlockStack> layers;
+  std::shared_ptr<RMSNormImpl> norm;
+
+ private:
+  std::shared_ptr<torch::nn::Module> embed_holder_;
+};
+
+}  // namespace gmod

@@ -1,0 +1,112 @@
+#include "model/llava.h"
+
+#include <torch/nn/init.h>
+
+#include <sstream>
+
+namespace gmod {
+
+namespace {
+class Holder : public torch::nn::Module {};
+}  // namespace
+
+ProjectorImpl::ProjectorImpl(int64_t vision_dim, int64_t text_dim) {
+  linear_1 = register_module("linear_1", std::make_shared<LinearImpl>(vision_dim, text_dim, true));
+  linear_2 = register_module("linear_2", std::make_shared<LinearImpl>(text_dim, text_dim, true));
+}
+
+MultimodalLM::MultimodalLM(const LlavaConfig& c) : config(c) {
+  llm = register_module("llm", std::make_shared<LlamaModel>(c.text));
+  if (!c.text.tie_word_embeddings) {
+    auto h = register_module("lm_head", std::make_shared<Holder>());
+    lm_head = h->register_parameter("weight", at::empty({c.text.vocab_size, c.text.hidden_size}));
+  }
+  if (c.vision) {
+    auto vm = register_module("vision", std::make_shared<Holder>());
+    vision = vm->register_module("vision_model", std::make_shared<ClipVisionTower>(*c.vision));
+    projector = register_module("projector", std::make_shared<ProjectorImpl>(c.vision->hidden_size, c.text.hidden_size));
+  }
+}
+
+void MultimodalLM::init_weights(uint64_t seed) {
+  at::NoGradGuard ng;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (auto& p : named_parameters()) {
+    const auto& name = p.key();
+    auto& t = p.value();
+    const bool vision_param = name.rfind("vision.", 0) == 0;
+    const double std = vision_param ? config.vision->initializer_range : config.text.initializer_range;
+    auto ends = [&](const char* s) {
+      std::string suf(s);
+      return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+    };
+    const bool is_norm = name.find("norm") != std::string::npos || name.find("layrnorm") != std::string::npos;
+    if (is_norm && ends(".weight")) t.fill_(1.0);
+    else if (ends(".bias")) t.zero_();
+    else t.copy_(at::normal(0.0, std, t.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(t.dtype()));
+  }
+}
+
+at::Tensor MultimodalLM::image_features(const at::Tensor& pixel_values) {
+  if (!vision) throw std::invalid_argument("image inputs given to a model without a vision tower");
+  auto h = vision->forward(pixel_values, config.vision_feature_layer);  // [N, 1+P, Dv]
+  if (config.vision_feature_select_strategy == "default") h = h.narrow(1, 1, h.size(1) - 1);
+  return projector->forward(h.to(projector->linear_1->weight.scalar_type()));
+}
+
+at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values) {
+  auto emb = llm->embed(input_ids);  // [B, L, D]
+  if (!pixel_values.defined() || pixel_values.size(0) == 0) return emb;
+  auto feats = image_features(pixel_values).to(emb.scalar_type());  // [N, T, D]
+  auto is_img = input_ids == config.image_token_id;                  // [B, L]
+  const int64_t n_pos = is_img.sum().item<int64_t>();
+  if (n_pos != feats.size(0) * feats.size(1)) {
+    std::ostringstream os;
+    os << "batch has " << n_pos << " image-token positions (id " << config.image_token_id << ") but "
+       << feats.size(0) << " images x " << feats.size(1) << " tokens = " << feats.size(0) * feats.size(1);
+    throw std::invalid_argument(os.str());
+  }
+  return emb.masked_scatter(is_img.unsqueeze(-1), feats.reshape({-1, feats.size(-1)}));
+}
+
+void prepare_forward_state(ForwardState& st, const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                           const at::Tensor& positions) {
+  const int64_t B = input_ids.size(0), L = input_ids.size(1);
+  auto dev = input_ids.device();
+  st.positions = positions.defined()
+                     ? positions
+                     : at::arange(L, at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(0).expand({B, L});
+  const bool padded = attention_mask.defined() && !attention_mask.all().item<bool>();
+  st.key_valid = attention_mask.defined() ? attention_mask.to(at::kBool) : at::Tensor();
+  st.mask = padded ? AttentionMask::causal(st.key_valid, L, L, 0) : AttentionMask{};
+  st.valid_tokens = attention_mask.defined() ? attention_mask.sum().item<int64_t>() : B * L;
+}
+
+at::Tensor MultimodalLM::logits(const at::Tensor& hidden) const {
+  return at::linear(hidden, lm_head_weight()).to(at::kFloat);
+}
+
+ModelOutput MultimodalLM::forward(const ModelInputs& in, ForwardState& st) {
+  prepare_forward_state(st, in.input_ids, in.attention_mask, in.positions);
+  st.token_roles = in.token_roles;
+  auto h = llm->forward(embed_inputs(in.input_ids, in.pixel_values), st);
+  ModelOutput out;
+  out.logits = logits(h);
+  if (in.labels.defined()) {
+    auto [sum, count] = causal_lm_loss_sum(out.logits, in.labels);
+    out.lm_loss_sum = sum;
+    out.supervised_tokens = count;
+    out.lm_loss = sum / static_cast<double>(std::max<int64_t>(count, 1));
+  }
+  return out;
+}
+
+std::pair<at::Tensor, int64_t> causal_lm_loss_sum(const at::Tensor& logits, const at::Tensor& labels) {
+  const int64_t L = logits.size(1), V = logits.size(2);
+  auto lg = logits.narrow(1, 0, L - 1).reshape({-1, V}).to(at::kFloat);
+  auto tg = labels.narrow(1, 1, L - 1).reshape({-1});
+  auto sum = at::cross_entropy_loss(lg, tg, {}, at::Reduction::Sum, -100);
+  return {sum, (tg != -100).sum().item<int64_t>()};
+}
+
+}  // namespace gmod

@@ -1,0 +1,71 @@
+// The LLaVA-style multimodal LM: CLIP vision tower -> mlp2x_gelu projector -> LLaMA decoder -> LM
+// head. Image features replace the image-token positions of the (already expanded) input ids, so
+// any number of images per batch and text-only samples mix freely. Parameter names:
+//   llm.embed_tokens.weight, llm.layers.{i}.*, llm.norm.weight, lm_head.weight,
+//   vision.* (transformers CLIPVisionModel names under vision_model), projector.linear_{1,2}.*
+#pragma once
+
+#include "model/clip.h"
+#include "model/llama.h"
+
+namespace gmod {
+
+class ProjectorImpl : public torch::nn::Module {
+ public:
+  ProjectorImpl(int64_t vision_dim, int64_t text_dim);
+  at::Tensor forward(const at::Tensor& x) const { return linear_2->forward(at::gelu(linear_1->forward(x))); }
+  std::shared_ptr<LinearImpl> linear_1, linear_2;
+};
+
+struct ModelInputs {
+  at::Tensor input_ids;       // [B, L] int64, images expanded to image_seq_length() image tokens each
+  at::Tensor pixel_values;    // [N_images, 3, S, S] in the order the images occur; undefined if none
+  at::Tensor attention_mask;  // [B, L] bool, true = real token; undefined = no padding
+  at::Tensor labels;          // [B, L] int64 with -100 = ignored; undefined = no loss
+  at::Tensor positions;       // [B, L] int64; undefined = 0..L-1
+  at::Tensor token_roles;     // [B, L] int8 TokenRole (for MoD routing); optional
+};
+
+struct ModelOutput {
+  at::Tensor logits;   // [B, L, V] fp32
+  at::Tensor lm_loss;  // scalar mean over supervised tokens (when labels were given)
+  at::Tensor lm_loss_sum;
+  int64_t supervised_tokens = 0;
+};
+
+class MultimodalLM : public torch::nn::Module {
+ public:
+  explicit MultimodalLM(const LlavaConfig& c);
+
+  // Embeddings with image features spliced in: [B, L, D].
+  at::Tensor embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values);
+  // Projected image features [N_images, image_seq_length, D].
+  at::Tensor image_features(const at::Tensor& pixel_values);
+  // Full forward. `st` may request attention maps; routing layers report into it.
+  ModelOutput forward(const ModelInputs& in, ForwardState& st);
+  ModelOutput forward(const ModelInputs& in) {
+    ForwardState st;
+    return forward(in, st);
+  }
+  // Hidden states -> logits (fp32).
+  at::Tensor logits(const at::Tensor& hidden) const;
+  const at::Tensor& lm_head_weight() const { return config.text.tie_word_embeddings ? llm->embed_tokens : lm_head; }
+
+  // Random initialisation as transformers does (normal(0, initializer_range), norms = 1, biases = 0).
+  void init_weights(uint64_t seed);
+
+  LlavaConfig config;
+  std::shared_ptr<LlamaModel> llm;
+  at::Tensor lm_head;  // [V, D]; undefined when tied
+  std::shared_ptr<ClipVisionTower> vision;
+  std::shared_ptr<ProjectorImpl> projector;
+};
+
+// Shifted next-token cross-entropy (fp32), ignore_index -100. Returns (sum, count).
+std::pair<at::Tensor, int64_t> causal_lm_loss_sum(const at::Tensor& logits, const at::Tensor& labels);
+
+// Fills ForwardState's positions and masks for a fresh (non-cached) forward pass.
+void prepare_forward_state(ForwardState& st, const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                           const at::Tensor& positions);
+
+}  // namespace gmod
