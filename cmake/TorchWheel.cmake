@@ -42,7 +42,7 @@ if(GMOD_WITH_CUDA)
     set(GMOD_HAVE_CUDA ON)
     add_library(gmod_torch_cuda INTERFACE)
     target_link_libraries(gmod_torch_cuda INTERFACE gmod_torch_cpu CUDA::cudart
-      "LINKER:--no-as-needed" "${_tlib}/libtorch_cuda.so" "${_tlib}/libc10_cuda.so" "LINKER:--as-needed"
+      "-Wl,--no-as-needed" "${_tlib}/libtorch_cuda.so" "${_tlib}/libc10_cuda.so" "-Wl,--as-needed"
       "${GMOD_NCCL_LIB}")
     target_include_directories(gmod_torch_cuda SYSTEM INTERFACE ${CUDAToolkit_INCLUDE_DIRS} "${GMOD_NCCL_INCLUDE}")
     target_compile_definitions(gmod_torch_cuda INTERFACE GMOD_WITH_CUDA=1)

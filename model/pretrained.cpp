@@ -1,0 +1,131 @@
+#include "model/pretrained.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "model/safetensors.h"
+
+namespace gmod {
+namespace {
+
+bool has_prefix(const std::string& s, const std::vector<std::string>& prefixes) {
+  for (auto& p : prefixes)
+    if (s.compare(0, p.size(), p) == 0) return true;
+  return false;
+}
+
+std::string join_some(const std::vector<std::string>& v, size_t n = 8) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size() && i < n; ++i) os << (i ? ", " : "") << v[i];
+  if (v.size() > n) os << ", ... (" << v.size() << " in all)";
+  return os.str();
+}
+
+}  // namespace
+
+LoadReport load_weights(MultimodalLM& model, const std::string& path, const LoadOptions& opt) {
+  SafetensorsCheckpoint ckpt(path);
+  LoadReport report;
+  auto params = model.named_parameters(/*recurse=*/true);
+  std::set<std::string> seen;
+  std::vector<std::string> unknown;
+  at::NoGradGuard ng;
+  for (const auto& hf : ckpt.names()) {
+    auto name = hf_to_gmod(hf);
+    if (name && *name == "lm_head.weight" && model.config.text.tie_word_embeddings) name.reset();  // tied copy
+    if (!name || !params.contains(*name)) {
+      if (has_prefix(hf, opt.ignore_unknown_prefixes) || hf.find("rotary_emb.inv_freq") != std::string::npos ||
+          (hf == "lm_head.weight" || hf == "language_model.lm_head.weight")) {
+        report.unmapped.push_back(hf);
+        continue;
+      }
+      unknown.push_back(hf);
+      continue;
+    }
+    if (!seen.insert(*name).second)
+      throw std::runtime_error(ckpt.file_of(hf) + ": tensor '" + hf + "' maps to '" + *name +
+                               "', which another checkpoint tensor already provided");
+    auto& dst = params[*name];
+    copy_into(dst, ckpt.tensor(hf), hf, ckpt.file_of(hf));
+    report.loaded.push_back(*name);
+  }
+  if (!unknown.empty())
+    throw std::runtime_error(path + ": checkpoint tensors that this model does not have: " + join_some(unknown) +
+                             " (wrong model config, or pass ignore_unknown_prefixes)");
+  std::vector<std::string> missing;
+  for (const auto& p : params) {
+    if (seen.count(p.key())) continue;
+    if (opt.partial || has_prefix(p.key(), opt.optional_prefixes)) report.missing.push_back(p.key());
+    else missing.push_back(p.key());
+  }
+  if (!missing.empty())
+    throw std::runtime_error(path + ": checkpoint lacks tensors the model needs: " + join_some(missing));
+  if (report.loaded.empty()) throw std::runtime_error(path + ": no tensor of the checkpoint matches the model");
+  return report;
+}
+
+std::shared_ptr<MultimodalLM> load_pretrained(const std::string& dir, at::ScalarType dtype, at::Device device,
+                                              const LoadOptions& opt) {
+  auto cfg = load_model_config(dir);
+  auto model = std::make_shared<MultimodalLM>(cfg);
+  model->to(device, dtype);
+  load_weights(*model, dir, opt);
+  return model;
+}
+
+void save_pretrained(const MultimodalLM& model, const std::string& dir,
+                     const std::vector<std::pair<std::string, at::Tensor>>& extra_tensors,
+                     const std::string& extra_config_json, uint64_t max_shard_bytes) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  const bool llava = model.vision != nullptr;
+  const auto layout = llava ? HfLayout::kLlava : HfLayout::kLlama;
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  int64_t bytes = 0;
+  for (const auto& p : model.named_parameters(true)) {
+    tensors.emplace_back(gmod_to_hf(p.key(), layout), p.value().detach());
+    bytes += p.value().numel() * p.value().element_size();
+  }
+  for (auto& t : extra_tensors) tensors.push_back(t);
+  const auto& c = model.config;
+  nlohmann::json text = llama_config_to_json(c.text);
+  nlohmann::json cfg;
+  auto dtype = model.llm->embed_tokens.scalar_type();
+  std::string dtype_name = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
+  if (llava) {
+    cfg = {{"architectures", {"LlavaForConditionalGeneration"}},
+           {"model_type", "llava"},
+           {"text_config", text},
+           {"vision_config", clip_config_to_json(*c.vision)},
+           {"image_token_index", c.image_token_id},
+           {"projector_hidden_act", c.projector_hidden_act},
+           {"vision_feature_layer", c.vision_feature_layer},
+           {"vision_feature_select_strategy", c.vision_feature_select_strategy},
+           {"image_seq_length", c.image_seq_length()},
+           {"multimodal_projector_bias", true},
+           {"tie_word_embeddings", c.text.tie_word_embeddings},
+           {"torch_dtype", dtype_name}};
+  } else {
+    cfg = text;
+    cfg["architectures"] = {"LlamaForCausalLM"};
+    cfg["torch_dtype"] = dtype_name;
+  }
+  auto extra = nlohmann::json::parse(extra_config_json);
+  for (auto& [k, v] : extra.items()) cfg[k] = v;
+  {
+    std::ofstream f(fs::path(dir) / "config.json.tmp");
+    f << cfg.dump(2) << "\n";
+    if (!f) throw std::runtime_error(dir + ": cannot write config.json");
+  }
+  fs::rename(fs::path(dir) / "config.json.tmp", fs::path(dir) / "config.json");
+  std::map<std::string, std::string> meta = {{"format", "pt"}};
+  if (static_cast<uint64_t>(bytes) <= max_shard_bytes)
+    save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, meta);
+  else
+    save_safetensors_sharded(dir, tensors, max_shard_bytes, meta);
+}
+
+}  // namespace gmod
