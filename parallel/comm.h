@@ -1,0 +1,61 @@
+// Comm: the collective-communication interface used by data parallelism and ZeRO. Backends: MpiComm (CPU tensors,
+// parallel/mpi_comm.h) and NcclComm (CUDA tensors, parallel/nccl_comm.h). Tensors passed in must be contiguous and
+// live on the backend's device; all ranks must call the same collectives in the same order with the same sizes.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+namespace gmod {
+
+enum class ReduceOp { Sum, Avg, Max };
+
+const char* to_string(ReduceOp op);
+
+// Traffic counters, per rank. `payload_bytes` counts the buffer each collective works on (all_reduce: the tensor,
+// reduce_scatter: the full input, all_gather: the full output, broadcast: the tensor); `wire_bytes` estimates what
+// one rank sends with ring algorithms (all_reduce 2(N-1)/N, reduce_scatter and all_gather (N-1)/N of the payload).
+struct CommStats {
+  int64_t calls = 0;
+  int64_t payload_bytes = 0;
+  double wire_bytes = 0;
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual int local_rank() const = 0;
+  // The device whose tensors this backend moves (kCPU for MPI, the rank's CUDA device for NCCL).
+  virtual at::Device device() const = 0;
+  virtual std::string backend() const = 0;
+
+  // In place on every rank.
+  virtual void all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  // in: [world * n] (rank k's block is in[k*n, (k+1)*n)), out: [n] = reduction of every rank's block `rank()`.
+  virtual void reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op = ReduceOp::Sum) = 0;
+  // in: [n], out: [world * n] with rank k's `in` at out[k*n, (k+1)*n). In place when in is that block of out.
+  virtual void all_gather(const at::Tensor& in, at::Tensor& out) = 0;
+  virtual void broadcast(at::Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+
+  // Scalar helper (a host value; goes through a one-element tensor on device()).
+  double all_reduce(double v, ReduceOp op);
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats{}; }
+
+ protected:
+  void count(int64_t payload_bytes, double wire_factor);
+  // Throws std::runtime_error naming the collective unless t is contiguous and on device().
+  void check_tensor(const at::Tensor& t, const char* what) const;
+
+ private:
+  CommStats stats_;
+};
+
+}  // namespace gmod

@@ -1,0 +1,191 @@
+#include "parallel/mpi_comm.h"
+
+#include <algorithm>
+#include <climits>
+#include <stdexcept>
+#include <string>
+
+namespace gmod {
+namespace {
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw std::runtime_error(std::string("parallel/mpi_comm: ") + what + " failed: " + std::string(msg, len));
+}
+
+bool needs_upcast(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+
+// Datatype for reductions; only types MPI can add.
+MPI_Datatype reduce_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kInt: return MPI_INT32_T;
+    case at::kLong: return MPI_INT64_T;
+    default:
+      throw std::runtime_error(std::string("parallel/mpi_comm: cannot reduce dtype ") + c10::toString(t) +
+                               " (supported: float32, float64, int32, int64, bfloat16, float16)");
+  }
+}
+
+// Datatype for data movement: any element size.
+MPI_Datatype move_type(const at::Tensor& t) {
+  switch (t.element_size()) {
+    case 1: return MPI_UINT8_T;
+    case 2: return MPI_UINT16_T;
+    case 4: return MPI_UINT32_T;
+    case 8: return MPI_UINT64_T;
+    default: throw std::runtime_error("parallel/mpi_comm: unsupported element size for dtype " +
+                                      std::string(c10::toString(t.scalar_type())));
+  }
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
+char* bytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+
+}  // namespace
+
+MpiComm::MpiComm(MPI_Comm parent) : max_count_(INT_MAX) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) throw std::runtime_error("parallel/mpi_comm: MPI is not initialised (call gmod::Runtime first)");
+  check_mpi(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &world_);
+  MPI_Comm node;
+  check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_free(&node);
+}
+
+MpiComm::~MpiComm() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiComm::set_max_count(int64_t n) {
+  if (n < 1 || n > INT_MAX) throw std::runtime_error("parallel/mpi_comm: max_count must be in [1, INT_MAX]");
+  max_count_ = n;
+}
+
+void MpiComm::all_reduce(at::Tensor& t, ReduceOp op) {
+  check_tensor(t, "all_reduce");
+  count(t.numel() * t.element_size(), world_ > 1 ? 2.0 * (world_ - 1) / world_ : 0.0);
+  if (needs_upcast(t.scalar_type())) {
+    at::Tensor f = t.to(at::kFloat);
+    all_reduce_native(f, op);
+    t.copy_(f);
+  } else {
+    all_reduce_native(t, op);
+  }
+}
+
+void MpiComm::all_reduce_native(at::Tensor& t, ReduceOp op) {
+  if (op == ReduceOp::Avg && !at::isFloatingType(t.scalar_type()))
+    throw std::runtime_error("parallel/mpi_comm: all_reduce(avg) needs a floating dtype");
+  MPI_Datatype dt = reduce_type(t.scalar_type());
+  const int64_t n = t.numel(), es = t.element_size();
+  for (int64_t off = 0; off < n; off += max_count_) {
+    const int cnt = static_cast<int>(std::min(max_count_, n - off));
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, bytes(t) + off * es, cnt, dt, mpi_op(op), comm_), "MPI_Allreduce");
+  }
+  if (op == ReduceOp::Avg) t.div_(world_);
+}
+
+void MpiComm::reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) {
+  check_tensor(in, "reduce_scatter(in)");
+  check_tensor(out, "reduce_scatter(out)");
+  if (in.numel() != world_ * out.numel() || in.scalar_type() != out.scalar_type())
+    throw std::runtime_error("parallel/mpi_comm: reduce_scatter needs in.numel() == world * out.numel() and equal "
+                             "dtypes, got " + std::to_string(in.numel()) + " vs " + std::to_string(world_) + " * " +
+                             std::to_string(out.numel()));
+  count(in.numel() * in.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
+  if (needs_upcast(in.scalar_type())) {
+    at::Tensor fin = in.to(at::kFloat), fout = at::empty({out.numel()}, fin.options());
+    reduce_scatter_native(fin, fout, op);
+    out.view({-1}).copy_(fout);
+    return;
+  }
+  // MPI forbids aliased send/recv buffers: reduce into a temporary when out overlaps in.
+  const char *ib = bytes(in), *ob = bytes(out);
+  const int64_t inb = in.numel() * in.element_size(), outb = out.numel() * out.element_size();
+  if (ob < ib + inb && ib < ob + outb) {
+    at::Tensor tmp = at::empty({out.numel()}, out.options());
+    reduce_scatter_native(in, tmp, op);
+    out.view({-1}).copy_(tmp);
+  } else {
+    at::Tensor o = out.view({-1});
+    reduce_scatter_native(in, o, op);
+  }
+}
+
+void MpiComm::reduce_scatter_native(const at::Tensor& in, at::Tensor& out, ReduceOp op) {
+  if (op == ReduceOp::Avg && !at::isFloatingType(in.scalar_type()))
+    throw std::runtime_error("parallel/mpi_comm: reduce_scatter(avg) needs a floating dtype");
+  MPI_Datatype dt = reduce_type(in.scalar_type());
+  const int64_t n = out.numel();
+  if (n <= max_count_) {
+    check_mpi(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), static_cast<int>(n), dt, mpi_op(op), comm_),
+              "MPI_Reduce_scatter_block");
+  } else {
+    at::Tensor blocks = in.view({world_, n});
+    for (int64_t off = 0; off < n; off += max_count_) {
+      const int64_t len = std::min(max_count_, n - off);
+      at::Tensor piece = blocks.narrow(1, off, len).contiguous();  // [world, len]
+      check_mpi(MPI_Reduce_scatter_block(piece.data_ptr(), bytes(out) + off * out.element_size(),
+                                         static_cast<int>(len), dt, mpi_op(op), comm_),
+                "MPI_Reduce_scatter_block");
+    }
+  }
+  if (op == ReduceOp::Avg) out.div_(world_);
+}
+
+void MpiComm::all_gather(const at::Tensor& in, at::Tensor& out) {
+  check_tensor(in, "all_gather(in)");
+  check_tensor(out, "all_gather(out)");
+  const int64_t n = in.numel(), es = in.element_size();
+  if (out.numel() != world_ * n || in.scalar_type() != out.scalar_type())
+    throw std::runtime_error("parallel/mpi_comm: all_gather needs out.numel() == world * in.numel() and equal dtypes, "
+                             "got " + std::to_string(out.numel()) + " vs " + std::to_string(world_) + " * " +
+                             std::to_string(n));
+  count(out.numel() * es, world_ > 1 ? double(world_ - 1) / world_ : 0.0);
+  MPI_Datatype dt = move_type(in);
+  const bool in_place = bytes(in) == bytes(out) + rank_ * n * es;
+  if (n <= max_count_) {
+    check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), static_cast<int>(n), dt, out.data_ptr(),
+                            static_cast<int>(n), dt, comm_),
+              "MPI_Allgather");
+    return;
+  }
+  // Chunked: gather column ranges [off, off+len) of every block. When in place, later chunks of `in` are untouched
+  // by earlier ones (each chunk only rewrites its own columns, with the same values for our block).
+  at::Tensor blocks = out.view({world_, n});
+  for (int64_t off = 0; off < n; off += max_count_) {
+    const int64_t len = std::min(max_count_, n - off);
+    at::Tensor tmp = at::empty({world_, len}, out.options());
+    check_mpi(MPI_Allgather(bytes(in) + off * es, static_cast<int>(len), dt, tmp.data_ptr(), static_cast<int>(len),
+                            dt, comm_),
+              "MPI_Allgather");
+    blocks.narrow(1, off, len).copy_(tmp);
+  }
+}
+
+void MpiComm::broadcast(at::Tensor& t, int root) {
+  check_tensor(t, "broadcast");
+  count(t.numel() * t.element_size(), rank_ == root ? double(world_ - 1) : 0.0);
+  MPI_Datatype dt = move_type(t);
+  const int64_t n = t.numel(), es = t.element_size();
+  for (int64_t off = 0; off < n; off += max_count_) {
+    const int cnt = static_cast<int>(std::min(max_count_, n - off));
+    check_mpi(MPI_Bcast(bytes(t) + off * es, cnt, dt, root, comm_), "MPI_Bcast");
+  }
+}
+
+void MpiComm::barrier() { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+}  // namespace gmod

@@ -1,0 +1,47 @@
+// MpiComm: the Comm backend for CPU tensors over MPI (OpenMPI). fp32/fp64/int32/int64 reduce natively; bf16/fp16 are
+// reduced in fp32 (MPI has no bf16 type) and cast back; gathers and broadcasts move any dtype as raw elements.
+// Counts above the MPI `int` limit are split into chunks (the limit is settable so tests can exercise chunking).
+#pragma once
+
+#include "parallel/comm.h"
+
+#include <mpi.h>
+
+namespace gmod {
+
+class MpiComm final : public Comm {
+ public:
+  // Duplicates `parent` (MPI_COMM_WORLD by default) so our collectives never mix with other MPI traffic.
+  // MPI must be initialised (parallel/runtime.h).
+  explicit MpiComm(MPI_Comm parent = MPI_COMM_WORLD);
+  ~MpiComm() override;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  int local_rank() const override { return local_rank_; }
+  at::Device device() const override { return at::Device(at::kCPU); }
+  std::string backend() const override { return "mpi"; }
+
+  using Comm::all_reduce;
+  void all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::Sum) override;
+  void reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op = ReduceOp::Sum) override;
+  void all_gather(const at::Tensor& in, at::Tensor& out) override;
+  void broadcast(at::Tensor& t, int root) override;
+  void barrier() override;
+
+  MPI_Comm handle() const { return comm_; }
+  // Largest element count passed to one MPI call (default INT_MAX).
+  void set_max_count(int64_t n);
+
+ private:
+  void all_reduce_native(at::Tensor& t, ReduceOp op);
+  void reduce_scatter_native(const at::Tensor& in, at::Tensor& out, ReduceOp op);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, world_ = 1, local_rank_ = 0;
+  int64_t max_count_;
+};
+
+}  // namespace gmod

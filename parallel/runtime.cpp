@@ -1,0 +1,118 @@
+#include "parallel/runtime.h"
+
+#include "parallel/mpi_comm.h"
+#ifdef GMOD_WITH_CUDA
+#include "parallel/nccl_comm.h"
+#endif
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <stdexcept>
+
+namespace gmod {
+namespace {
+
+int g_thread_level = 0;
+int g_local_rank = -1;
+
+bool mpi_active() {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  return inited && !finalized;
+}
+
+}  // namespace
+
+Runtime::Runtime(int* argc, char*** argv) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) return;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &g_thread_level) != MPI_SUCCESS)
+    throw std::runtime_error("parallel/runtime: MPI_Init_thread failed");
+  owns_ = true;
+  install_terminate_handler();
+}
+
+Runtime::~Runtime() {
+  if (owns_ && mpi_active()) MPI_Finalize();
+}
+
+bool runtime_initialized() { return mpi_active(); }
+
+int world_rank() {
+  int r = 0;
+  if (mpi_active()) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int n = 1;
+  if (mpi_active()) MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int local_rank() {
+  if (!mpi_active()) return 0;
+  if (g_local_rank < 0) {
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &g_local_rank);
+    MPI_Comm_free(&node);
+  }
+  return g_local_rank;
+}
+
+int mpi_thread_level() { return g_thread_level; }
+
+std::shared_ptr<Comm> make_comm(const at::Device& device) {
+  if (!mpi_active()) throw std::runtime_error("parallel/runtime: make_comm before gmod::Runtime initialised MPI");
+  if (device.is_cpu()) return std::make_shared<MpiComm>();
+  if (device.is_cuda()) {
+#ifdef GMOD_WITH_CUDA
+    return std::make_shared<NcclComm>(MPI_COMM_WORLD, device.has_index() ? device.index() : -1);
+#else
+    throw std::runtime_error("parallel/runtime: CUDA device requested but gmod was built without CUDA/NCCL");
+#endif
+  }
+  throw std::runtime_error("parallel/runtime: no communicator for device " + device.str());
+}
+
+void abort_job(const std::string& msg, int code) {
+  std::fprintf(stderr, "[rank %d] error: %s\n", world_rank(), msg.c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+int run_guarded(const std::function<int()>& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    abort_job(e.what());
+  } catch (...) {
+    abort_job("unknown exception");
+  }
+}
+
+void install_terminate_handler() {
+  std::set_terminate([] {
+    std::string what = "std::terminate called";
+    if (auto ep = std::current_exception()) {
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = std::string("uncaught exception: ") + e.what();
+      } catch (...) {
+        what = "uncaught non-std exception";
+      }
+    }
+    abort_job(what);
+  });
+}
+
+}  // namespace gmod

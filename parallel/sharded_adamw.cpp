@@ -1,0 +1,173 @@
+#include "parallel/sharded_adamw.h"
+
+#include <nlohmann/json.hpp>
+
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+namespace gmod {
+namespace {
+
+// Elements updated per chunk: bounds the temporary `denom` to 256 MiB of fp32.
+constexpr int64_t kChunk = int64_t(64) << 20;
+
+void check_fp32(const at::Tensor& t, int64_t n, const char* what) {
+  if (!t.defined() || t.scalar_type() != at::kFloat || t.dim() != 1 || t.numel() != n || !t.is_contiguous())
+    throw std::runtime_error(std::string("parallel/sharded_adamw: ") + what + " must be a contiguous fp32 [" +
+                             std::to_string(n) + "] tensor" +
+                             (t.defined() ? ", got " + std::string(c10::toString(t.scalar_type())) + " with " +
+                                                std::to_string(t.numel()) + " elements"
+                                          : ", got undefined"));
+}
+
+}  // namespace
+
+nlohmann::json AdamWShardState::meta() const {
+  return {{"layout", layout.to_json()}, {"stage", stage}, {"rank", rank},
+          {"begin", begin},             {"end", end},     {"step", step}};
+}
+
+AdamWShardState AdamWShardState::from_meta(const nlohmann::json& j) {
+  AdamWShardState s;
+  try {
+    s.layout = FlatParamLayout::from_json(j.at("layout"));
+    s.stage = j.at("stage").get<int>();
+    s.rank = j.at("rank").get<int>();
+    s.begin = j.at("begin").get<int64_t>();
+    s.end = j.at("end").get<int64_t>();
+    s.step = j.at("step").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(std::string("parallel/sharded_adamw: bad optimizer state metadata: ") + e.what());
+  }
+  return s;
+}
+
+ShardedAdamW::ShardedAdamW(int64_t begin, int64_t end, const at::Tensor& master0, AdamWHyper hyper)
+    : begin_(begin), end_(end), hyper_(hyper) {
+  if (begin < 0 || end < begin) throw std::runtime_error("parallel/sharded_adamw: bad range");
+  if (master0.numel() != end - begin)
+    throw std::runtime_error("parallel/sharded_adamw: initial master has " + std::to_string(master0.numel()) +
+                             " elements, range has " + std::to_string(end - begin));
+  master_ = master0.reshape({-1}).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  exp_avg_ = at::zeros_like(master_);
+  exp_avg_sq_ = at::zeros_like(master_);
+}
+
+void ShardedAdamW::step(const at::Tensor& grad, double lr) {
+  check_fp32(grad, end_ - begin_, "grad");
+  step_ += 1;
+  const double b1 = hyper_.beta1, b2 = hyper_.beta2;
+  const double bias_correction1 = 1.0 - std::pow(b1, double(step_));
+  const double bias_correction2 = 1.0 - std::pow(b2, double(step_));
+  const double step_size = lr / bias_correction1;
+  const double bias_correction2_sqrt = std::sqrt(bias_correction2);
+  const int64_t n = end_ - begin_;
+  // Same operation sequence as torch.optim.AdamW's single-tensor path.
+  for (int64_t off = 0; off < n; off += kChunk) {
+    const int64_t len = std::min(kChunk, n - off);
+    at::Tensor p = master_.narrow(0, off, len), g = grad.narrow(0, off, len);
+    at::Tensor m = exp_avg_.narrow(0, off, len), v = exp_avg_sq_.narrow(0, off, len);
+    p.mul_(1.0 - lr * hyper_.weight_decay);
+    m.lerp_(g, 1.0 - b1);
+    v.mul_(b2).addcmul_(g, g, 1.0 - b2);
+    at::Tensor denom = (v.sqrt() / bias_correction2_sqrt).add_(hyper_.eps);
+    p.addcdiv_(m, denom, -step_size);
+  }
+}
+
+int64_t ShardedAdamW::state_bytes() const {
+  return master_.nbytes() + exp_avg_.nbytes() + exp_avg_sq_.nbytes();
+}
+
+void ShardedAdamW::reset_master(const at::Tensor& values) {
+  if (values.numel() != master_.numel())
+    throw std::runtime_error("parallel/sharded_adamw: reset_master with " + std::to_string(values.numel()) +
+                             " elements, range has " + std::to_string(master_.numel()));
+  master_.copy_(values.reshape({-1}));
+}
+
+void ShardedAdamW::load(const AdamWShardState& s) {
+  if (s.begin != begin_ || s.end != end_)
+    throw std::runtime_error("parallel/sharded_adamw: state covers [" + std::to_string(s.begin) + ", " +
+                             std::to_string(s.end) + "), this rank owns [" + std::to_string(begin_) + ", " +
+                             std::to_string(end_) + "); reshard it with reshard_state first");
+  const int64_t n = end_ - begin_;
+  for (const at::Tensor* t : {&s.master, &s.exp_avg, &s.exp_avg_sq})
+    if (!t->defined() || t->numel() != n)
+      throw std::runtime_error("parallel/sharded_adamw: state tensor has wrong size (expected " + std::to_string(n) +
+                               " elements)");
+  c10::NoGradGuard no_grad;
+  master_.copy_(s.master.reshape({-1}));
+  exp_avg_.copy_(s.exp_avg.reshape({-1}));
+  exp_avg_sq_.copy_(s.exp_avg_sq.reshape({-1}));
+  step_ = s.step;
+}
+
+namespace {
+
+// Elements [b, e) of the unpadded flat vector for one state tensor, from states covering disjoint ranges.
+at::Tensor gather_range(const std::vector<const AdamWShardState*>& states, at::Tensor AdamWShardState::*field,
+                        int64_t b, int64_t e) {
+  at::Tensor out = at::empty({e - b}, at::TensorOptions().dtype(at::kFloat));
+  int64_t covered = 0;
+  for (const AdamWShardState* s : states) {
+    const int64_t lo = std::max(b, s->begin), hi = std::min(e, s->end);
+    if (lo >= hi) continue;
+    out.narrow(0, lo - b, hi - lo).copy_((s->*field).reshape({-1}).narrow(0, lo - s->begin, hi - lo));
+    covered += hi - lo;
+  }
+  if (covered != e - b)
+    throw std::runtime_error("parallel/sharded_adamw: saved states cover " + std::to_string(covered) + " of the " +
+                             std::to_string(e - b) + " elements needed; pass the states of every saved rank");
+  return out;
+}
+
+}  // namespace
+
+AdamWShardState reshard_state(const std::vector<AdamWShardState>& saved, int new_world, int new_rank, int new_stage) {
+  if (saved.empty()) throw std::runtime_error("parallel/sharded_adamw: reshard_state without saved states");
+  const AdamWShardState& first = saved.front();
+  std::vector<const AdamWShardState*> states;
+  for (const auto& s : saved) {
+    if (!s.layout.same_params(first.layout))
+      throw std::runtime_error("parallel/sharded_adamw: saved states disagree on the parameter layout");
+    if (s.step != first.step)
+      throw std::runtime_error("parallel/sharded_adamw: saved states disagree on the step count (" +
+                               std::to_string(s.step) + " vs " + std::to_string(first.step) + ")");
+    states.push_back(&s);
+  }
+  if (first.stage == 0) states.resize(1);  // every stage-0 rank holds the full identical state
+  AdamWShardState out;
+  out.layout = first.layout.with_world_size(new_world);
+  out.stage = new_stage;
+  out.rank = new_rank;
+  out.step = first.step;
+  if (new_stage == 0) {
+    out.begin = 0;
+    out.end = out.layout.total();
+  } else {
+    std::tie(out.begin, out.end) = out.layout.shard_range(new_rank);
+  }
+  auto [vb, ve] = std::pair<int64_t, int64_t>{std::min(out.begin, out.layout.total()),
+                                              std::min(out.end, out.layout.total())};
+  for (auto field : {&AdamWShardState::master, &AdamWShardState::exp_avg, &AdamWShardState::exp_avg_sq}) {
+    at::Tensor t = at::zeros({out.end - out.begin}, at::TensorOptions().dtype(at::kFloat));
+    if (vb < ve) t.narrow(0, vb - out.begin, ve - vb).copy_(gather_range(states, field, vb, ve));
+    out.*field = t;
+  }
+  return out;
+}
+
+std::vector<AdamWShardState> reshard_states(const std::vector<AdamWShardState>& saved, int new_world, int new_stage) {
+  std::vector<AdamWShardState> out;
+  const int n = new_stage == 0 ? 1 : new_world;
+  for (int r = 0; r < n; ++r) out.push_back(reshard_state(saved, new_world, r, new_stage));
+  return out;
+}
+
+}  // namespace gmod

@@ -1,0 +1,73 @@
+// ShardedAdamW: torch.optim.AdamW (decoupled weight decay, bias correction) on one contiguous range of the flat
+// parameter vector, holding fp32 master weights and both moments for that range only (ZeRO-1/2 optimizer state; the
+// whole unpadded vector for stage 0). AdamWShardState is its checkpointable form (this rank's range + the layout),
+// and reshard_state rebuilds exactly the state any rank would own at another world size or stage.
+#pragma once
+
+#include "parallel/flat_params.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace gmod {
+
+struct AdamWHyper {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+};
+
+// One rank's optimizer state. Tensors are fp32 [end - begin]; [begin, end) is in padded flat coordinates of
+// `layout` (stage 1/2: layout.shard_range(rank); stage 0: [0, P) on every rank).
+struct AdamWShardState {
+  FlatParamLayout layout;
+  int stage = 0;
+  int rank = 0;
+  int64_t begin = 0, end = 0;
+  int64_t step = 0;
+  at::Tensor master, exp_avg, exp_avg_sq;
+
+  // Everything except the tensors (layout, stage, rank, range, step) for a checkpoint's metadata.
+  nlohmann::json meta() const;
+  // Inverse of meta(); tensors are left undefined for the caller to fill.
+  static AdamWShardState from_meta(const nlohmann::json& j);
+};
+
+class ShardedAdamW {
+ public:
+  // master0: initial fp32 master weights for [begin, end) ([end - begin] elements; copied).
+  ShardedAdamW(int64_t begin, int64_t end, const at::Tensor& master0, AdamWHyper hyper);
+
+  // One AdamW update of the range with its fp32 gradient [end - begin]; increments the step count.
+  void step(const at::Tensor& grad, double lr);
+
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
+  int64_t step_count() const { return step_; }
+  const at::Tensor& master() const { return master_; }
+  const at::Tensor& exp_avg() const { return exp_avg_; }
+  const at::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  const AdamWHyper& hyper() const { return hyper_; }
+  // Bytes of master + exp_avg + exp_avg_sq actually allocated.
+  int64_t state_bytes() const;
+
+  // Replaces the master weights (e.g. after parameters were broadcast); moments and step are kept.
+  void reset_master(const at::Tensor& values);
+  // Copies the tensors and step from s (which must cover exactly [begin, end)).
+  void load(const AdamWShardState& s);
+
+ private:
+  int64_t begin_, end_;
+  int64_t step_ = 0;
+  AdamWHyper hyper_;
+  at::Tensor master_, exp_avg_, exp_avg_sq_;
+};
+
+// The state that rank `new_rank` of a `new_world`-rank job at `new_stage` owns, rebuilt exactly from the states
+// saved by every rank of one job (any order; for stage 0 a single state suffices). Values in [0, P) are copied
+// bit-exactly; padding is zero.
+AdamWShardState reshard_state(const std::vector<AdamWShardState>& saved, int new_world, int new_rank, int new_stage);
+std::vector<AdamWShardState> reshard_states(const std::vector<AdamWShardState>& saved, int new_world, int new_stage);
+
+}  // namespace gmod
