@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <ftw.h>
 #include <string>
 
 namespace gmod::test {
@@ -21,9 +22,11 @@ struct TempDir {
     std::string tmpl = (std::filesystem::temp_directory_path() / "gmod-test-XXXXXX").string();
     path = mkdtemp(tmpl.data());
   }
+  // nftw, not std::filesystem::remove_all: the torch wheel's libtorch.so exports its own (crashing)
+  // copy of the std::filesystem symbols, see docs/engineering.md.
   ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
+    nftw(path.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
+         FTW_DEPTH | FTW_PHYS);
   }
   std::string str(const std::string& rel = "") const { return rel.empty() ? path.string() : (path / rel).string(); }
 };

@@ -1,0 +1,36 @@
+// `gmod info`: library versions and devices, to paste into bug reports.
+#include <ATen/Context.h>
+#include <mpi.h>
+#include <torch/version.h>
+
+#include <iostream>
+
+#include "launch/args.h"
+#ifdef GMOD_WITH_CUDA
+#include <nccl.h>
+#endif
+
+namespace gmod::cli {
+namespace {
+
+int run_info(const std::vector<std::string>& argv) {
+  Args(argv).check_known({});
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(mpi, &len);
+  std::string mpi_s(mpi, len);
+  if (auto nl = mpi_s.find('\n'); nl != std::string::npos) mpi_s.resize(nl);
+  std::cout << "gmod 0.1.0\nLibTorch " << TORCH_VERSION << "\nMPI " << mpi_s << "\n";
+#ifdef GMOD_WITH_CUDA
+  std::cout << "NCCL " << NCCL_MAJOR << "." << NCCL_MINOR << "." << NCCL_PATCH << " (compiled in)\n";
+#else
+  std::cout << "NCCL not compiled in\n";
+#endif
+  std::cout << "CUDA available: " << (at::hasCUDA() ? "yes" : "no") << "\n";
+  return 0;
+}
+
+Register reg({"info", "versions of LibTorch, MPI, NCCL and the devices seen", run_info});
+
+}  // namespace
+}  // namespace gmod::cli
