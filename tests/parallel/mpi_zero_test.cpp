@@ -6,12 +6,16 @@
 #include "parallel/data_parallel.h"
 #include "parallel/local_comm.h"
 #include "parallel/mpi_comm.h"
+#include "parallel/runtime.h"
 #include "tests/parallel/parallel_test_util.h"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <limits>
+#ifdef GMOD_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 using namespace gmod;
 using namespace gmod::testing;
@@ -244,4 +248,40 @@ TEST(ZeroMpi, ResumeFromSmallerWorld) {
   train_ref(ref, r, 0, 6);
   EXPECT_LT(rel_diff(resumed.flat(), ref.flat()), 1e-6) << m_ranks << " -> " << n;
   EXPECT_EQ(opt.step_count(), 6);
+}
+
+// The same ZeRO code on CUDA tensors with the NCCL communicator (one GPU per rank); skipped without enough GPUs.
+TEST(ZeroNccl, AllStagesMatchReferenceOnCuda) {
+#ifndef GMOD_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  const int n = world()->world_size(), rank = world()->rank();
+  const bool have = at::hasCUDA() && static_cast<int>(c10::cuda::device_count()) >= n;
+  if (!all_ranks(have)) GTEST_SKIP() << "needs one CUDA device per rank";
+  static std::shared_ptr<Comm> nccl = make_comm(at::Device(at::kCUDA));
+  ASSERT_EQ(nccl->backend(), "nccl");
+  for (int stage : {0, 1, 2}) {
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      DataParallelOptions o = options(stage);
+      Mlp dp = Mlp::make(11, dtype).to(nccl->device()), ref = Mlp::make(11);
+      DataParallelOptimizer opt(dp.named(), nccl, o);
+      RefAdamW r{AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay}, o.max_grad_norm};
+      for (int step = 0; step < 4; ++step) {
+        opt.zero_grad();
+        zero_grads(ref);
+        local_backward(dp, step, rank, n);
+        local_backward(ref, step, 0, 1, 1);
+        StepResult s = opt.step(2e-2);
+        auto [norm, cl] = r.update(ref.tensors(), 2e-2);
+        if (dtype == at::kFloat) {
+          EXPECT_NEAR(s.grad_norm, norm, 1e-4 * norm);
+        }
+        EXPECT_FALSE(s.skipped);
+      }
+      EXPECT_LT(rel_diff(dp.flat(), ref.flat()), dtype == at::kFloat ? 1e-4 : 3e-2) << "stage " << stage;
+      EXPECT_EQ(spread_across_ranks(dp.flat()), 0.0) << "ranks disagree, stage " << stage;
+      EXPECT_EQ(opt.optimizer_state_bytes(), stage == 0 ? 12 * Mlp::kParams : 12 * ((Mlp::kParams + n - 1) / n));
+    }
+  }
+#endif
 }

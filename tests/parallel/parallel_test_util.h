@@ -33,14 +33,23 @@ struct Mlp {
     return {{"fc1.weight", w1}, {"fc1.bias", b1}, {"fc2.weight", w2}, {"fc2.bias", b2}};
   }
   std::vector<at::Tensor> tensors() const { return {w1, b1, w2, b2}; }
-  at::Tensor loss(const at::Tensor& x, const at::Tensor& y) const {
-    at::Tensor h = at::tanh(at::linear(x.to(w1.scalar_type()), w1, b1));
-    return at::mse_loss(at::linear(h, w2, b2).to(at::kFloat), y);
+  // Same initial values on another device.
+  Mlp to(const at::Device& d) const {
+    Mlp m;
+    m.w1 = w1.detach().to(d).requires_grad_();
+    m.b1 = b1.detach().to(d).requires_grad_();
+    m.w2 = w2.detach().to(d).requires_grad_();
+    m.b2 = b2.detach().to(d).requires_grad_();
+    return m;
   }
-  // Flat copy of all weights in fp32.
+  at::Tensor loss(const at::Tensor& x, const at::Tensor& y) const {
+    at::Tensor h = at::tanh(at::linear(x.to(w1.options().requires_grad(false)), w1, b1));
+    return at::mse_loss(at::linear(h, w2, b2).to(at::kFloat), y.to(w1.device()));
+  }
+  // Flat copy of all weights in fp32, on the CPU.
   at::Tensor flat() const {
     std::vector<at::Tensor> v;
-    for (const auto& t : tensors()) v.push_back(t.detach().reshape({-1}).to(at::kFloat));
+    for (const auto& t : tensors()) v.push_back(t.detach().reshape({-1}).to(at::kFloat).cpu());
     return at::cat(v);
   }
 };
