@@ -17,6 +17,7 @@ struct LayerTokens {
   int layer;
   int64_t processed;  // token positions this layer ran attention+MLP on (valid tokens only)
   int64_t total;      // valid token positions that entered the layer
+  int64_t attn_pairs = -1;  // causal query-key pairs computed, summed over samples; -1 = not reported (dense)
 };
 
 struct ForwardState {
@@ -33,6 +34,7 @@ struct ForwardState {
   std::vector<at::Tensor> aux_losses;  // e.g. per-MoD-layer routing losses (scalar tensors)
   std::vector<LayerTokens> tokens;     // per layer accounting
   int64_t valid_tokens = 0;            // number of real tokens in the batch
+  at::Tensor routing_scores;           // [B, L] fp32 left by a layer for the next attention-routed (A-MoD) layer
 };
 
 class DecoderBlock : public torch::nn::Module {

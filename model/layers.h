@@ -56,6 +56,7 @@ struct AttentionMask {
 // Per-layer key/value cache for generation: k, v [B, Hkv, T, Dh].
 struct KVCache {
   at::Tensor k, v;
+  at::Tensor lengths;  // [B] int64 valid entries per sample when they differ (MoD layers); undefined = all length()
   int64_t length() const { return k.defined() ? k.size(2) : 0; }
 };
 

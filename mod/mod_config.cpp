@@ -1,0 +1,155 @@
+#include "mod/mod_config.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace gmod {
+
+namespace {
+
+template <typename E>
+struct EnumNames;
+template <>
+struct EnumNames<RouterKind> {
+  static constexpr const char* what = "router";
+  static std::vector<std::pair<RouterKind, const char*>> all() {
+    return {{RouterKind::kGammaShared, "gamma_shared"}, {RouterKind::kPerLayer, "per_layer"},
+            {RouterKind::kAttention, "attention"}};
+  }
+};
+template <>
+struct EnumNames<ForcedKeep> {
+  static constexpr const char* what = "forced_keep";
+  static std::vector<std::pair<ForcedKeep, const char*>> all() {
+    return {{ForcedKeep::kQuestions, "questions"}, {ForcedKeep::kQuestionsAnswers, "questions_answers"}};
+  }
+};
+template <>
+struct EnumNames<RopePositions> {
+  static constexpr const char* what = "rope_positions";
+  static std::vector<std::pair<RopePositions, const char*>> all() {
+    return {{RopePositions::kCompacted, "compacted"}, {RopePositions::kOriginal, "original"}};
+  }
+};
+template <>
+struct EnumNames<RoutingMode> {
+  static constexpr const char* what = "mode";
+  static std::vector<std::pair<RoutingMode, const char*>> all() {
+    return {{RoutingMode::kAuto, "auto"}, {RoutingMode::kTopK, "topk"}, {RoutingMode::kThreshold, "threshold"}};
+  }
+};
+template <>
+struct EnumNames<AmodSkippedScore> {
+  static constexpr const char* what = "amod_skipped";
+  static std::vector<std::pair<AmodSkippedScore, const char*>> all() {
+    return {{AmodSkippedScore::kCarry, "carry"}, {AmodSkippedScore::kForceKeep, "force_keep"}};
+  }
+};
+
+template <typename E>
+std::string name_of(E e) {
+  for (auto& [v, n] : EnumNames<E>::all())
+    if (v == e) return n;
+  return "?";
+}
+
+template <typename E>
+E parse_enum(const std::string& s, const std::string& source) {
+  std::string options;
+  for (auto& [v, n] : EnumNames<E>::all()) {
+    if (s == n) return v;
+    options += std::string(options.empty() ? "" : ", ") + n;
+  }
+  throw std::invalid_argument(source + ": " + EnumNames<E>::what + " = \"" + s + "\", expected one of " + options);
+}
+
+}  // namespace
+
+std::string to_string(RouterKind k) { return name_of(k); }
+std::string to_string(ForcedKeep k) { return name_of(k); }
+std::string to_string(RopePositions k) { return name_of(k); }
+std::string to_string(RoutingMode k) { return name_of(k); }
+std::string to_string(AmodSkippedScore k) { return name_of(k); }
+
+bool MoDConfig::is_mod_layer(int i) const {
+  return std::find(mod_layers.begin(), mod_layers.end(), i) != mod_layers.end();
+}
+
+void validate(const MoDConfig& c, int num_layers, const std::string& source) {
+  std::ostringstream err;
+  for (size_t i = 0; i < c.mod_layers.size(); ++i) {
+    const int l = c.mod_layers[i];
+    if (l < 0 || l >= num_layers) err << "\n  mod_layers[" << i << "] = " << l << " outside [0, " << num_layers << ")";
+    if (i > 0 && l <= c.mod_layers[i - 1]) err << "\n  mod_layers must be sorted and unique (at index " << i << ")";
+  }
+  if (!(c.skip_frac >= 0.0 && c.skip_frac <= 1.0)) err << "\n  skip_frac = " << c.skip_frac << ", expected [0, 1]";
+  if (!(c.router_aux_loss_coef >= 0.0)) err << "\n  router_aux_loss_coef must be >= 0";
+  if (!(c.infer_threshold >= 0.0 && c.infer_threshold < 1.0)) err << "\n  infer_threshold expected in [0, 1)";
+  if (!(c.decode_threshold >= 0.0 && c.decode_threshold <= 1.0)) err << "\n  decode_threshold expected in [0, 1]";
+  if (c.router_init != "kaiming_uniform" && c.router_init != "xavier_uniform" && c.router_init != "zero")
+    err << "\n  router_init = \"" << c.router_init << "\", expected kaiming_uniform, xavier_uniform or zero";
+  if (c.router == RouterKind::kAttention && c.is_mod_layer(0))
+    err << "\n  router attention (A-MoD) needs the previous layer's attention map, so layer 0 cannot be MoD";
+  const auto msg = err.str();
+  if (!msg.empty()) throw std::invalid_argument(source + ": invalid MoD config:" + msg);
+}
+
+nlohmann::json to_json(const MoDConfig& c) {
+  return nlohmann::json{{"mod_enable", true},
+                        {"mod_layers_idx", c.mod_layers},
+                        {"router", to_string(c.router)},
+                        {"skip_frac", c.skip_frac},
+                        {"forced_keep", to_string(c.forced_keep)},
+                        {"rope_positions", to_string(c.rope_positions)},
+                        {"router_aux_loss_coef", c.router_aux_loss_coef},
+                        {"infer_threshold", c.infer_threshold},
+                        {"decode_threshold", c.decode_threshold},
+                        {"decode_skip", c.decode_skip},
+                        {"scale_by_router", c.scale_by_router},
+                        {"router_init", c.router_init},
+                        {"router_init_seed", c.router_init_seed},
+                        {"amod_causal_normalise", c.amod_causal_normalise},
+                        {"amod_skipped", to_string(c.amod_skipped)},
+                        {"mode", to_string(c.mode)},
+                        {"selection", c.selection}};
+}
+
+MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) throw std::invalid_argument(source + ": MoD config must be a JSON object");
+  static const std::vector<std::string> known = {
+      "mod_enable", "mod_layers_idx", "router", "skip_frac", "forced_keep", "rope_positions",
+      "router_aux_loss_coef", "infer_threshold", "decode_threshold", "decode_skip", "scale_by_router",
+      "router_init", "router_init_seed", "amod_causal_normalise", "amod_skipped", "mode", "selection"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (std::find(known.begin(), known.end(), it.key()) == known.end())
+      throw std::invalid_argument(source + ": unknown MoD config key \"" + it.key() + "\"");
+  MoDConfig c;
+  try {
+    if (j.contains("mod_layers_idx")) c.mod_layers = j.at("mod_layers_idx").get<std::vector<int>>();
+    if (j.contains("router")) c.router = parse_enum<RouterKind>(j.at("router").get<std::string>(), source);
+    if (j.contains("skip_frac")) c.skip_frac = j.at("skip_frac").get<double>();
+    if (j.contains("forced_keep"))
+      c.forced_keep = parse_enum<ForcedKeep>(j.at("forced_keep").get<std::string>(), source);
+    if (j.contains("rope_positions"))
+      c.rope_positions = parse_enum<RopePositions>(j.at("rope_positions").get<std::string>(), source);
+    if (j.contains("router_aux_loss_coef")) c.router_aux_loss_coef = j.at("router_aux_loss_coef").get<double>();
+    if (j.contains("infer_threshold")) c.infer_threshold = j.at("infer_threshold").get<double>();
+    if (j.contains("decode_threshold")) c.decode_threshold = j.at("decode_threshold").get<double>();
+    if (j.contains("decode_skip")) c.decode_skip = j.at("decode_skip").get<bool>();
+    if (j.contains("scale_by_router")) c.scale_by_router = j.at("scale_by_router").get<bool>();
+    if (j.contains("router_init")) c.router_init = j.at("router_init").get<std::string>();
+    if (j.contains("router_init_seed")) c.router_init_seed = j.at("router_init_seed").get<uint64_t>();
+    if (j.contains("amod_causal_normalise")) c.amod_causal_normalise = j.at("amod_causal_normalise").get<bool>();
+    if (j.contains("amod_skipped"))
+      c.amod_skipped = parse_enum<AmodSkippedScore>(j.at("amod_skipped").get<std::string>(), source);
+    if (j.contains("mode")) c.mode = parse_enum<RoutingMode>(j.at("mode").get<std::string>(), source);
+    if (j.contains("selection")) c.selection = j.at("selection").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(source + ": bad MoD config value: " + e.what());
+  }
+  return c;
+}
+
+}  // namespace gmod

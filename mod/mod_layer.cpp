@@ -1,0 +1,250 @@
+#include "mod/mod_layer.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "model/token_roles.h"
+
+namespace gmod {
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+at::TensorOptions long_opts(at::Device d) { return at::TensorOptions().dtype(at::kLong).device(d); }
+}  // namespace
+
+RoutingMasks routing_masks(const at::Tensor& roles, const at::Tensor& key_valid, int64_t B, int64_t L,
+                           ForcedKeep forced_keep, at::Device device) {
+  RoutingMasks m;
+  m.valid = key_valid.defined() ? key_valid.to(at::kBool)
+                                : at::ones({B, L}, at::TensorOptions().dtype(at::kBool).device(device));
+  if (roles.defined()) {
+    if (roles.dim() != 2 || roles.size(0) != B || roles.size(1) != L)
+      throw std::invalid_argument("MoD layer: token_roles must be [B, L] = [" + std::to_string(B) + ", " +
+                                  std::to_string(L) + "]");
+    auto is = [&](TokenRole r) { return roles == static_cast<int64_t>(r); };
+    m.valid = m.valid & is(TokenRole::kPad).logical_not();
+    auto routable = is(TokenRole::kImage) | is(TokenRole::kSystem);
+    if (forced_keep == ForcedKeep::kQuestions) routable = routable | is(TokenRole::kAnswer);
+    m.routable = m.valid & routable;
+  } else {
+    m.routable = at::zeros_like(m.valid);
+  }
+  m.forced = m.valid & m.routable.logical_not();
+  return m;
+}
+
+at::Tensor topk_capacity(const RoutingMasks& m, double skip_frac) {
+  auto skip = at::floor(m.routable.sum(1).to(at::kDouble) * skip_frac).to(at::kLong);
+  return m.valid.sum(1) - skip;
+}
+
+at::Tensor select_topk(const at::Tensor& score, const RoutingMasks& m, const at::Tensor& k) {
+  const int64_t B = score.size(0), L = score.size(1);
+  const int64_t kmax = k.numel() ? k.max().item<int64_t>() : 0;
+  if (kmax <= 0) return at::zeros_like(m.valid);
+  auto s = score.to(at::kDouble);
+  auto key = at::where(m.forced, at::full_like(s, kInf), at::where(m.routable, s, at::full_like(s, -kInf)));
+  auto top = std::get<1>(key.topk(std::min(kmax, L), 1, /*largest=*/true, /*sorted=*/true));  // [B, kmax]
+  auto take = at::arange(top.size(1), long_opts(score.device())).unsqueeze(0) < k.unsqueeze(1);
+  (void)B;
+  return at::zeros({B, L}, long_opts(score.device())).scatter(1, top, take.to(at::kLong)).to(at::kBool);
+}
+
+Compaction compact(const at::Tensor& selected) {
+  const int64_t L = selected.size(1);
+  auto ar = at::arange(L, long_opts(selected.device())).unsqueeze(0);
+  auto key = at::where(selected, ar, ar + L);  // selected first, each group ascending
+  Compaction c;
+  c.counts = selected.sum(1);
+  c.kmax = c.counts.numel() ? c.counts.max().item<int64_t>() : 0;
+  c.index = at::remainder(std::get<0>(key.sort(1)).narrow(1, 0, c.kmax), L);
+  c.valid = at::arange(c.kmax, long_opts(selected.device())).unsqueeze(0) < c.counts.unsqueeze(1);
+  return c;
+}
+
+at::Tensor gather_tokens(const at::Tensor& h, const at::Tensor& index) {
+  return h.gather(1, index.unsqueeze(-1).expand({index.size(0), index.size(1), h.size(-1)}));
+}
+
+at::Tensor scatter_tokens(const at::Tensor& h, const Compaction& c, const at::Tensor& y) {
+  auto idx = c.index.unsqueeze(-1).expand({c.index.size(0), c.index.size(1), h.size(-1)});
+  // Padding slots carry an unselected token's own row, so writing them back changes nothing.
+  auto src = at::where(c.valid.unsqueeze(-1), y, h.gather(1, idx));
+  return h.scatter(1, idx, src);
+}
+
+at::Tensor routing_loss(const at::Tensor& logits, const at::Tensor& selected, const at::Tensor& valid) {
+  auto ce = at::logsumexp(logits, -1) - logits.gather(-1, selected.to(at::kLong).unsqueeze(-1)).squeeze(-1);
+  auto vm = valid.to(logits.scalar_type());
+  return (ce * vm).sum() / vm.sum().clamp_min(1.0);
+}
+
+MoDDecoderLayer::MoDDecoderLayer(const DenseDecoderLayer& d, const MoDConfig& c,
+                                 std::shared_ptr<GammaRouterImpl> shared, int layer_idx, bool emit)
+    : shared_router(std::move(shared)), cfg(c), emit_scores(emit) {
+  self_attn = register_module("self_attn", d.self_attn);
+  mlp = register_module("mlp", d.mlp);
+  input_layernorm = register_module("input_layernorm", d.input_layernorm);
+  post_attention_layernorm = register_module("post_attention_layernorm", d.post_attention_layernorm);
+  if (cfg.router == RouterKind::kGammaShared && !shared_router)
+    throw std::invalid_argument("MoDDecoderLayer " + std::to_string(layer_idx) + ": γ-MoD needs the shared router");
+  if (cfg.router == RouterKind::kPerLayer) {
+    const auto& w = d.self_attn->q_proj->weight;
+    router = register_module("router", std::make_shared<ScalarRouterImpl>(w.size(1), cfg.router_init,
+                                                                          cfg.router_init_seed + layer_idx + 1,
+                                                                          w.options()));
+  }
+}
+
+bool MoDDecoderLayer::uses_topk() const {
+  return cfg.mode == RoutingMode::kTopK || (cfg.mode == RoutingMode::kAuto && is_training());
+}
+
+MoDDecoderLayer::Scores MoDDecoderLayer::score(const at::Tensor& h) const {
+  Scores s;
+  if (cfg.router == RouterKind::kGammaShared) {
+    s.normed = input_layernorm->forward(h);
+    s.logits = shared_router->logits(s.normed);  // [B, L, 2]
+    s.keep_prob = at::softmax(s.logits, -1).select(-1, 1);
+    s.weight = s.keep_prob;
+  } else if (cfg.router == RouterKind::kPerLayer) {
+    auto r = router->score(h);  // [B, L]
+    s.logits = at::stack({at::zeros_like(r), r}, -1);  // CE on [0, r] == BCE-with-logits on r
+    s.keep_prob = at::sigmoid(r);
+    s.weight = r;
+  }
+  return s;
+}
+
+at::Tensor MoDDecoderLayer::combine(const at::Tensor& x, const at::Tensor& a, const at::Tensor& m,
+                                    const at::Tensor& w) const {
+  if (!cfg.scale_by_router || !w.defined()) return a + m;
+  auto ws = w.to(m.scalar_type()).unsqueeze(-1);
+  if (cfg.router == RouterKind::kGammaShared) return a + ws * m;  // only the MLP delta (γ-MoD code)
+  return x + ws * ((a - x) + m);                                   // the whole block delta (Raposo)
+}
+
+at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int layer_idx) {
+  const int64_t B = h.size(0), L = h.size(1);
+  KVCache* cache = st.caches ? &(*st.caches)[layer_idx] : nullptr;
+  if (cache && cache->k.defined()) return decode_step(h, st, layer_idx, *cache);
+
+  auto masks = routing_masks(st.token_roles, st.key_valid, B, L, cfg.forced_keep, h.device());
+  auto sc = score(h);
+  const bool topk = uses_topk();
+  at::Tensor sel;
+  if (forced_selection.defined()) {
+    if (forced_selection.sizes() != masks.valid.sizes())
+      throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) + ": forced_selection must be [B, L]");
+    sel = forced_selection.to(masks.valid.device()).to(at::kBool) & masks.valid;
+  } else if (cfg.router == RouterKind::kAttention) {
+    if (!st.routing_scores.defined())
+      throw std::logic_error("A-MoD layer " + std::to_string(layer_idx) +
+                             ": no routing scores from the previous layer (convert_to_mod sets that layer up)");
+    sel = select_topk(st.routing_scores, masks, topk_capacity(masks, cfg.skip_frac));
+  } else if (topk) {
+    sel = select_topk(sc.keep_prob, masks, topk_capacity(masks, cfg.skip_frac));
+  } else {
+    const double thr = cfg.router == RouterKind::kGammaShared ? cfg.infer_threshold : cfg.decode_threshold;
+    sel = masks.forced | (masks.routable & (sc.keep_prob > thr));
+  }
+  if (record_selection) recorded.push_back(sel);
+  if (sc.logits.defined() && topk && !forced_selection.defined())
+    st.aux_losses.push_back(routing_loss(sc.logits, sel, masks.valid));
+
+  auto c = compact(sel);
+  auto stats = at::stack({c.counts.sum(), masks.valid.sum(), (c.counts * (c.counts + 1) / 2).sum(),
+                          c.counts.numel() ? c.counts.min() : at::zeros({}, c.counts.options())})
+                   .cpu();
+  auto sa = stats.accessor<int64_t, 1>();
+  st.tokens.push_back({layer_idx, sa[0], sa[1], sa[2]});
+  if (c.kmax == 0) {
+    if (cache) {
+      const auto& w = self_attn->k_proj->weight;
+      cache->k = at::zeros({B, self_attn->n_kv_heads, 0, self_attn->head_dim}, w.options().dtype(h.scalar_type()));
+      cache->v = cache->k.clone();
+      cache->lengths = c.counts;
+    }
+    if (emit_scores && cfg.amod_skipped == AmodSkippedScore::kForceKeep)
+      st.routing_scores = at::full({B, L}, kInf, h.options().dtype(at::kFloat));
+    return h;
+  }
+  const int64_t K = c.kmax;
+
+  auto x = gather_tokens(h, c.index);  // [B, K, D]
+  auto n = sc.normed.defined() ? gather_tokens(sc.normed, c.index) : input_layernorm->forward(x);
+  at::Tensor pos;  // [B|1, K]
+  if (cfg.rope_positions == RopePositions::kCompacted) pos = at::arange(K, long_opts(h.device())).unsqueeze(0);
+  else pos = st.positions.expand({B, L}).gather(1, c.index);
+  auto [cos, sin] = st.rope->cos_sin(pos, h.scalar_type());
+  const bool ragged = sa[3] != K;
+  auto mask = ragged ? AttentionMask::causal(c.valid, K, K, 0) : AttentionMask{};
+  at::Tensor probs;
+  auto a = x + self_attn->forward(n, cos, sin, mask, st.want_attn_probs ? &probs : nullptr, cache);
+  if (st.want_attn_probs) st.attn_probs.push_back(probs);  // compacted [B, H, K, K]
+  if (cache) cache->lengths = c.counts;
+  auto m = mlp->forward(post_attention_layernorm->forward(a));
+  auto y = combine(x, a, m, sc.weight.defined() ? sc.weight.gather(1, c.index) : at::Tensor());
+
+  if (emit_scores) {
+    auto qk = self_attn->rotated_qk(n, cos, sin);
+    auto s = attention_column_scores(qk.first, qk.second, c.valid, cfg.amod_causal_normalise);  // [B, K]
+    auto base = (cfg.amod_skipped == AmodSkippedScore::kCarry && st.routing_scores.defined())
+                    ? st.routing_scores.to(at::kFloat)
+                    : at::full({B, L}, kInf, h.options().dtype(at::kFloat));
+    st.routing_scores = base.scatter(1, c.index, at::where(c.valid, s, base.gather(1, c.index)));
+  }
+  return scatter_tokens(h, c, y);
+}
+
+at::Tensor MoDDecoderLayer::decode_step(const at::Tensor& h, ForwardState& st, int layer_idx, KVCache& cache) {
+  const int64_t B = h.size(0);
+  if (h.size(1) != 1)
+    throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) +
+                                ": a forward with a filled KV cache must be one decode token per sample");
+  auto dev = h.device();
+  auto keep = st.key_valid.defined() ? st.key_valid.select(1, st.key_valid.size(1) - 1).to(at::kBool)
+                                      : at::ones({B}, at::TensorOptions().dtype(at::kBool).device(dev));
+  if (st.token_roles.defined())
+    keep = keep & (st.token_roles.select(1, st.token_roles.size(1) - 1) != static_cast<int64_t>(TokenRole::kPad));
+  const auto qvalid = keep;
+  auto sc = score(h);
+  if (sc.keep_prob.defined() && cfg.decode_skip) keep = keep & (sc.keep_prob.select(1, 0) >= cfg.decode_threshold);
+  if (record_selection) recorded.push_back(keep.unsqueeze(1));
+  auto lengths = cache.lengths.defined() ? cache.lengths : at::full({B}, cache.length(), long_opts(dev));
+  auto kl = keep.to(at::kLong);
+  auto stats = at::stack({kl.sum(), qvalid.sum(), ((lengths + 1) * kl).sum(), lengths.max()}).cpu();
+  auto sa = stats.accessor<int64_t, 1>();
+  st.tokens.push_back({layer_idx, sa[0], sa[1], sa[2]});
+  if (sa[0] == 0) return h;
+
+  int64_t T = cache.length();
+  if (sa[3] >= T) {  // grow in chunks; slots beyond a sample's length are masked
+    const int64_t grow = 16;
+    auto pad = at::zeros({B, cache.k.size(1), grow, cache.k.size(3)}, cache.k.options());
+    cache.k = at::cat({cache.k, pad}, 2);
+    cache.v = at::cat({cache.v, pad}, 2);
+    T += grow;
+  }
+  auto pos = cfg.rope_positions == RopePositions::kCompacted ? lengths.unsqueeze(1)
+                                                            : st.positions.expand({B, 1}).narrow(1, 0, 1);
+  auto [cos, sin] = st.rope->cos_sin(pos, h.scalar_type());
+  auto n = sc.normed.defined() ? sc.normed : input_layernorm->forward(h);
+  auto qk = self_attn->rotated_qk(n, cos, sin);  // q [B, H, 1, Dh], k [B, Hkv, 1, Dh]
+  const int64_t Hkv = self_attn->n_kv_heads, Dh = self_attn->head_dim, H = self_attn->n_heads;
+  auto v = self_attn->v_proj->forward(n).view({B, 1, Hkv, Dh}).transpose(1, 2);
+  auto widx = lengths.view({B, 1, 1, 1}).expand({B, Hkv, 1, Dh});
+  cache.k = cache.k.scatter(2, widx, qk.second.to(cache.k.scalar_type()));
+  cache.v = cache.v.scatter(2, widx, v.to(cache.v.scalar_type()));
+  auto allowed = (at::arange(T, long_opts(dev)).unsqueeze(0) <= lengths.unsqueeze(1)).view({B, 1, 1, T});
+  auto o = at::scaled_dot_product_attention(qk.first, cache.k, cache.v, allowed, 0.0, false,
+                                            1.0 / std::sqrt(static_cast<double>(Dh)), /*enable_gqa=*/H != Hkv);
+  auto a = h + self_attn->o_proj->forward(o.transpose(1, 2).reshape({B, 1, H * Dh}));
+  auto m = mlp->forward(post_attention_layernorm->forward(a));
+  auto y = combine(h, a, m, sc.weight);
+  cache.lengths = lengths + kl;
+  return at::where(keep.view({B, 1, 1}), y, h);
+}
+
+}  // namespace gmod

@@ -1,0 +1,92 @@
+// The Mixture-of-Depths decoder layer. Each sample's tokens are split by role into routable
+// (image ∪ system prefix), forced-keep (questions, or questions + answers) and padding (never
+// processed). The layer picks the tokens to process (top-k in training, thresholds at inference),
+// gathers them into a compacted [B, kmax, D] sequence (key-padding mask for samples with k < kmax),
+// runs attention + MLP on it (so cost scales with the kept tokens), and scatters the results back;
+// skipped tokens leave the layer bit-identical. It reuses the dense layer's submodules, so parameter
+// names stay llm.layers.{i}.self_attn.q_proj.weight etc.
+//
+// Capacity (training): k_b = valid_b - floor(skip_frac * routable_b) per sample, from that sample's
+// roles. The official code uses k = ceil(L - 0.5 R) with the padded batch length L and a constant R,
+// which treats a text-only sample's first R tokens as routable and right-padding as forced-keep.
+//
+// Routing loss: 2-class CE between the router logits and top-k membership, averaged over valid (non-pad)
+// positions; the official code averages over all B*L (padding included, with target 1). Pushed unweighted
+// to ForwardState::aux_losses (use total_routing_loss() for λ Σ_l ℓ_l).
+#pragma once
+
+#include "mod/router.h"
+
+namespace gmod {
+
+struct RoutingMasks {
+  at::Tensor valid;     // [B, L] bool: real tokens (not padding)
+  at::Tensor routable;  // [B, L] bool: may be skipped
+  at::Tensor forced;    // [B, L] bool: valid and not routable, always processed
+};
+// roles [B, L] int8 TokenRole (undefined: nothing routable); key_valid [B, L] bool (undefined: no padding).
+RoutingMasks routing_masks(const at::Tensor& roles, const at::Tensor& key_valid, int64_t B, int64_t L,
+                           ForcedKeep forced_keep, at::Device device);
+
+// Per-sample training capacity k_b = valid_b - floor(skip_frac * routable_b); [B] int64.
+at::Tensor topk_capacity(const RoutingMasks& m, double skip_frac);
+
+// Tokens processed in training: every forced token plus the highest-scoring routable tokens up to k_b.
+// score [B, L] (any real dtype), k [B] int64. Returns [B, L] bool.
+at::Tensor select_topk(const at::Tensor& score, const RoutingMasks& m, const at::Tensor& k);
+
+// Sorted per-sample positions of the selected tokens, padded to the batch maximum with (distinct)
+// unselected positions so that a scatter of unchanged rows is a no-op.
+struct Compaction {
+  at::Tensor index;   // [B, K] int64: selected positions ascending, then the rest
+  at::Tensor valid;   // [B, K] bool: slot holds a selected token
+  at::Tensor counts;  // [B] int64: selected tokens per sample
+  int64_t kmax = 0;   // K
+};
+Compaction compact(const at::Tensor& selected);                          // [B, L] bool
+at::Tensor gather_tokens(const at::Tensor& h, const at::Tensor& index);  // [B, L, D] -> [B, K, D]
+// h with the valid rows of y [B, K, D] written back to their positions (other rows untouched).
+at::Tensor scatter_tokens(const at::Tensor& h, const Compaction& c, const at::Tensor& y);
+
+// Mean over valid positions of CE(logits [B, L, 2], selected [B, L] bool).
+at::Tensor routing_loss(const at::Tensor& logits, const at::Tensor& selected, const at::Tensor& valid);
+
+class MoDDecoderLayer : public DecoderBlock {
+ public:
+  // `shared_router` is required for RouterKind::kGammaShared (it is registered once on the model, not
+  // here); a per-layer router is created and registered as "router" for RouterKind::kPerLayer.
+  // `emit_scores`: leave A-MoD scores in ForwardState::routing_scores for the next layer.
+  MoDDecoderLayer(const DenseDecoderLayer& dense, const MoDConfig& cfg, std::shared_ptr<GammaRouterImpl> shared_router,
+                  int layer_idx, bool emit_scores);
+
+  // Full sequence (training, prefill; with ForwardState::caches the layer's cache then holds only the
+  // processed tokens, per-sample lengths in KVCache::lengths) or one decode step [B, 1, D].
+  at::Tensor forward(const at::Tensor& h, ForwardState& st, int layer_idx) override;
+  bool is_mod() const override { return true; }
+  bool uses_topk() const;
+
+  std::shared_ptr<RMSNormImpl> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<AttentionImpl> self_attn;
+  std::shared_ptr<MLPImpl> mlp;
+  std::shared_ptr<GammaRouterImpl> shared_router;  // γ-MoD (owned by the model as "mod_router")
+  std::shared_ptr<ScalarRouterImpl> router;        // per-layer (Raposo), "llm.layers.{i}.router.weight"
+  MoDConfig cfg;
+  bool emit_scores = false;
+
+  // Replay and analysis. When defined, the next full-sequence forward processes exactly these tokens
+  // ([B, L] bool, intersected with the valid ones) instead of routing; it is not cleared.
+  at::Tensor forced_selection;
+  bool record_selection = false;
+  std::vector<at::Tensor> recorded;  // one [B, L] bool per forward (decode steps: [B, 1])
+
+ private:
+  at::Tensor decode_step(const at::Tensor& h, ForwardState& st, int layer_idx, KVCache& cache);
+  // keep probability (γ: p, Raposo: sigmoid(r)), block weight and routing logits for h [B, L, D].
+  struct Scores {
+    at::Tensor keep_prob, weight, logits, normed;
+  };
+  Scores score(const at::Tensor& h) const;
+  at::Tensor combine(const at::Tensor& x, const at::Tensor& a, const at::Tensor& m, const at::Tensor& w) const;
+};
+
+}  // namespace gmod

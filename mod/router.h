@@ -1,0 +1,65 @@
+// Routers that decide which tokens a Mixture-of-Depths layer processes:
+//  - GammaRouterImpl: γ-MoD's shared Linear(D->2, no bias) on ln_in(h); p = softmax(logits)[..., 1].
+//  - ScalarRouterImpl: Raposo et al.'s per-layer Linear(D->1, no bias) on the block input; r scales the
+//    whole block delta, sigmoid(r) is the keep probability for the auxiliary loss / causal inference.
+//  - A-MoD (parameter-free): the column means of the previous layer's attention probabilities,
+//    computed from Q, K and a tiled log-sum-exp without materialising the L x L map, plus the
+//    AttentionScoringLayer that makes a dense layer leave those scores for the next MoD layer.
+// Logits and softmax are computed in fp32 (double stays double, for gradient checks): the 0.005
+// inference threshold is sensitive to bf16 rounding.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include "model/decoder_layer.h"
+#include "mod/mod_config.h"
+
+namespace gmod {
+
+// fp32, or double when x is double.
+at::ScalarType router_compute_dtype(const at::Tensor& x);
+
+class GammaRouterImpl : public torch::nn::Module {
+ public:
+  // Weight [2, D]; init "kaiming_uniform" (nn.Linear default, bound 1/sqrt(D)), "xavier_uniform" or "zero".
+  GammaRouterImpl(int64_t hidden, const std::string& init, uint64_t seed, at::TensorOptions opts);
+  at::Tensor logits(const at::Tensor& normed) const;  // ln_in(h) [B, L, D] -> [B, L, 2] (fp32)
+  at::Tensor weight;                                  // [2, D]; class 1 = "process"
+};
+
+class ScalarRouterImpl : public torch::nn::Module {
+ public:
+  ScalarRouterImpl(int64_t hidden, const std::string& init, uint64_t seed, at::TensorOptions opts);
+  at::Tensor score(const at::Tensor& x) const;  // block input [B, L, D] -> r [B, L] (fp32)
+  at::Tensor weight;                            // [1, D]
+};
+
+// Per-token A-MoD score: mean over heads and valid queries of the attention probability each key
+// receives. q [B, H, L, Dh], k [B, Hkv, L, Dh] with rotary applied; causal attention; `valid` [B, L]
+// bool (undefined = all valid) masks padded keys and drops padded query rows. With `causal_normalise`
+// column i is divided by the number of valid queries that can see it (#{valid j >= i}) instead of the
+// number of valid queries N (the paper's 1/N, which favours early tokens in a causal decoder).
+// Padded columns score 0. Memory O(L * tile) per head: two passes over key/query tiles (the first builds
+// each row's log-sum-exp, the second sums exp(QK^T * scale - lse) over query rows). Returns [B, L] fp32.
+at::Tensor attention_column_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid,
+                                   bool causal_normalise, int64_t tile = 128);
+// The same from explicit probabilities [B, H, L, L] (reference for tests).
+at::Tensor attention_column_scores_from_probs(const at::Tensor& probs, const at::Tensor& valid,
+                                              bool causal_normalise);
+
+// A dense layer that, after its normal forward, leaves A-MoD scores in ForwardState::routing_scores for
+// the next (attention-routed) MoD layer. Holds the dense layer's submodules, so parameter names stay
+// llm.layers.{i}.self_attn.* etc. Costs one extra Q/K projection and two QK^T-sized tiled passes.
+class AttentionScoringLayer : public DecoderBlock {
+ public:
+  AttentionScoringLayer(const DenseDecoderLayer& dense, bool causal_normalise);
+  at::Tensor forward(const at::Tensor& h, ForwardState& st, int layer_idx) override;
+
+  std::shared_ptr<RMSNormImpl> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<AttentionImpl> self_attn;
+  std::shared_ptr<MLPImpl> mlp;
+  bool causal_normalise;
+};
+
+}  // namespace gmod
