@@ -1,0 +1,39 @@
+// A collated micro-batch: samples right-padded to the longest one, images stacked in order of occurrence.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "model/llava.h"
+
+namespace gmod {
+
+struct Batch {
+  at::Tensor input_ids;       // [B, L] int64, pad id after each sample's end
+  at::Tensor labels;          // [B, L] int64, -100 = not supervised (and padding)
+  at::Tensor attention_mask;  // [B, L] bool, true = real token
+  at::Tensor token_roles;     // [B, L] int8 TokenRole, kPad on padding
+  at::Tensor pixel_values;    // [N_images, 3, S, S] float32; undefined when the batch has no image
+  std::vector<size_t> indices;  // global record index of each row
+  std::vector<std::string> ids;
+  std::vector<BadRecord> skipped;  // records of this micro-batch's slice that were skipped
+  int64_t sequence = 0;            // micro-batch number since the loader started
+  int64_t tokens = 0;              // real (non-pad) tokens
+  int64_t truncated = 0;           // rows whose sample was cut to max_len
+
+  // Rows. Can be 0 when every record of the slice was bad: the trainer must still take part in the step.
+  int64_t size() const { return static_cast<int64_t>(indices.size()); }
+  bool empty() const { return indices.empty(); }
+};
+
+// Pads to the batch maximum with pad_id / -100 / false / kPad. `image_size` is the crop size (for the
+// pixel_values shape); images are copied in sample order.
+Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_size);
+
+// Moves the tensors to `device` (non-blocking from pinned memory is not attempted; CPU tensors are returned as is).
+ModelInputs to_model_inputs(const Batch& batch, at::Device device);
+
+}  // namespace gmod

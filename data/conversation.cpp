@@ -1,0 +1,187 @@
+// Record -> prompt pieces (text with a role, fixed tokens, images) -> ids / labels / roles.
+#include "data/conversation.h"
+
+#include <algorithm>
+
+namespace gmod {
+
+const char* const kVicunaSystem =
+    "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
+    "detailed, and polite answers to the user's questions.";
+const char* const kChatmlSystem = "You are a helpful assistant.";
+
+namespace {
+
+const std::string kImagePlaceholder = "<image>";
+
+struct Piece {
+  enum Kind { kText, kToken, kImage } kind = kText;
+  std::string text;
+  int32_t id = 0;
+  TokenRole role = TokenRole::kQuestion;
+  bool supervised = false;
+  bool hard_end = false;   // ends with a special token: tokenisation restarts after it
+  bool round_end = false;  // a question/answer round is complete after this piece
+};
+
+std::string strip(const std::string& s) {
+  const char* ws = " \t\n\r\v\f";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+size_t count_placeholders(const std::string& s) {
+  size_t n = 0;
+  for (size_t p = s.find(kImagePlaceholder); p != std::string::npos; p = s.find(kImagePlaceholder, p + 1)) ++n;
+  return n;
+}
+
+std::string remove_placeholders(std::string s) {
+  for (size_t p; (p = s.find(kImagePlaceholder)) != std::string::npos;) s.erase(p, kImagePlaceholder.size());
+  return s;
+}
+
+// Appends `text` as text pieces, with an image piece at every placeholder. Flags apply to the last text piece.
+void add_text(std::vector<Piece>& out, const std::string& text, TokenRole role, bool supervised = false,
+              bool hard_end = false, bool round_end = false) {
+  size_t pos = 0;
+  for (size_t p; (p = text.find(kImagePlaceholder, pos)) != std::string::npos; pos = p + kImagePlaceholder.size()) {
+    out.push_back({Piece::kText, text.substr(pos, p - pos), 0, role, supervised});
+    out.push_back({Piece::kImage, "", 0, TokenRole::kImage});
+  }
+  out.push_back({Piece::kText, text.substr(pos), 0, role, supervised, hard_end, round_end});
+}
+
+}  // namespace
+
+ConversationEncoder::ConversationEncoder(std::shared_ptr<const Tokenizer> tokenizer, ConversationConfig config)
+    : tok_(std::move(tokenizer)), config_(std::move(config)) {
+  if (!tok_) throw std::invalid_argument("ConversationEncoder: no tokenizer");
+  const std::string& t = config_.template_name;
+  if (t != "vicuna_v1" && t != "plain" && t != "chatml")
+    throw std::invalid_argument("unknown conversation template '" + t + "' (expected vicuna_v1, plain or chatml)");
+  if (config_.image_seq_length < 1)
+    throw std::invalid_argument("ConversationEncoder: image_seq_length must be >= 1, got " +
+                                std::to_string(config_.image_seq_length));
+  if (t == "chatml") {
+    for (const char* s : {"<|im_start|>", "<|im_end|>"})
+      if (!tok_->token_to_id(s))
+        throw std::invalid_argument(std::string("template chatml needs the token ") + s + " in the tokenizer");
+    pad_id_ = config_.pad_id.value_or(tok_->pad_id().value_or(tok_->eos_id().value_or(0)));
+  } else {
+    bos_ = tok_->bos_id();
+    if (!bos_) throw std::invalid_argument("template " + t + " needs a BOS token in the tokenizer");
+    if (t == "vicuna_v1" && !tok_->token_to_id("</s>"))
+      throw std::invalid_argument("template vicuna_v1 needs the token </s> in the tokenizer");
+    pad_id_ = config_.pad_id.value_or(tok_->unk_id().value_or(tok_->pad_id().value_or(0)));
+  }
+}
+
+EncodedConversation ConversationEncoder::encode(const Record& record, const std::string& where) const {
+  auto fail = [&](const std::string& reason, const std::string& why) {
+    throw SampleError(reason, where + ": " + why);
+  };
+  // Roles: a leading assistant turn is dropped (as LLaVA does), then turns must alternate human/gpt.
+  std::vector<Turn> turns = record.conversations;
+  if (!turns.empty() && turns.front().from != "human") turns.erase(turns.begin());
+  for (size_t k = 0; k < turns.size(); ++k) {
+    const char* want = k % 2 == 0 ? "human" : "gpt";
+    if (turns[k].from != want)
+      fail("roles", "turn " + std::to_string(k) + " is from \"" + turns[k].from + "\", expected \"" + want +
+                        "\" (turns must alternate human/gpt)");
+  }
+  if (turns.size() % 2 == 1) turns.pop_back();  // unanswered final question
+  if (turns.empty()) fail("no_answer", "no assistant turn");
+  size_t placeholders = 0;
+  for (auto& t : turns) {
+    const size_t n = count_placeholders(t.value);
+    placeholders += n;
+    if (n > 0 && config_.image_first) {
+      std::string front;
+      for (size_t i = 0; i < n; ++i) front += kImagePlaceholder + "\n";
+      t.value = strip(front + strip(remove_placeholders(t.value)));
+    }
+  }
+  if (placeholders != record.images.size())
+    fail("placeholder", std::to_string(placeholders) + " <image> placeholder(s) but " +
+                            std::to_string(record.images.size()) + " image(s)");
+  for (size_t k = 1; k < turns.size(); k += 2)
+    if (strip(turns[k].value).empty()) fail("no_answer", "turn " + std::to_string(k) + ": empty answer");
+
+  std::vector<Piece> pieces;
+  const std::string& tname = config_.template_name;
+  if (tname == "vicuna_v1") {
+    pieces.push_back({Piece::kToken, "", *bos_, TokenRole::kSystem});
+    add_text(pieces, config_.system_prompt.value_or(kVicunaSystem), TokenRole::kSystem);
+    for (size_t k = 0; k < turns.size(); k += 2) {
+      add_text(pieces, std::string(k == 0 ? " " : "") + "USER: " + turns[k].value + " ASSISTANT:",
+               TokenRole::kQuestion);
+      add_text(pieces, " " + turns[k + 1].value + "</s>", TokenRole::kAnswer, true, true, true);
+    }
+  } else if (tname == "plain") {
+    // LLaVA preprocess_plain: exactly one human turn holding the image, one caption.
+    if (turns.size() != 2 || record.images.size() != 1 || count_placeholders(turns[0].value) != 1)
+      fail("placeholder", "template plain needs one human turn with one <image> and one answer");
+    pieces.push_back({Piece::kToken, "", *bos_, TokenRole::kSystem});
+    pieces.push_back({Piece::kImage, "", 0, TokenRole::kImage});
+    add_text(pieces, turns[1].value + "\n", TokenRole::kAnswer, true, false, true);
+  } else {  // chatml
+    add_text(pieces, "<|im_start|>system\n" + config_.system_prompt.value_or(kChatmlSystem) + "<|im_end|>\n",
+             TokenRole::kSystem);
+    for (size_t k = 0; k < turns.size(); k += 2) {
+      add_text(pieces,
+               std::string(k == 0 ? "" : "\n") + "<|im_start|>user\n" + turns[k].value +
+                   "<|im_end|>\n<|im_start|>assistant\n",
+               TokenRole::kQuestion);
+      add_text(pieces, turns[k + 1].value + "<|im_end|>", TokenRole::kAnswer, true, true, true);
+    }
+    add_text(pieces, "\n", TokenRole::kQuestion);
+  }
+
+  EncodedConversation out;
+  auto push = [&out](int32_t id, TokenRole role, bool supervised) {
+    out.ids.push_back(id);
+    out.labels.push_back(supervised ? id : kIgnoreIndex);
+    out.roles.push_back(role);
+  };
+  for (size_t i = 0; i < pieces.size();) {
+    const Piece& p = pieces[i];
+    if (p.kind == Piece::kToken) {
+      push(p.id, p.role, p.supervised);
+      if (p.round_end) out.round_ends.push_back(out.ids.size());
+      ++i;
+      continue;
+    }
+    if (p.kind == Piece::kImage) {
+      for (int k = 0; k < config_.image_seq_length; ++k) push(config_.image_token_id, TokenRole::kImage, false);
+      ++out.num_images;
+      ++i;
+      continue;
+    }
+    // A chunk: text pieces up to the next image / fixed token, or through a piece ending in a special token.
+    size_t j = i;
+    std::string chunk;
+    do {
+      chunk += pieces[j].text;
+      ++j;
+    } while (j < pieces.size() && pieces[j].kind == Piece::kText && !pieces[j - 1].hard_end);
+    const std::vector<int32_t> full = chunk.empty() ? std::vector<int32_t>{} : tok_->encode(chunk);
+    std::string prefix;
+    size_t prev = 0;
+    for (size_t m = i; m < j; ++m) {
+      prefix += pieces[m].text;
+      size_t end = full.size();
+      if (m + 1 < j) end = std::max(prev, std::min(full.size(), prefix.empty() ? 0 : tok_->encode(prefix).size()));
+      for (size_t t = prev; t < end; ++t) push(full[t], pieces[m].role, pieces[m].supervised);
+      prev = end;
+      if (pieces[m].round_end) out.round_ends.push_back(out.ids.size());
+    }
+    i = j;
+  }
+  if (std::none_of(out.labels.begin(), out.labels.end(), [](int32_t l) { return l != kIgnoreIndex; }))
+    fail("no_answer", "no supervised token after templating");
+  return out;
+}
+
+}  // namespace gmod

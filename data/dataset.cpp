@@ -1,0 +1,90 @@
+// Record -> PreparedSample, with every failure mapped to a SampleError reason.
+#include "data/dataset.h"
+
+#include <filesystem>
+
+#include "data/image.h"
+
+namespace gmod {
+
+Dataset::Dataset(DatasetConfig config, std::shared_ptr<const Tokenizer> tokenizer) : config_(std::move(config)) {
+  records_ = std::make_unique<RecordFile>(config_.data_path, config_.use_index_cache);
+  encoder_ = std::make_unique<ConversationEncoder>(std::move(tokenizer), config_.conversation);
+  if (config_.sample.max_len < 1)
+    throw std::invalid_argument("max_len must be >= 1, got " + std::to_string(config_.sample.max_len));
+}
+
+std::string Dataset::image_path(const std::string& rel) const {
+  if (config_.image_folder.empty() || std::filesystem::path(rel).is_absolute()) return rel;
+  return (std::filesystem::path(config_.image_folder) / rel).string();
+}
+
+std::string Dataset::where(size_t index, const std::string& id) const {
+  return config_.data_path + ": record " + std::to_string(index) + (id.empty() ? "" : " (id '" + id + "')");
+}
+
+PreparedSample Dataset::prepare(size_t index, bool decode_images) const {
+  Record rec;
+  try {
+    rec = records_->get(index);
+  } catch (const RecordError& e) {
+    throw SampleError("malformed", e.what());
+  }
+  PreparedSample out;
+  out.sample = make_sample(rec, index, *encoder_, config_.sample, where(index, rec.id));
+  for (const auto& rel : out.sample.images) {
+    const std::string path = image_path(rel);
+    try {
+      if (decode_images) {
+        out.pixels.push_back(clip_preprocess(decode_image_file(path), config_.image));
+      } else if (!std::filesystem::is_regular_file(path)) {
+        throw std::runtime_error(path + ": no such image file");
+      }
+    } catch (const std::exception& e) {
+      throw SampleError("image", where(index, rec.id) + ": image '" + rel + "': " + e.what());
+    }
+  }
+  return out;
+}
+
+bool Dataset::try_prepare(size_t index, PreparedSample& out, BadRecord& bad, bool decode_images) const {
+  try {
+    out = prepare(index, decode_images);
+    return true;
+  } catch (const SampleError& e) {
+    bad.index = index;
+    bad.reason = e.reason();
+    bad.message = e.what();
+    bad.id.clear();
+    // The id is in the message; fetch it again cheaply for statistics when the record parses at all.
+    try {
+      bad.id = records_->get(index).id;
+    } catch (const RecordError& re) {
+      bad.id = re.id();
+    }
+    return false;
+  }
+}
+
+std::vector<int64_t> Dataset::modality_lengths() const {
+  std::vector<int64_t> out(records_->size(), -1);
+  for (size_t i = 0; i < out.size(); ++i) {
+    try {
+      const Record r = records_->get(i);
+      int64_t words = 0;
+      for (const auto& t : r.conversations) {
+        bool in_word = false;
+        for (char c : t.value) {
+          const bool ws = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+          if (!ws && !in_word) ++words;
+          in_word = !ws;
+        }
+      }
+      out[i] = r.images.empty() ? -std::max<int64_t>(words, 1) : words + 128;
+    } catch (const RecordError&) {
+    }
+  }
+  return out;
+}
+
+}  // namespace gmod

@@ -1,0 +1,64 @@
+// A LLaVA instruction dataset on disk: record file + image folder + template + truncation + CLIP preprocessing.
+// prepare(i) turns record i into a ready sample (tokens and preprocessed pixels) or throws SampleError saying why
+// the record cannot be used. Shared by the loader (training) and `gmod data check`. Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/clip_preprocess.h"
+#include "data/records.h"
+#include "data/sample.h"
+
+namespace gmod {
+
+struct DatasetConfig {
+  std::string data_path;     // train.json (list) or train.jsonl
+  std::string image_folder;  // image paths in records are relative to it
+  ConversationConfig conversation;
+  SampleConfig sample;
+  ClipPreprocessConfig image;
+  bool use_index_cache = true;  // <data_path>.gmodidx
+};
+
+struct PreparedSample {
+  TokenizedSample sample;
+  std::vector<std::vector<float>> pixels;  // per image: CHW [3, crop, crop]
+};
+
+// A record that was skipped, for statistics and logs.
+struct BadRecord {
+  size_t index = 0;
+  std::string id;
+  std::string reason;   // SampleError::reason()
+  std::string message;  // names file, record index and id
+};
+
+class Dataset {
+ public:
+  Dataset(DatasetConfig config, std::shared_ptr<const Tokenizer> tokenizer);
+
+  size_t size() const { return records_->size(); }
+  // Record -> template -> truncation -> decoded, preprocessed images. Throws SampleError (reasons: "malformed",
+  // "roles", "no_answer", "placeholder", "too_long", "image").
+  PreparedSample prepare(size_t index, bool decode_images = true) const;
+  // Same, reporting a bad record instead of throwing; returns false when bad.
+  bool try_prepare(size_t index, PreparedSample& out, BadRecord& bad, bool decode_images = true) const;
+  // LLaVA's modality lengths for group_by_modality_length: word count (+128 with an image), negative for text-only.
+  // Parses every record once (malformed records get length -1).
+  std::vector<int64_t> modality_lengths() const;
+
+  const RecordFile& records() const { return *records_; }
+  const ConversationEncoder& encoder() const { return *encoder_; }
+  const DatasetConfig& config() const { return config_; }
+  std::string image_path(const std::string& rel) const;
+  std::string where(size_t index, const std::string& id) const;
+
+ private:
+  DatasetConfig config_;
+  std::unique_ptr<RecordFile> records_;
+  std::unique_ptr<ConversationEncoder> encoder_;
+};
+
+}  // namespace gmod

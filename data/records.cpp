@@ -1,0 +1,299 @@
+// Streaming record index, its on-disk cache, and single-record parsing.
+#include "data/records.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+namespace gmod {
+namespace {
+
+constexpr char kMagic[8] = {'G', 'M', 'O', 'D', 'I', 'D', 'X', '1'};
+constexpr uint64_t kHashWindow = 64 * 1024;
+
+std::string sys_error(const std::string& what, const std::string& path) {
+  return path + ": " + what + ": " + std::strerror(errno);
+}
+
+void pread_all(int fd, char* dst, uint64_t len, uint64_t off, const std::string& path) {
+  while (len > 0) {
+    ssize_t n = ::pread(fd, dst, len, static_cast<off_t>(off));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(sys_error("read failed", path));
+    }
+    if (n == 0) throw std::runtime_error(path + ": unexpected end of file (file changed while reading?)");
+    dst += n;
+    len -= static_cast<uint64_t>(n);
+    off += static_cast<uint64_t>(n);
+  }
+}
+
+uint64_t fnv1a(const char* p, size_t n, uint64_t h) {
+  for (size_t i = 0; i < n; ++i) {
+    h ^= static_cast<unsigned char>(p[i]);
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+std::string describe_char(char c) {
+  if (static_cast<unsigned char>(c) >= 32 && c != 127) return std::string("'") + c + "'";
+  return "byte " + std::to_string(static_cast<unsigned char>(c));
+}
+
+}  // namespace
+
+RecordFile::RecordFile(const std::string& path, bool use_cache) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw std::runtime_error(sys_error("cannot open record file", path));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    ::close(fd_);
+    throw std::runtime_error(sys_error("cannot stat", path));
+  }
+  file_size_ = static_cast<uint64_t>(st.st_size);
+  mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
+  try {
+    // Hash of the first and last 64 KiB: catches rewrites that keep size and mtime (e.g. copied with -p).
+    std::string buf(std::min(kHashWindow, file_size_), '\0');
+    pread_all(fd_, buf.data(), buf.size(), 0, path_);
+    content_hash_ = fnv1a(buf.data(), buf.size(), 0xcbf29ce484222325ULL);
+    if (file_size_ > kHashWindow) {
+      buf.assign(kHashWindow, '\0');
+      pread_all(fd_, buf.data(), buf.size(), file_size_ - kHashWindow, path_);
+      content_hash_ = fnv1a(buf.data(), buf.size(), content_hash_);
+    }
+    if (use_cache && load_cache()) {
+      source_ = IndexSource::kCache;
+      return;
+    }
+    scan();
+    source_ = IndexSource::kScanned;
+    if (use_cache) write_cache();
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+RecordFile::~RecordFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+// One pass over the bytes, tracking string/escape state and bracket depth. Records are the objects at depth
+// `base` (0 for JSONL / concatenated objects, 1 inside a top-level list).
+void RecordFile::scan() {
+  spans_.clear();
+  constexpr size_t kBlock = 4 << 20;
+  std::string buf(kBlock, '\0');
+  int base = -1;  // unknown until the first non-whitespace byte
+  int depth = 0;
+  bool in_string = false, escape = false, list_closed = false, want_value = true;
+  uint64_t start = 0;
+  auto fail = [&](uint64_t pos, const std::string& why) {
+    throw std::runtime_error(path_ + ": not a JSON list or JSONL of record objects: " + why + " at byte " +
+                             std::to_string(pos) + " (after record " + std::to_string(spans_.size()) + ")");
+  };
+  for (uint64_t off = 0; off < file_size_; off += kBlock) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, file_size_ - off));
+    pread_all(fd_, buf.data(), n, off, path_);
+    const char* p = buf.data();
+    size_t i = 0;
+    if (off == 0 && n >= 3 && std::memcmp(p, "\xEF\xBB\xBF", 3) == 0) i = 3;  // UTF-8 BOM
+    for (; i < n; ++i) {
+      const char c = p[i];
+      if (in_string) {
+        if (escape) {
+          escape = false;
+        } else if (c == '\\') {
+          escape = true;
+        } else if (c == '"') {
+          in_string = false;
+        }
+        continue;
+      }
+      if (depth > base && base >= 0) {  // inside a record: only brackets and strings matter
+        if (c == '"') {
+          in_string = true;
+        } else if (c == '{' || c == '[') {
+          ++depth;
+        } else if (c == '}' || c == ']') {
+          if (--depth == base) {
+            if (c != '}') fail(off + i, "record closed with ']'");
+            spans_.push_back({start, off + i + 1 - start});
+            want_value = false;
+          }
+        }
+        continue;
+      }
+      if (is_ws(c)) continue;
+      if (base < 0) {  // first significant byte decides the format
+        if (c == '[') {
+          base = 1;
+          depth = 1;
+          jsonl_ = false;
+          continue;
+        }
+        if (c == '{') {
+          base = 0;
+          jsonl_ = true;
+        } else {
+          fail(off + i, "expected '[' or '{', found " + describe_char(c));
+        }
+      }
+      if (list_closed) fail(off + i, "text after the closing ']' (" + describe_char(c) + ")");
+      if (c == '{') {
+        if (!jsonl_ && !want_value) fail(off + i, "missing ',' between records");
+        start = off + i;
+        ++depth;
+      } else if (!jsonl_ && c == ',' && !want_value) {
+        want_value = true;
+      } else if (!jsonl_ && c == ']' && depth == 1) {
+        if (want_value && !spans_.empty()) fail(off + i, "trailing ',' before ']'");
+        depth = 0;
+        list_closed = true;
+      } else {
+        fail(off + i, "expected a record object, found " + describe_char(c));
+      }
+    }
+  }
+  if (base < 0) throw std::runtime_error(path_ + ": empty record file (expected a JSON list or JSONL)");
+  if (in_string || depth > base) fail(file_size_, "unterminated record (unbalanced brackets or quotes)");
+  if (!jsonl_ && !list_closed) fail(file_size_, "missing closing ']'");
+}
+
+bool RecordFile::load_cache() {
+  const std::string cp = cache_path(path_);
+  int fd = ::open(cp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct Header {
+    char magic[8];
+    uint64_t size;
+    int64_t mtime;
+    uint64_t hash;
+    uint64_t jsonl;
+    uint64_t count;
+  } h{};
+  bool ok = ::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
+            std::memcmp(h.magic, kMagic, 8) == 0 && h.size == file_size_ && h.mtime == mtime_ns_ &&
+            h.hash == content_hash_ && h.count <= file_size_;
+  if (ok) {
+    std::vector<RecordSpan> spans(h.count);
+    const size_t bytes = h.count * sizeof(RecordSpan);
+    ok = bytes == 0 || ::pread(fd, spans.data(), bytes, sizeof h) == static_cast<ssize_t>(bytes);
+    for (size_t i = 0; ok && i < spans.size(); ++i) ok = spans[i].offset + spans[i].length <= file_size_;
+    if (ok) {
+      spans_ = std::move(spans);
+      jsonl_ = h.jsonl != 0;
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
+// Written to a temporary name and renamed, so concurrent readers (several ranks) never see a partial index.
+// An unwritable directory is not an error: the index then lives in memory only.
+void RecordFile::write_cache() {
+  const std::string cp = cache_path(path_);
+  const std::string tmp = cp + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  std::string out(kMagic, 8);
+  auto put = [&out](uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(file_size_);
+  put(static_cast<uint64_t>(mtime_ns_));
+  put(content_hash_);
+  put(jsonl_ ? 1 : 0);
+  put(spans_.size());
+  out.append(reinterpret_cast<const char*>(spans_.data()), spans_.size() * sizeof(RecordSpan));
+  bool ok = true;
+  for (size_t done = 0; ok && done < out.size();) {
+    ssize_t n = ::write(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  ok = (::close(fd) == 0) && ok;
+  if (ok && ::rename(tmp.c_str(), cp.c_str()) == 0) {
+    cache_written_ = true;
+  } else {
+    ::unlink(tmp.c_str());
+  }
+}
+
+std::string RecordFile::raw(size_t i) const {
+  if (i >= spans_.size())
+    throw std::out_of_range(path_ + ": record " + std::to_string(i) + " out of range (" +
+                            std::to_string(spans_.size()) + " records)");
+  std::string text(spans_[i].length, '\0');
+  pread_all(fd_, text.data(), text.size(), spans_[i].offset, path_);
+  return text;
+}
+
+Record RecordFile::get(size_t i) const { return parse_record(raw(i), path_ + ": record " + std::to_string(i)); }
+
+Record parse_record(const std::string& json_text, const std::string& where) {
+  using nlohmann::json;
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& e) {
+    throw RecordError(where + ": malformed JSON: " + e.what(), "");
+  }
+  Record r;
+  std::string label = where;
+  auto bad = [&](const std::string& why) { throw RecordError(label + ": " + why, r.id); };
+  if (!j.is_object()) bad("record is not a JSON object");
+  if (auto it = j.find("id"); it != j.end()) {
+    if (it->is_string()) {
+      r.id = it->get<std::string>();
+    } else if (it->is_number_integer()) {
+      r.id = std::to_string(it->get<int64_t>());
+    } else if (it->is_number_unsigned()) {
+      r.id = std::to_string(it->get<uint64_t>());
+    } else if (!it->is_null()) {
+      bad("\"id\" must be a string or an integer");
+    }
+  }
+  label = where + " (id '" + r.id + "')";
+  if (auto it = j.find("image"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r.images.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+      for (const auto& x : *it) {
+        if (!x.is_string()) bad("\"image\" list must hold strings");
+        r.images.push_back(x.get<std::string>());
+      }
+    } else {
+      bad("\"image\" must be a string or a list of strings");
+    }
+    for (const auto& im : r.images)
+      if (im.empty()) bad("empty image path");
+  }
+  auto conv = j.find("conversations");
+  if (conv == j.end()) bad("missing \"conversations\"");
+  if (!conv->is_array()) bad("\"conversations\" must be a list");
+  if (conv->empty()) bad("\"conversations\" is empty");
+  size_t t = 0;
+  for (const auto& turn : *conv) {
+    const std::string tw = "turn " + std::to_string(t++);
+    if (!turn.is_object()) bad(tw + " is not an object");
+    auto from = turn.find("from");
+    auto value = turn.find("value");
+    if (from == turn.end() || !from->is_string()) bad(tw + ": missing string \"from\"");
+    if (value == turn.end() || !value->is_string()) bad(tw + ": missing string \"value\"");
+    std::string f = from->get<std::string>();
+    if (f != "human" && f != "gpt") bad(tw + ": role \"from\" must be \"human\" or \"gpt\", got \"" + f + "\"");
+    r.conversations.push_back({std::move(f), value->get<std::string>()});
+  }
+  return r;
+}
+
+}  // namespace gmod

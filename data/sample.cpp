@@ -1,0 +1,46 @@
+// Templating + truncation of one record.
+#include "data/sample.h"
+
+#include <algorithm>
+
+namespace gmod {
+
+TruncationMode parse_truncation_mode(const std::string& s) {
+  if (s == "turn") return TruncationMode::kTurnBoundary;
+  if (s == "skip") return TruncationMode::kSkip;
+  throw std::invalid_argument("truncation mode must be \"turn\" or \"skip\", got \"" + s + "\"");
+}
+
+TokenizedSample make_sample(const Record& record, size_t index, const ConversationEncoder& encoder,
+                            const SampleConfig& config, const std::string& where) {
+  EncodedConversation enc = encoder.encode(record, where);
+  TokenizedSample s;
+  s.id = record.id;
+  s.index = index;
+  size_t keep = enc.ids.size();
+  if (keep > static_cast<size_t>(config.max_len)) {
+    const std::string len_msg = "sequence of " + std::to_string(enc.ids.size()) + " tokens (with images) exceeds max_len " +
+                                std::to_string(config.max_len);
+    if (config.truncation == TruncationMode::kSkip) throw SampleError("too_long", where + ": " + len_msg);
+    keep = 0;
+    for (size_t e : enc.round_ends)
+      if (e <= static_cast<size_t>(config.max_len)) keep = e;
+    if (keep == 0) throw SampleError("too_long", where + ": " + len_msg + " and its first round does not fit");
+    s.truncated = true;
+  }
+  // Images kept = image spans fully inside the kept prefix (a round end never falls inside a span).
+  const size_t per_image = static_cast<size_t>(encoder.config().image_seq_length);
+  const size_t image_tokens =
+      static_cast<size_t>(std::count(enc.roles.begin(), enc.roles.begin() + keep, TokenRole::kImage));
+  const size_t n_images = image_tokens / per_image;
+  s.images.assign(record.images.begin(), record.images.begin() + std::min(n_images, record.images.size()));
+  enc.ids.resize(keep);
+  enc.labels.resize(keep);
+  enc.roles.resize(keep);
+  s.ids = std::move(enc.ids);
+  s.labels = std::move(enc.labels);
+  s.roles = std::move(enc.roles);
+  return s;
+}
+
+}  // namespace gmod
