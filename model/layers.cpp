@@ -121,7 +121,9 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
     out = r.first;
     *probs = r.second;
   } else {
-    out = at::scaled_dot_product_attention(q, k, v, mask.allowed, 0.0, causal, scale, /*enable_gqa=*/rep > 1);
+    // An undefined tensor inside the optional is not "no mask" to SDPA: pass nullopt explicitly.
+    auto m = mask.allowed.defined() ? std::optional<at::Tensor>(mask.allowed) : std::nullopt;
+    out = at::scaled_dot_product_attention(q, k, v, m, 0.0, causal, scale, /*enable_gqa=*/rep > 1);
   }
   out = out.transpose(1, 2).reshape({B, L, n_heads * head_dim});
   return o_proj->forward(out);

@@ -185,6 +185,21 @@ TEST(ModelConfig, RejectsInconsistentValuesAndMalformedJson) {
   EXPECT_NE(err.find("cannot open"), std::string::npos) << err;
 }
 
+TEST(MultimodalLM, UnpaddedFastPathEqualsExplicitMaskPath) {
+  const auto src = test::fixture(kLlava);
+  auto m = load_pretrained(src);
+  auto in = reference_inputs(src);
+  in.input_ids = in.input_ids.narrow(0, 0, 1);  // sample 0 plus its padding, no mask: plain causal SDPA
+  in.attention_mask = at::Tensor();
+  in.pixel_values = in.pixel_values.narrow(0, 0, 1);
+  auto fast = logits_of(*m, in);
+  in.attention_mask = at::ones_like(in.input_ids, at::kBool);
+  in.attention_mask.index_put_({0, in.input_ids.size(1) - 1}, false);  // forces the explicit-mask path
+  auto masked = logits_of(*m, in);
+  const auto L = in.input_ids.size(1) - 1;
+  EXPECT_LT((fast.narrow(1, 0, L) - masked.narrow(1, 0, L)).abs().max().item<double>(), 1e-5);
+}
+
 TEST(MultimodalLM, ImageTokenCountMismatchIsAClearError) {
   const auto src = test::fixture(kLlava);
   auto m = load_pretrained(src);

@@ -1,0 +1,62 @@
+// Forward+backward step time of gmod's dense model on a Hugging Face checkpoint (or a config-only
+// random model), for side-by-side comparison with transformers (bench/compare_transformers.py runs
+// both on the same model, batch and thread count and prints the ratio).
+//   bench_model --model DIR [--batch B] [--seq L] [--steps N] [--warmup W] [--threads T] [--dtype fp32|bf16]
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "model/pretrained.h"
+
+using namespace gmod;
+
+int main(int argc, char** argv) {
+  std::string dir, dtype_s = "fp32";
+  int64_t B = 4, L = 128;
+  int steps = 5, warmup = 2, threads = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--model") dir = v;
+    else if (k == "--batch") B = std::stoll(v);
+    else if (k == "--seq") L = std::stoll(v);
+    else if (k == "--steps") steps = std::stoi(v);
+    else if (k == "--warmup") warmup = std::stoi(v);
+    else if (k == "--threads") threads = std::stoi(v);
+    else if (k == "--dtype") dtype_s = v;
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (dir.empty()) {
+    std::fprintf(stderr, "usage: bench_model --model DIR [...]\n");
+    return 2;
+  }
+  if (threads > 0) at::set_num_threads(threads);
+  const auto dtype = dtype_s == "bf16" ? at::kBFloat16 : at::kFloat;
+  auto model = load_pretrained(dir, dtype);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
+  ModelInputs in;
+  in.input_ids = at::randint(3, model->config.text.vocab_size, {B, L}, gen, at::kLong);
+  in.labels = in.input_ids.clone();
+  std::vector<double> ms;
+  double loss = 0;
+  for (int s = 0; s < warmup + steps; ++s) {
+    for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
+    auto t0 = std::chrono::steady_clock::now();
+    auto out = model->forward(in);
+    out.lm_loss.backward();
+    auto t1 = std::chrono::steady_clock::now();
+    loss = out.lm_loss.item<double>();
+    if (s >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("gmod  model=%s batch=%lld seq=%lld dtype=%s threads=%d  median %.1f ms/step  (min %.1f)  loss %.6f\n",
+              dir.c_str(), (long long)B, (long long)L, dtype_s.c_str(), at::get_num_threads(), ms[ms.size() / 2], ms[0],
+              loss);
+  return 0;
+}
