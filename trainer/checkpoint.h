@@ -1,0 +1,166 @@
+// Crash-safe, resumable training checkpoints in a run directory, independent of the optimizer implementation.
+//
+// Layout of <run>/checkpoints/step-<N>/ (a checkpoint counts only once renamed from step-<N>.tmp and with a manifest):
+//   model.h5            rank 0: every model parameter as /<gmod name> (bf16 as uint16 + dtype attr, fp32 as float);
+//                       root attrs format_version, step, config (JSON), tensor_names (JSON list, stored order)
+//   optim-rank-<r>.h5   rank r: /tensors/<name> (the rank's ZeRO shard: master, exp_avg, exp_avg_sq, step, ...),
+//                       /rng_state (uint8 CPU generator state); root attrs format_version, step, rank, world_size,
+//                       shard_layout (JSON), meta (JSON), tensor_names (JSON list)
+//   trainer-state.json  step, world_size, config, trainer_state (LR scheduler, counters), data_position, shard_layout
+//   manifest.json       written last: format, step, world_size, per file {bytes, crc32}; its presence marks validity
+//
+// Save protocol (CheckpointWriter::save, collective): every rank writes its optim file (+ a CRC side file) into
+// step-N.tmp/ and fsyncs it; barrier; rank 0 removes stale *.tmp dirs and foreign files, writes model.h5 and
+// trainer-state.json, writes manifest.json (tmp + fsync + rename), fsyncs the directory, renames step-N.tmp -> step-N,
+// fsyncs checkpoints/, prunes to keep_last; barrier. A crash at any point leaves the previous complete checkpoint.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gmod {
+
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// One rank's share of the optimizer state, as opaque named tensors plus JSON.
+struct RankState {
+  NamedTensors tensors;                            // e.g. master [P], exp_avg [P], exp_avg_sq [P], step []
+  nlohmann::json meta = nlohmann::json::object();  // e.g. {"shard_begin": .., "shard_end": .., "padding": ..}
+  std::vector<uint8_t> rng_state;                  // generator_state_bytes(CPU generator)
+  int rank = 0;                                    // filled in by the reader
+  int world_size = 1;                              // filled in by the reader
+  nlohmann::json shard_layout;                     // filled in by the reader (as saved with this file)
+};
+
+// Everything saved at one step. `model` is only used on rank 0.
+struct CheckpointContent {
+  int64_t step = 0;
+  nlohmann::json config = nlohmann::json::object();         // effective run config
+  nlohmann::json trainer_state = nlohmann::json::object();  // LR scheduler state, counters, ...
+  nlohmann::json data_position = nlohmann::json::object();  // e.g. consumed samples, epoch, seed
+  nlohmann::json shard_layout = nlohmann::json::object();   // [{name, shape, offset, numel}], total, padding, ...
+  NamedTensors model;                                       // every parameter by gmod name (rank 0)
+};
+
+// Points of the save protocol after which CheckpointOptions::on_stage is called (tests inject crashes there).
+enum class SaveStage : int {
+  kBegin = 0,               // nothing written yet
+  kRankFileWritten,         // this rank's optim file and CRC side file are on disk
+  kRanksSynced,             // after the first barrier (rank 0: stale *.tmp dirs removed)
+  kModelWritten,            // rank 0: model.h5
+  kTrainerStateWritten,     // rank 0: trainer-state.json
+  kManifestWritten,         // rank 0: manifest.json in step-N.tmp/
+  kRenamed,                 // rank 0: step-N.tmp renamed to step-N, parent fsynced
+  kPruned,                  // rank 0: old checkpoints beyond keep_last deleted
+};
+inline constexpr int kNumSaveStages = 8;
+const char* save_stage_name(SaveStage s);
+
+struct CheckpointOptions {
+  // Complete checkpoints to keep (the one just written included); >= 2, or 0 to keep all.
+  int keep_last = 3;
+  // Collective barrier over all ranks; required when world_size > 1. (In a single process the ranks may instead be
+  // called one after another in order world_size-1 .. 0 with a no-op barrier.)
+  std::function<void()> barrier;
+  // Test hook, called on each rank after every stage it passes; throwing from it simulates a crash there.
+  std::function<void(SaveStage)> on_stage;
+  // Receives warnings (skipped checkpoints, cleanup failures); default prints "gmod: warning: ..." to stderr.
+  std::function<void(const std::string&)> warn;
+};
+
+class CheckpointWriter {
+ public:
+  CheckpointWriter(std::string run_dir, int rank, int world_size, CheckpointOptions options = {});
+  // Collective: every rank calls it with the same content.step (model/config/... are read on rank 0 only).
+  // Returns the final directory <run>/checkpoints/step-<N>. Tensors may live on any device.
+  std::string save(const CheckpointContent& content, const RankState& mine);
+
+ private:
+  void stage(SaveStage s);
+  void sync();
+  std::string run_dir_;
+  int rank_;
+  int world_size_;
+  CheckpointOptions opt_;
+};
+
+// Reads one complete checkpoint directory. The constructor parses manifest.json and trainer-state.json; it does not
+// checksum the files (call verify(), or pick the directory with CheckpointManager::find_latest_valid()).
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(std::string step_dir);
+
+  const std::string& dir() const { return dir_; }
+  int64_t step() const { return step_; }
+  int world_size() const { return world_size_; }
+  const nlohmann::json& manifest() const { return manifest_; }
+  const nlohmann::json& config() const { return state_.at("config"); }
+  const nlohmann::json& trainer_state() const { return state_.at("trainer_state"); }
+  const nlohmann::json& data_position() const { return state_.at("data_position"); }
+  const nlohmann::json& shard_layout() const { return state_.at("shard_layout"); }
+  // Throws naming the file and what failed when a size or CRC-32 does not match the manifest.
+  void verify(bool checksums = true) const;
+
+  std::vector<std::string> model_tensor_names() const;  // in saved order
+  at::Tensor read_model_tensor(const std::string& name) const;  // CPU, stored dtype
+  NamedTensors read_model() const;
+  // Copies saved tensors into existing ones (any device) under no-grad, checking shape and dtype. Every name in
+  // `params` must be in the checkpoint; with `strict`, every saved name must also be in `params`. Errors name the
+  // tensor and the file.
+  void load_model_into(const NamedTensors& params, bool strict = true) const;
+
+  RankState read_rank_state(int rank) const;         // one old rank's optim file
+  std::vector<RankState> read_all_rank_states() const;  // ranks 0..world_size()-1, for resharding
+
+ private:
+  std::string dir_;
+  nlohmann::json manifest_, state_;
+  int64_t step_ = 0;
+  int world_size_ = 0;
+};
+
+struct CheckpointEntry {
+  int64_t step;
+  std::string path;  // <run>/checkpoints/step-<N>
+};
+
+class CheckpointManager {
+ public:
+  explicit CheckpointManager(std::string run_dir, std::function<void(const std::string&)> warn = nullptr);
+
+  std::string checkpoints_dir() const;
+  static std::string step_dir_name(int64_t step);  // "step-<N>"
+  // Complete (renamed) checkpoint directories, newest first, without verification. *.tmp dirs are not listed.
+  std::vector<CheckpointEntry> list() const;
+  // For `--resume auto`: the newest checkpoint whose manifest exists and whose files verify (sizes, and CRC-32
+  // when `checksums`). Every newer one that fails is reported through warn (path and reason) and passed over.
+  std::optional<CheckpointEntry> find_latest_valid(bool checksums = true) const;
+  // "" when step_dir is a valid checkpoint, else what failed.
+  static std::string verify(const std::string& step_dir, bool checksums = true);
+
+  // Removes leftover *.tmp directories except `keep` (a directory name). Rank 0 only, inside a save.
+  void remove_stale_tmp(const std::string& keep = "") const;
+  // Deletes complete checkpoints with step <= newest_step beyond the newest keep_last of them (each is first
+  // renamed to *.tmp so that a crash mid-delete leaves nothing that looks complete). Returns the deleted paths.
+  std::vector<std::string> prune(int keep_last, int64_t newest_step) const;
+
+ private:
+  std::string run_dir_;
+  std::function<void(const std::string&)> warn_;
+};
+
+// CPU generator state as bytes (at::CPUGeneratorImpl::get_state) and back; the restored generator continues the
+// same random sequence.
+std::vector<uint8_t> generator_state_bytes(at::Generator gen);
+void set_generator_state_bytes(at::Generator gen, const std::vector<uint8_t>& state);
+
+}  // namespace gmod
