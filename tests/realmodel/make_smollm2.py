@@ -41,7 +41,19 @@ def main():
         gdir, gfile = os.path.split(os.path.join(tmp, name))
         model = AutoModelForCausalLM.from_pretrained(gdir, gguf_file=gfile, dtype="float32")
         tok = AutoTokenizer.from_pretrained(gdir, gguf_file=gfile)
-        model.save_pretrained(args.out, safe_serialization=True)
+        # transformers refuses save_pretrained on a GGUF-loaded model; the weights are plain fp32 after
+        # dequantisation, so write them directly (tied lm_head dropped, as transformers does).
+        from safetensors.torch import save_file
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        os.makedirs(args.out, exist_ok=True)
+        save_file(state, os.path.join(args.out, "model.safetensors"), metadata={"format": "pt"})
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)
+        import json
+        with open(os.path.join(args.out, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
         tok.save_pretrained(args.out)
     print(args.out)
     return 0
