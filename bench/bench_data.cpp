@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <ftw.h>
 #include <unistd.h>
 
 #include "data/demo_dataset.h"
@@ -130,6 +131,8 @@ int main(int argc, char** argv) {
   std::printf("trainer consumption (%s, demo model: LLM 4x256, CLIP 4x256 at 336 px = %d image tokens, fp32 fwd+bwd): "
               "%.1f samples/s\n",
               device_name.c_str(), mc.image_seq_length(), samples / s);
-  std::filesystem::remove_all(dir);
+  // nftw, not std::filesystem::remove_all (crashes next to libtorch.so, see docs/engineering.md)
+  nftw(dir.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
+       FTW_DEPTH | FTW_PHYS);
   return 0;
 }

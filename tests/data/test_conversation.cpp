@@ -198,6 +198,16 @@ TEST(Sample, TruncationCutsOnRoundBoundariesOrSkips) {
   cfg.max_len = static_cast<int>(full.round_ends[1]) + 2;
   cfg.truncation = TruncationMode::kSkip;
   EXPECT_THROW(make_sample(r, 4, enc, cfg, "w"), SampleError);
+  // an image in a dropped round is dropped with it
+  auto late = rec({{"human", "Hi?"}, {"gpt", "Hello."}, {"human", "<image>\nAnd this?"}, {"gpt", "A dog."}},
+                  {"late.png"}, "late");
+  const auto late_full = enc.encode(late);
+  cfg.truncation = TruncationMode::kTurnBoundary;
+  cfg.max_len = static_cast<int>(late_full.ids.size()) - 1;
+  s = make_sample(late, 0, enc, cfg, "w");
+  EXPECT_TRUE(s.images.empty());
+  EXPECT_EQ(std::count(s.roles.begin(), s.roles.end(), TokenRole::kImage), 0);
+  EXPECT_EQ(s.ids.size(), late_full.round_ends[0]);
   EXPECT_EQ(parse_truncation_mode("skip"), TruncationMode::kSkip);
   EXPECT_THROW(parse_truncation_mode("cut"), std::invalid_argument);
 }

@@ -2,6 +2,7 @@
 // and 3 ranks (no sample skipped or repeated), bad records skipped and counted, collation, and `gmod data check`.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -119,6 +120,45 @@ TEST(Loader, BatchesArePaddedAndConvertToModelInputs) {
     EXPECT_TRUE(in.input_ids.equal(b.input_ids));
     EXPECT_TRUE(in.token_roles.defined());
     EXPECT_FALSE(in.positions.defined());
+  }
+}
+
+TEST(Loader, JsonAndJsonlFilesGiveTheSameBatches) {
+  Demo demo;
+  Dataset list(demo.config("train.json"), demo.tok), lines(demo.config("train.jsonl"), demo.tok);
+  ASSERT_EQ(list.size(), lines.size());
+  DataLoader a(list, loader_config(4, 0, 1, 8, 1)), b(lines, loader_config(4, 0, 1, 8, 2));
+  for (int i = 0; i < 6; ++i) expect_same_batch(a.next(), b.next());
+}
+
+TEST(Loader, BatchesFeedATinyMultimodalModel) {
+  Demo demo;
+  Dataset ds(demo.config(), demo.tok);
+  LlavaConfig mc;
+  mc.text.vocab_size = 832;
+  mc.text.hidden_size = 32;
+  mc.text.intermediate_size = 64;
+  mc.text.num_hidden_layers = 2;
+  mc.text.num_attention_heads = 4;
+  mc.text.num_key_value_heads = 2;
+  mc.vision = ClipVisionConfig{};
+  mc.vision->hidden_size = 32;
+  mc.vision->intermediate_size = 64;
+  mc.vision->num_hidden_layers = 2;
+  mc.vision->num_attention_heads = 4;
+  mc.vision->image_size = 28;  // = crop size of the test dataset
+  mc.vision->patch_size = 14;
+  mc.image_token_id = 800;
+  ASSERT_EQ(mc.image_seq_length(), ds.config().conversation.image_seq_length);
+  MultimodalLM model(mc);
+  model.init_weights(0);
+  DataLoader dl(ds, loader_config(4, 0, 1, 4, 1));
+  for (int i = 0; i < 3; ++i) {
+    Batch b = dl.next();
+    auto out = model.forward(to_model_inputs(b, at::kCPU));
+    EXPECT_TRUE(std::isfinite(out.lm_loss.item<float>()));
+    EXPECT_EQ(out.supervised_tokens, (b.labels.narrow(1, 1, b.labels.size(1) - 1) != -100).sum().item<int64_t>());
+    EXPECT_GT(out.supervised_tokens, 0);
   }
 }
 
