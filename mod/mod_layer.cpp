@@ -154,7 +154,7 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     st.aux_losses.push_back(routing_loss(sc.logits, sel, masks.valid));
 
   auto c = compact(sel);
-  auto stats = at::stack({c.counts.sum(), masks.valid.sum(), (c.counts * (c.counts + 1) / 2).sum(),
+  auto stats = at::stack({c.counts.sum(), masks.valid.sum(), at::floor_divide(c.counts * (c.counts + 1), 2).sum(),
                           c.counts.numel() ? c.counts.min() : at::zeros({}, c.counts.options())})
                    .cpu();
   auto sa = stats.accessor<int64_t, 1>();

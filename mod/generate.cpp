@@ -1,0 +1,103 @@
+#include "mod/generate.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <stdexcept>
+
+#include "model/token_roles.h"
+
+namespace gmod {
+
+at::Tensor choose_next_tokens(const at::Tensor& logits, const GenerateOptions& opt, at::Generator& gen) {
+  if (opt.greedy) return logits.argmax(-1);
+  if (!(opt.temperature > 0.0)) throw std::invalid_argument("generate: temperature must be > 0 when sampling");
+  auto probs = at::softmax(logits.to(at::kFloat) / opt.temperature, -1).cpu();
+  if (opt.top_p < 1.0) {
+    auto [sorted, order] = probs.sort(-1, /*descending=*/true);
+    auto before = sorted.cumsum(-1) - sorted;  // mass of strictly better tokens
+    sorted = sorted.masked_fill(before >= opt.top_p, 0.0);  // always keeps the best token
+    probs = at::zeros_like(probs).scatter(-1, order, sorted);
+  }
+  return at::multinomial(probs, 1, /*replacement=*/false, gen).squeeze(1).to(logits.device());
+}
+
+GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const GenerateOptions& opt) {
+  at::NoGradGuard no_grad;
+  const int64_t B = prompt.input_ids.size(0), L = prompt.input_ids.size(1);
+  const auto dev = prompt.input_ids.device();
+  const auto lopts = at::TensorOptions().dtype(at::kLong).device(dev);
+  auto mask = prompt.attention_mask.defined() ? prompt.attention_mask.to(at::kBool)
+                                              : at::ones({B, L}, lopts.dtype(at::kBool));
+  auto n = mask.sum(1);  // prompt lengths (right padding)
+  if (n.min().item<int64_t>() < 1) throw std::invalid_argument("generate: every prompt needs at least one token");
+  const int64_t eos = opt.eos_token_id == -2 ? model.config.text.eos_token_id : opt.eos_token_id;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(opt.seed);
+  auto answer = at::full({B, 1}, static_cast<int64_t>(TokenRole::kAnswer), lopts.dtype(at::kChar));
+  auto pad_role = at::full({B, 1}, static_cast<int64_t>(TokenRole::kPad), lopts.dtype(at::kChar));
+
+  GenerateResult res;
+  std::vector<at::Tensor> out;
+  auto finished = at::zeros({B}, lopts.dtype(at::kBool));
+  auto lengths = at::zeros({B}, lopts);
+  const int64_t n_layers = static_cast<int64_t>(model.llm->layers->size());
+  std::vector<KVCache> caches(n_layers);
+
+  // Full-sequence state for the recomputation path.
+  auto ids = prompt.input_ids;
+  auto full_mask = mask;
+  auto positions = prompt.positions.defined() ? prompt.positions : at::arange(L, lopts).unsqueeze(0).expand({B, L});
+  auto roles = prompt.token_roles;
+
+  at::Tensor logits;  // [B, V]
+  {
+    ForwardState st;
+    prepare_forward_state(st, prompt.input_ids, prompt.attention_mask, positions);
+    st.token_roles = prompt.token_roles;
+    if (opt.use_cache) st.caches = &caches;
+    auto h = model.llm->forward(model.embed_inputs(prompt.input_ids, prompt.pixel_values), st);
+    auto last = h.gather(1, (n - 1).view({B, 1, 1}).expand({B, 1, h.size(2)})).squeeze(1);
+    logits = model.logits(last);
+    res.layer_tokens = st.tokens;
+  }
+  auto key_hist = mask;
+  for (int64_t t = 0; t < opt.max_new_tokens; ++t) {
+    auto next = at::where(finished, at::full_like(lengths, opt.pad_token_id), choose_next_tokens(logits, opt, gen));
+    if (opt.keep_logits) res.step_logits.push_back(logits);
+    out.push_back(next);
+    auto new_valid = finished.logical_not();
+    lengths = lengths + new_valid.to(at::kLong);
+    if (eos >= 0) finished = finished | (next == eos);
+    if (t + 1 == opt.max_new_tokens || finished.all().item<bool>()) break;
+
+    auto step_roles = at::where(new_valid.unsqueeze(1), answer, pad_role);
+    auto step_pos = (n + t).unsqueeze(1);
+    ForwardState st;
+    at::Tensor h;
+    if (opt.use_cache) {
+      key_hist = at::cat({key_hist, new_valid.unsqueeze(1)}, 1);
+      const int64_t T = key_hist.size(1);
+      st.positions = step_pos;
+      st.key_valid = key_hist;
+      st.mask = AttentionMask::causal(key_hist, 1, T, T - 1);
+      st.token_roles = step_roles;
+      st.valid_tokens = new_valid.sum().item<int64_t>();
+      st.caches = &caches;
+      h = model.llm->forward(model.llm->embed(next.unsqueeze(1)), st).select(1, 0);
+    } else {
+      ids = at::cat({ids, next.unsqueeze(1)}, 1);
+      full_mask = at::cat({full_mask, new_valid.unsqueeze(1)}, 1);
+      positions = at::cat({positions, step_pos}, 1);
+      if (roles.defined()) roles = at::cat({roles, step_roles}, 1);
+      prepare_forward_state(st, ids, full_mask, positions);
+      st.token_roles = roles;
+      h = model.llm->forward(model.embed_inputs(ids, prompt.pixel_values), st).select(1, ids.size(1) - 1);
+    }
+    logits = model.logits(h);
+    res.layer_tokens.insert(res.layer_tokens.end(), st.tokens.begin(), st.tokens.end());
+  }
+  res.tokens = at::stack(out, 1);
+  res.lengths = lengths;
+  return res;
+}
+
+}  // namespace gmod

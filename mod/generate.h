@@ -1,0 +1,40 @@
+// Autoregressive generation for dense and MoD models: greedy or top-p sampling from prompts
+// (ModelInputs with images; right-padded batches with per-sample prompt lengths), with per-layer KV
+// caches (MoD layers cache only the tokens they processed, with per-sample lengths) or by full
+// recomputation each step (the reference the cached path is tested against).
+#pragma once
+
+#include <vector>
+
+#include "model/llava.h"
+
+namespace gmod {
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 32;
+  bool greedy = true;          // false: sample with temperature and top-p
+  double temperature = 1.0;
+  double top_p = 1.0;          // nucleus: smallest set of tokens whose probability reaches top_p
+  uint64_t seed = 0;
+  int64_t eos_token_id = -2;   // -2: the model config's eos; -1: never stop early
+  int64_t pad_token_id = 0;    // written after a sample's EOS
+  bool use_cache = true;
+  bool keep_logits = false;    // keep each step's next-token logits
+};
+
+struct GenerateResult {
+  at::Tensor tokens;                      // [B, T] int64; pad after a sample's EOS
+  at::Tensor lengths;                     // [B] int64 tokens generated per sample (EOS included)
+  std::vector<at::Tensor> step_logits;    // per step [B, V] fp32 (keep_logits)
+  std::vector<LayerTokens> layer_tokens;  // every layer's report over prefill and decode (accounting)
+};
+
+// Prompt: input_ids [B, L] with images expanded, pixel_values, attention_mask (right padding),
+// token_roles (MoD routing; generated tokens get TokenRole::kAnswer). Labels are ignored. Runs without
+// gradients in the model's current train/eval mode (MoD layers route by threshold in eval mode).
+GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const GenerateOptions& opt = {});
+
+// Next tokens [B] from logits [B, V]: argmax, or temperature + top-p sampling with `gen`.
+at::Tensor choose_next_tokens(const at::Tensor& logits, const GenerateOptions& opt, at::Generator& gen);
+
+}  // namespace gmod
