@@ -1,15 +1,17 @@
-// Data pipeline throughput (JSON -> tokens, decoded + CLIP-preprocessed 336 px images -> collated batch) per worker
-// thread, next to how fast a small demo MultimodalLM consumes batches (forward + backward), on the demo dataset.
-//   bench_data [--records N] [--batches N] [--micro-batch N] [--workers 1,2] [--tokenizer PATH] [--device cpu|cuda]
+// Data pipeline throughput (JSON -> tokens, decoded + CLIP-preprocessed 336 px images -> collated batch) per
+// worker thread, next to how fast a small demo MultimodalLM consumes batches (forward + backward), on the
+// demo dataset.
+//   bench_data [--records N] [--batches N] [--micro-batch N] [--workers 1,2] [--tokenizer PATH] [--device
+//   cpu|cuda]
+#include <ftw.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
-#include <ftw.h>
-#include <unistd.h>
 
 #include "data/demo_dataset.h"
 #include "data/loader.h"
@@ -19,7 +21,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 std::string default_tokenizer() {
   const char* env = std::getenv("GMOD_SOURCE_DIR");
@@ -35,11 +39,16 @@ int main(int argc, char** argv) {
   std::string tokenizer = default_tokenizer(), device_name = torch::cuda::is_available() ? "cuda" : "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--records") records = std::stoi(v);
-    else if (a == "--batches") batches = std::stoi(v);
-    else if (a == "--micro-batch") mb = std::stoi(v);
-    else if (a == "--tokenizer") tokenizer = v;
-    else if (a == "--device") device_name = v;
+    if (a == "--records")
+      records = std::stoi(v);
+    else if (a == "--batches")
+      batches = std::stoi(v);
+    else if (a == "--micro-batch")
+      mb = std::stoi(v);
+    else if (a == "--tokenizer")
+      tokenizer = v;
+    else if (a == "--device")
+      device_name = v;
     else if (a == "--workers") {
       worker_counts.clear();
       std::stringstream ss(v);
@@ -49,7 +58,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("gmod-bench-data-" + std::to_string(getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("gmod-bench-data-" + std::to_string(getpid()));
   DemoDatasetOptions demo;
   demo.num_train = records;
   demo.num_heldout = 1;
@@ -100,8 +110,9 @@ int main(int argc, char** argv) {
       tokens += batch.tokens;
     }
     const double s = seconds_since(t0);
-    std::printf("  workers=%d: %8.1f samples/s (%6.1f samples/s per worker), %9.0f tokens/s, next() waited %.2f s\n", w,
-                samples / s, samples / s / std::max(1, w), tokens / s, dl.wait_seconds());
+    std::printf(
+        "  workers=%d: %8.1f samples/s (%6.1f samples/s per worker), %9.0f tokens/s, next() waited %.2f s\n",
+        w, samples / s, samples / s / std::max(1, w), tokens / s, dl.wait_seconds());
   }
 
   const at::Device device(device_name);
@@ -128,11 +139,14 @@ int main(int argc, char** argv) {
   }
   if (device.is_cuda()) torch::cuda::synchronize();
   const double s = seconds_since(t0);
-  std::printf("trainer consumption (%s, demo model: LLM 4x256, CLIP 4x256 at 336 px = %d image tokens, fp32 fwd+bwd): "
-              "%.1f samples/s\n",
-              device_name.c_str(), mc.image_seq_length(), samples / s);
+  std::printf(
+      "trainer consumption (%s, demo model: LLM 4x256, CLIP 4x256 at 336 px = %d image tokens, fp32 "
+      "fwd+bwd): "
+      "%.1f samples/s\n",
+      device_name.c_str(), mc.image_seq_length(), samples / s);
   // nftw, not std::filesystem::remove_all (crashes next to libtorch.so, see docs/engineering.md)
-  nftw(dir.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
-       FTW_DEPTH | FTW_PHYS);
+  nftw(
+      dir.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
+      FTW_DEPTH | FTW_PHYS);
   return 0;
 }

@@ -12,11 +12,11 @@
 namespace gmod {
 
 struct Batch {
-  at::Tensor input_ids;       // [B, L] int64, pad id after each sample's end
-  at::Tensor labels;          // [B, L] int64, -100 = not supervised (and padding)
-  at::Tensor attention_mask;  // [B, L] bool, true = real token
-  at::Tensor token_roles;     // [B, L] int8 TokenRole, kPad on padding
-  at::Tensor pixel_values;    // [N_images, 3, S, S] float32; undefined when the batch has no image
+  at::Tensor input_ids;         // [B, L] int64, pad id after each sample's end
+  at::Tensor labels;            // [B, L] int64, -100 = not supervised (and padding)
+  at::Tensor attention_mask;    // [B, L] bool, true = real token
+  at::Tensor token_roles;       // [B, L] int8 TokenRole, kPad on padding
+  at::Tensor pixel_values;      // [N_images, 3, S, S] float32; undefined when the batch has no image
   std::vector<size_t> indices;  // global record index of each row
   std::vector<std::string> ids;
   std::vector<BadRecord> skipped;  // records of this micro-batch's slice that were skipped
@@ -33,7 +33,8 @@ struct Batch {
 // pixel_values shape); images are copied in sample order.
 Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_size);
 
-// Moves the tensors to `device` (non-blocking from pinned memory is not attempted; CPU tensors are returned as is).
+// Moves the tensors to `device` (non-blocking from pinned memory is not attempted; CPU tensors are returned
+// as is).
 ModelInputs to_model_inputs(const Batch& batch, at::Device device);
 
 }  // namespace gmod

@@ -62,8 +62,10 @@ DataCheckReport check_dataset(const DataCheckOptions& o) {
 namespace {
 
 const char* kUsage =
-    "usage: gmod data check DATA --images DIR --tokenizer T [--template vicuna_v1|plain|chatml] [--max-len N]\n"
-    "                       [--image-tokens N] [--image-token-id ID] [--truncation turn|skip] [--no-image-first]\n"
+    "usage: gmod data check DATA --images DIR --tokenizer T [--template vicuna_v1|plain|chatml] [--max-len "
+    "N]\n"
+    "                       [--image-tokens N] [--image-token-id ID] [--truncation turn|skip] "
+    "[--no-image-first]\n"
     "                       [--no-decode] [--workers N]\n";
 
 }  // namespace

@@ -1,6 +1,6 @@
-// `gmod data check`: validates every record of a dataset the way training would use it (JSON structure, roles,
-// template, placeholders vs images, length, image files decodable) and reports each problem with file, record
-// index, id and reason, then a summary.
+// `gmod data check`: validates every record of a dataset the way training would use it (JSON structure,
+// roles, template, placeholders vs images, length, image files decodable) and reports each problem with file,
+// record index, id and reason, then a summary.
 #pragma once
 
 #include <iosfwd>
@@ -30,7 +30,7 @@ struct DataCheckReport {
   size_t records = 0;
   size_t ok = 0;
   size_t truncated = 0;
-  int64_t tokens = 0;  // after truncation, images expanded
+  int64_t tokens = 0;               // after truncation, images expanded
   std::vector<BadRecord> problems;  // in record order
   std::map<std::string, size_t> by_reason;
 };
@@ -40,8 +40,8 @@ DataCheckReport check_dataset(const DataCheckOptions& options);
 // Entry point for `gmod data check DATA --images DIR --tokenizer T [--template vicuna_v1|plain|chatml]
 // [--max-len N] [--image-tokens N] [--image-token-id ID] [--truncation turn|skip] [--no-image-first]
 // [--no-decode] [--workers N]`; `args` are the words after `check`. Prints problems and a summary to `out`,
-// usage errors to `err`. Returns 0 when every record is usable, 1 when there are problems, 2 on usage errors or
-// an unreadable dataset.
+// usage errors to `err`. Returns 0 when every record is usable, 1 when there are problems, 2 on usage errors
+// or an unreadable dataset.
 int run_data_check(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace gmod

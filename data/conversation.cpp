@@ -33,7 +33,8 @@ std::string strip(const std::string& s) {
 
 size_t count_placeholders(const std::string& s) {
   size_t n = 0;
-  for (size_t p = s.find(kImagePlaceholder); p != std::string::npos; p = s.find(kImagePlaceholder, p + 1)) ++n;
+  for (size_t p = s.find(kImagePlaceholder); p != std::string::npos; p = s.find(kImagePlaceholder, p + 1))
+    ++n;
   return n;
 }
 
@@ -42,11 +43,13 @@ std::string remove_placeholders(std::string s) {
   return s;
 }
 
-// Appends `text` as text pieces, with an image piece at every placeholder. Flags apply to the last text piece.
+// Appends `text` as text pieces, with an image piece at every placeholder. Flags apply to the last text
+// piece.
 void add_text(std::vector<Piece>& out, const std::string& text, TokenRole role, bool supervised = false,
               bool hard_end = false, bool round_end = false) {
   size_t pos = 0;
-  for (size_t p; (p = text.find(kImagePlaceholder, pos)) != std::string::npos; pos = p + kImagePlaceholder.size()) {
+  for (size_t p; (p = text.find(kImagePlaceholder, pos)) != std::string::npos;
+       pos = p + kImagePlaceholder.size()) {
     out.push_back({Piece::kText, text.substr(pos, p - pos), 0, role, supervised});
     out.push_back({Piece::kImage, "", 0, TokenRole::kImage});
   }
@@ -55,19 +58,22 @@ void add_text(std::vector<Piece>& out, const std::string& text, TokenRole role, 
 
 }  // namespace
 
-ConversationEncoder::ConversationEncoder(std::shared_ptr<const Tokenizer> tokenizer, ConversationConfig config)
+ConversationEncoder::ConversationEncoder(std::shared_ptr<const Tokenizer> tokenizer,
+                                         ConversationConfig config)
     : tok_(std::move(tokenizer)), config_(std::move(config)) {
   if (!tok_) throw std::invalid_argument("ConversationEncoder: no tokenizer");
   const std::string& t = config_.template_name;
   if (t != "vicuna_v1" && t != "plain" && t != "chatml")
-    throw std::invalid_argument("unknown conversation template '" + t + "' (expected vicuna_v1, plain or chatml)");
+    throw std::invalid_argument("unknown conversation template '" + t +
+                                "' (expected vicuna_v1, plain or chatml)");
   if (config_.image_seq_length < 1)
     throw std::invalid_argument("ConversationEncoder: image_seq_length must be >= 1, got " +
                                 std::to_string(config_.image_seq_length));
   if (t == "chatml") {
     for (const char* s : {"<|im_start|>", "<|im_end|>"})
       if (!tok_->token_to_id(s))
-        throw std::invalid_argument(std::string("template chatml needs the token ") + s + " in the tokenizer");
+        throw std::invalid_argument(std::string("template chatml needs the token ") + s +
+                                    " in the tokenizer");
     pad_id_ = config_.pad_id.value_or(tok_->pad_id().value_or(tok_->eos_id().value_or(0)));
   } else {
     bos_ = tok_->bos_id();
@@ -154,7 +160,8 @@ EncodedConversation ConversationEncoder::encode(const Record& record, const std:
       continue;
     }
     if (p.kind == Piece::kImage) {
-      for (int k = 0; k < config_.image_seq_length; ++k) push(config_.image_token_id, TokenRole::kImage, false);
+      for (int k = 0; k < config_.image_seq_length; ++k)
+        push(config_.image_token_id, TokenRole::kImage, false);
       ++out.num_images;
       ++i;
       continue;
@@ -172,7 +179,8 @@ EncodedConversation ConversationEncoder::encode(const Record& record, const std:
     for (size_t m = i; m < j; ++m) {
       prefix += pieces[m].text;
       size_t end = full.size();
-      if (m + 1 < j) end = std::max(prev, std::min(full.size(), prefix.empty() ? 0 : tok_->encode(prefix).size()));
+      if (m + 1 < j)
+        end = std::max(prev, std::min(full.size(), prefix.empty() ? 0 : tok_->encode(prefix).size()));
       for (size_t t = prev; t < end; ++t) push(full[t], pieces[m].role, pieces[m].supervised);
       prev = end;
       if (pieces[m].round_end) out.round_ends.push_back(out.ids.size());

@@ -7,7 +7,8 @@
 
 namespace gmod {
 
-Dataset::Dataset(DatasetConfig config, std::shared_ptr<const Tokenizer> tokenizer) : config_(std::move(config)) {
+Dataset::Dataset(DatasetConfig config, std::shared_ptr<const Tokenizer> tokenizer)
+    : config_(std::move(config)) {
   records_ = std::make_unique<RecordFile>(config_.data_path, config_.use_index_cache);
   encoder_ = std::make_unique<ConversationEncoder>(std::move(tokenizer), config_.conversation);
   if (config_.sample.max_len < 1)

@@ -1,6 +1,7 @@
-// A LLaVA instruction dataset on disk: record file + image folder + template + truncation + CLIP preprocessing.
-// prepare(i) turns record i into a ready sample (tokens and preprocessed pixels) or throws SampleError saying why
-// the record cannot be used. Shared by the loader (training) and `gmod data check`. Thread-safe.
+// A LLaVA instruction dataset on disk: record file + image folder + template + truncation + CLIP
+// preprocessing. prepare(i) turns record i into a ready sample (tokens and preprocessed pixels) or throws
+// SampleError saying why the record cannot be used. Shared by the loader (training) and `gmod data check`.
+// Thread-safe.
 #pragma once
 
 #include <memory>
@@ -40,13 +41,13 @@ class Dataset {
   Dataset(DatasetConfig config, std::shared_ptr<const Tokenizer> tokenizer);
 
   size_t size() const { return records_->size(); }
-  // Record -> template -> truncation -> decoded, preprocessed images. Throws SampleError (reasons: "malformed",
-  // "roles", "no_answer", "placeholder", "too_long", "image").
+  // Record -> template -> truncation -> decoded, preprocessed images. Throws SampleError (reasons:
+  // "malformed", "roles", "no_answer", "placeholder", "too_long", "image").
   PreparedSample prepare(size_t index, bool decode_images = true) const;
   // Same, reporting a bad record instead of throwing; returns false when bad.
   bool try_prepare(size_t index, PreparedSample& out, BadRecord& bad, bool decode_images = true) const;
-  // LLaVA's modality lengths for group_by_modality_length: word count (+128 with an image), negative for text-only.
-  // Parses every record once (malformed records get length -1).
+  // LLaVA's modality lengths for group_by_modality_length: word count (+128 with an image), negative for
+  // text-only. Parses every record once (malformed records get length -1).
   std::vector<int64_t> modality_lengths() const;
 
   const RecordFile& records() const { return *records_; }

@@ -17,22 +17,24 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderConfig config, DataPosition
   const int64_t G = config_.sampler.global_batch_size;
   if (config_.micro_batch_size < 1 || config_.world_size < 1 || config_.rank < 0 ||
       config_.rank >= config_.world_size || config_.prefetch < 1 || config_.num_workers < 0)
-    throw std::invalid_argument("DataLoader: need micro_batch_size >= 1, 0 <= rank < world_size, prefetch >= 1, "
-                                "num_workers >= 0");
+    throw std::invalid_argument(
+        "DataLoader: need micro_batch_size >= 1, 0 <= rank < world_size, prefetch >= 1, "
+        "num_workers >= 0");
   step_samples_ = static_cast<int64_t>(config_.world_size) * config_.micro_batch_size;
   if (G < 1 || G % step_samples_ != 0)
-    throw std::invalid_argument("DataLoader: global batch size " + std::to_string(G) +
-                                " must be a positive multiple of world_size * micro_batch_size = " +
-                                std::to_string(step_samples_));
+    throw std::invalid_argument(
+        "DataLoader: global batch size " + std::to_string(G) +
+        " must be a positive multiple of world_size * micro_batch_size = " + std::to_string(step_samples_));
   const int64_t N = static_cast<int64_t>(dataset_.size());
   steps_per_epoch_ = (N / G) * G / step_samples_;
   if (steps_per_epoch_ == 0)
     throw std::invalid_argument("DataLoader: " + dataset_.config().data_path + " has " + std::to_string(N) +
                                 " records, fewer than one global batch of " + std::to_string(G));
-  if (start.consumed_samples % step_samples_ != 0 || start.consumed_samples / step_samples_ > steps_per_epoch_)
-    throw std::invalid_argument("DataLoader: resume position consumed_samples=" +
-                                std::to_string(start.consumed_samples) + " is not a micro-step boundary (multiple of " +
-                                std::to_string(step_samples_) + ") within the epoch");
+  if (start.consumed_samples % step_samples_ != 0 ||
+      start.consumed_samples / step_samples_ > steps_per_epoch_)
+    throw std::invalid_argument(
+        "DataLoader: resume position consumed_samples=" + std::to_string(start.consumed_samples) +
+        " is not a micro-step boundary (multiple of " + std::to_string(step_samples_) + ") within the epoch");
   first_step_ = start.epoch * steps_per_epoch_ + start.consumed_samples / step_samples_;
   if (config_.sampler.group_by_modality_length) lengths_ = dataset_.modality_lengths();
   for (int i = 0; i < config_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -63,7 +65,8 @@ Batch DataLoader::build(int64_t seq) {
   const int64_t epoch = step / steps_per_epoch_;
   const int64_t m = step % steps_per_epoch_;
   auto order = order_for(epoch);
-  const size_t begin = static_cast<size_t>(m * step_samples_ + int64_t{config_.rank} * config_.micro_batch_size);
+  const size_t begin =
+      static_cast<size_t>(m * step_samples_ + int64_t{config_.rank} * config_.micro_batch_size);
   std::vector<PreparedSample> samples;
   std::vector<BadRecord> bad;
   for (size_t k = begin; k < begin + static_cast<size_t>(config_.micro_batch_size); ++k) {
@@ -139,7 +142,8 @@ Batch DataLoader::next() {
   for (const auto& bad : b.skipped) {
     ++stats_.bad_by_reason[bad.reason];
     if (config_.log_bad_records && logged_.insert(bad.index).second)
-      std::cerr << "[data rank " << config_.rank << "] skipped (" << bad.reason << "): " << bad.message << "\n";
+      std::cerr << "[data rank " << config_.rank << "] skipped (" << bad.reason << "): " << bad.message
+                << "\n";
   }
   const int64_t n_bad = stats_.bad();
   if (config_.max_bad_records >= 0 && n_bad > config_.max_bad_records)
@@ -151,8 +155,9 @@ Batch DataLoader::next() {
   if (stats_.seen >= config_.bad_fraction_min_seen && n_bad > config_.max_bad_fraction * stats_.seen)
     throw std::runtime_error(dataset_.config().data_path + ": " + std::to_string(n_bad) + " of " +
                              std::to_string(stats_.seen) + " records were bad on rank " +
-                             std::to_string(config_.rank) + ", more than max_bad_fraction=" +
-                             std::to_string(config_.max_bad_fraction) + " (run `gmod data check` for the full list)");
+                             std::to_string(config_.rank) +
+                             ", more than max_bad_fraction=" + std::to_string(config_.max_bad_fraction) +
+                             " (run `gmod data check` for the full list)");
   return b;
 }
 

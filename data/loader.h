@@ -21,7 +21,7 @@
 namespace gmod {
 
 struct LoaderConfig {
-  int micro_batch_size = 1;        // rows per micro-batch on this rank (mb)
+  int micro_batch_size = 1;  // rows per micro-batch on this rank (mb)
   int rank = 0;
   int world_size = 1;
   SamplerConfig sampler;           // seed, global batch size G (a multiple of world_size * mb), grouping
@@ -30,14 +30,14 @@ struct LoaderConfig {
   int64_t max_bad_records = -1;    // -1: no limit on the count
   double max_bad_fraction = 0.05;  // of the records this rank has seen, checked after `bad_fraction_min_seen`
   int64_t bad_fraction_min_seen = 200;
-  bool log_bad_records = true;     // one line per skipped record on stderr
+  bool log_bad_records = true;  // one line per skipped record on stderr
 };
 
 struct LoaderStats {
   int64_t batches = 0;
-  int64_t samples = 0;   // rows delivered
-  int64_t seen = 0;      // records looked at (delivered + skipped)
-  int64_t tokens = 0;    // non-pad tokens delivered
+  int64_t samples = 0;  // rows delivered
+  int64_t seen = 0;     // records looked at (delivered + skipped)
+  int64_t tokens = 0;   // non-pad tokens delivered
   int64_t truncated = 0;
   std::map<std::string, int64_t> bad_by_reason;
   int64_t bad() const;
@@ -45,8 +45,8 @@ struct LoaderStats {
 
 class DataLoader {
  public:
-  // `dataset` must outlive the loader. Throws std::invalid_argument on inconsistent sizes or a position that is
-  // not on a micro-step boundary.
+  // `dataset` must outlive the loader. Throws std::invalid_argument on inconsistent sizes or a position that
+  // is not on a micro-step boundary.
   DataLoader(const Dataset& dataset, LoaderConfig config, DataPosition start = {});
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
@@ -54,7 +54,8 @@ class DataLoader {
 
   // This rank's next micro-batch (epochs roll over automatically). Rethrows a worker's error.
   Batch next();
-  // Position after the last micro-batch returned by next(); identical on all ranks. Save it with the checkpoint.
+  // Position after the last micro-batch returned by next(); identical on all ranks. Save it with the
+  // checkpoint.
   DataPosition position() const;
   // Seconds next() spent waiting for a batch, cumulative.
   double wait_seconds() const;

@@ -48,6 +48,24 @@ std::string describe_char(char c) {
   return "byte " + std::to_string(static_cast<unsigned char>(c));
 }
 
+// Best-effort id of a record whose JSON does not parse, for the error message: the first "id": "..." or "id":
+// 123.
+std::string guess_id(const std::string& text) {
+  const size_t k = text.find("\"id\"");
+  if (k == std::string::npos) return "";
+  size_t p = text.find_first_not_of(" \t\r\n", k + 4);
+  if (p == std::string::npos || text[p] != ':') return "";
+  p = text.find_first_not_of(" \t\r\n", p + 1);
+  if (p == std::string::npos) return "";
+  if (text[p] == '"') {
+    const size_t e = text.find('"', p + 1);
+    if (e == std::string::npos || e - p > 256 || text.find('\\', p + 1) < e) return "";
+    return text.substr(p + 1, e - p - 1);
+  }
+  const size_t e = text.find_first_not_of("0123456789", p);
+  return e > p ? text.substr(p, e - p) : "";
+}
+
 }  // namespace
 
 RecordFile::RecordFile(const std::string& path, bool use_cache) : path_(path) {
@@ -237,7 +255,9 @@ std::string RecordFile::raw(size_t i) const {
   return text;
 }
 
-Record RecordFile::get(size_t i) const { return parse_record(raw(i), path_ + ": record " + std::to_string(i)); }
+Record RecordFile::get(size_t i) const {
+  return parse_record(raw(i), path_ + ": record " + std::to_string(i));
+}
 
 Record parse_record(const std::string& json_text, const std::string& where) {
   using nlohmann::json;
@@ -245,7 +265,8 @@ Record parse_record(const std::string& json_text, const std::string& where) {
   try {
     j = json::parse(json_text);
   } catch (const json::exception& e) {
-    throw RecordError(where + ": malformed JSON: " + e.what(), "");
+    const std::string id = guess_id(json_text);
+    throw RecordError(where + (id.empty() ? "" : " (id '" + id + "')") + ": malformed JSON: " + e.what(), id);
   }
   Record r;
   std::string label = where;
@@ -290,7 +311,8 @@ Record parse_record(const std::string& json_text, const std::string& where) {
     if (from == turn.end() || !from->is_string()) bad(tw + ": missing string \"from\"");
     if (value == turn.end() || !value->is_string()) bad(tw + ": missing string \"value\"");
     std::string f = from->get<std::string>();
-    if (f != "human" && f != "gpt") bad(tw + ": role \"from\" must be \"human\" or \"gpt\", got \"" + f + "\"");
+    if (f != "human" && f != "gpt")
+      bad(tw + ": role \"from\" must be \"human\" or \"gpt\", got \"" + f + "\"");
     r.conversations.push_back({std::move(f), value->get<std::string>()});
   }
   return r;

@@ -1,7 +1,8 @@
-// LLaVA-format instruction records (a JSON list or JSONL) read lazily: one streaming scan finds the byte range of
-// every top-level record object (no full parse), the index is cached next to the file as `<file>.gmodidx`, and
-// single records are parsed on demand with pread. A record is
-//   {"id": str|int, "image": str | [str, ...] (optional), "conversations": [{"from": "human"|"gpt", "value": str}]}.
+// LLaVA-format instruction records (a JSON list or JSONL) read lazily: one streaming scan finds the byte
+// range of every top-level record object (no full parse), the index is cached next to the file as
+// `<file>.gmodidx`, and single records are parsed on demand with pread. A record is
+//   {"id": str|int, "image": str | [str, ...] (optional), "conversations": [{"from": "human"|"gpt", "value":
+//   str}]}.
 // Thread-safe: get() may be called from several threads at once.
 #pragma once
 
@@ -23,8 +24,8 @@ struct Record {
   std::vector<Turn> conversations;
 };
 
-// A record that is not valid (malformed JSON, missing/ill-typed fields, wrong roles). The message names the file,
-// the record index and (when readable) the id.
+// A record that is not valid (malformed JSON, missing/ill-typed fields, wrong roles). The message names the
+// file, the record index and (when readable) the id.
 class RecordError : public std::runtime_error {
  public:
   RecordError(const std::string& what, std::string id) : std::runtime_error(what), id_(std::move(id)) {}
@@ -53,7 +54,8 @@ class RecordFile {
   RecordFile& operator=(const RecordFile&) = delete;
 
   size_t size() const { return spans_.size(); }
-  // Parses record `i`. Throws RecordError (file, index, id, reason) on invalid content, std::out_of_range on i.
+  // Parses record `i`. Throws RecordError (file, index, id, reason) on invalid content, std::out_of_range on
+  // i.
   Record get(size_t i) const;
   // The raw JSON text of record `i`.
   std::string raw(size_t i) const;

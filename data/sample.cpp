@@ -19,13 +19,14 @@ TokenizedSample make_sample(const Record& record, size_t index, const Conversati
   s.index = index;
   size_t keep = enc.ids.size();
   if (keep > static_cast<size_t>(config.max_len)) {
-    const std::string len_msg = "sequence of " + std::to_string(enc.ids.size()) + " tokens (with images) exceeds max_len " +
-                                std::to_string(config.max_len);
+    const std::string len_msg = "sequence of " + std::to_string(enc.ids.size()) +
+                                " tokens (with images) exceeds max_len " + std::to_string(config.max_len);
     if (config.truncation == TruncationMode::kSkip) throw SampleError("too_long", where + ": " + len_msg);
     keep = 0;
     for (size_t e : enc.round_ends)
       if (e <= static_cast<size_t>(config.max_len)) keep = e;
-    if (keep == 0) throw SampleError("too_long", where + ": " + len_msg + " and its first round does not fit");
+    if (keep == 0)
+      throw SampleError("too_long", where + ": " + len_msg + " and its first round does not fit");
     s.truncated = true;
   }
   // Images kept = image spans fully inside the kept prefix (a round end never falls inside a span).

@@ -9,7 +9,8 @@
 namespace gmod {
 
 enum class TruncationMode {
-  kTurnBoundary,  // keep the longest prefix of whole question/answer rounds that fits; skip if round 1 does not fit
+  kTurnBoundary,  // keep the longest prefix of whole question/answer rounds that fits; skip if round 1 does
+                  // not fit
   kSkip,          // skip every sample longer than max_len
 };
 
@@ -27,12 +28,12 @@ struct TokenizedSample {
   std::vector<TokenRole> roles;
   std::vector<std::string> images;  // image paths as written in the record, in order of occurrence
   std::string id;
-  size_t index = 0;          // global record index
-  bool truncated = false;    // rounds were dropped to fit max_len
+  size_t index = 0;        // global record index
+  bool truncated = false;  // rounds were dropped to fit max_len
 };
 
-// Templating + truncation. The cut is always at a round end, so an image span is never split; images of dropped
-// rounds are dropped too. Throws SampleError (reason "too_long" when it cannot fit).
+// Templating + truncation. The cut is always at a round end, so an image span is never split; images of
+// dropped rounds are dropped too. Throws SampleError (reason "too_long" when it cannot fit).
 TokenizedSample make_sample(const Record& record, size_t index, const ConversationEncoder& encoder,
                             const SampleConfig& config, const std::string& where);
 

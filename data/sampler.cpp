@@ -43,13 +43,15 @@ void shuffle(std::vector<T>& v, uint64_t seed) {
   for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[g.below(i)]);
 }
 
-// Shuffle, cut into groups of `group`, sort each group by |length| descending (stable, so ties keep shuffled order).
+// Shuffle, cut into groups of `group`, sort each group by |length| descending (stable, so ties keep shuffled
+// order).
 std::vector<std::vector<size_t>> length_groups(std::vector<size_t> idx, const std::vector<int64_t>& lengths,
                                                int64_t group, uint64_t seed) {
   shuffle(idx, seed);
   std::vector<std::vector<size_t>> out;
   for (size_t b = 0; b < idx.size(); b += static_cast<size_t>(group)) {
-    std::vector<size_t> g(idx.begin() + b, idx.begin() + std::min(idx.size(), b + static_cast<size_t>(group)));
+    std::vector<size_t> g(idx.begin() + b,
+                          idx.begin() + std::min(idx.size(), b + static_cast<size_t>(group)));
     std::stable_sort(g.begin(), g.end(),
                      [&](size_t x, size_t y) { return std::llabs(lengths[x]) > std::llabs(lengths[y]); });
     out.push_back(std::move(g));
@@ -67,10 +69,12 @@ DataPosition data_position_from_json(const nlohmann::json& j) {
   DataPosition p;
   if (!j.is_object() || !j.contains("epoch") || !j.contains("consumed_samples") ||
       !j["epoch"].is_number_integer() || !j["consumed_samples"].is_number_integer())
-    throw std::runtime_error("data position: expected {\"epoch\": int, \"consumed_samples\": int}, got " + j.dump());
+    throw std::runtime_error("data position: expected {\"epoch\": int, \"consumed_samples\": int}, got " +
+                             j.dump());
   p.epoch = j["epoch"].get<int64_t>();
   p.consumed_samples = j["consumed_samples"].get<int64_t>();
-  if (p.epoch < 0 || p.consumed_samples < 0) throw std::runtime_error("data position: negative field in " + j.dump());
+  if (p.epoch < 0 || p.consumed_samples < 0)
+    throw std::runtime_error("data position: negative field in " + j.dump());
   return p;
 }
 
@@ -86,8 +90,8 @@ std::vector<size_t> epoch_order(size_t num_samples, const SamplerConfig& config,
   const uint64_t e = static_cast<uint64_t>(epoch);
   if (!config.group_by_modality_length) return seeded_permutation(num_samples, config.seed, e);
   if (lengths.size() != num_samples)
-    throw std::invalid_argument("epoch_order: grouping needs one length per sample (" + std::to_string(lengths.size()) +
-                                " for " + std::to_string(num_samples) + ")");
+    throw std::invalid_argument("epoch_order: grouping needs one length per sample (" +
+                                std::to_string(lengths.size()) + " for " + std::to_string(num_samples) + ")");
   const int64_t group = config.group_size > 0 ? config.group_size : config.global_batch_size;
   if (group < 1) throw std::invalid_argument("epoch_order: group size must be >= 1");
   std::vector<size_t> mm, lang;

@@ -23,7 +23,8 @@ const json& cases() {
 }
 
 std::shared_ptr<const Tokenizer> sp_tokenizer() {
-  static std::shared_ptr<const Tokenizer> t = load_tokenizer(gmod::test::fixture("tokenizer/sp/tokenizer.model"));
+  static std::shared_ptr<const Tokenizer> t =
+      load_tokenizer(gmod::test::fixture("tokenizer/sp/tokenizer.model"));
   return t;
 }
 
@@ -75,8 +76,9 @@ TEST(Conversation, PlainLabelsMatchLlavaPreprocessPlain) {
 TEST(Conversation, RolesFollowTheTemplateStructure) {
   auto enc = encoder("vicuna_v1");
   const int n_img = cases()["image_seq_length"];
-  auto r = rec({{"human", "What is this?\n<image>"}, {"gpt", "A cat."}, {"human", "Colour?"}, {"gpt", "Black."}},
-               {"a.png"});
+  auto r =
+      rec({{"human", "What is this?\n<image>"}, {"gpt", "A cat."}, {"human", "Colour?"}, {"gpt", "Black."}},
+          {"a.png"});
   auto out = enc.encode(r);
   ASSERT_EQ(out.ids.size(), out.roles.size());
   EXPECT_EQ(out.ids[0], 1);  // BOS
@@ -86,7 +88,8 @@ TEST(Conversation, RolesFollowTheTemplateStructure) {
   for (size_t t = 0; t <= sys.size(); ++t) EXPECT_EQ(out.roles[t], TokenRole::kSystem) << t;
   EXPECT_EQ(out.roles[sys.size() + 1], TokenRole::kQuestion);
   size_t first_img = std::find(out.roles.begin(), out.roles.end(), TokenRole::kImage) - out.roles.begin();
-  EXPECT_EQ(sp_tokenizer()->decode(std::vector<int32_t>(out.ids.begin() + sys.size() + 1, out.ids.begin() + first_img)),
+  EXPECT_EQ(sp_tokenizer()->decode(
+                std::vector<int32_t>(out.ids.begin() + sys.size() + 1, out.ids.begin() + first_img)),
             "USER: ");
   for (int k = 0; k < n_img; ++k) EXPECT_EQ(out.roles[first_img + k], TokenRole::kImage);
   // supervised <=> answer role; answers decode to the gpt texts plus </s>
@@ -119,8 +122,8 @@ TEST(Conversation, ChatmlSupervisesAnswersAndImEnd) {
   c.image_token_id = 5000;
   std::shared_ptr<const Tokenizer> tok = load_tokenizer(gmod::test::fixture("tokenizer/llama3"));
   ConversationEncoder enc(tok, c);
-  auto out = enc.encode(rec({{"human", "<image>\nWhat colour?"}, {"gpt", "Red"}, {"human", "Sure?"}, {"gpt", "Yes"}},
-                            {"a.png"}));
+  auto out = enc.encode(rec(
+      {{"human", "<image>\nWhat colour?"}, {"gpt", "Red"}, {"human", "Sure?"}, {"gpt", "Yes"}}, {"a.png"}));
   std::vector<int32_t> answer, text;
   for (size_t t = 0; t < out.ids.size(); ++t) {
     if (out.labels[t] != kIgnoreIndex) answer.push_back(out.ids[t]);
@@ -128,10 +131,12 @@ TEST(Conversation, ChatmlSupervisesAnswersAndImEnd) {
     EXPECT_EQ(out.labels[t] != kIgnoreIndex, out.roles[t] == TokenRole::kAnswer) << t;
   }
   EXPECT_EQ(tok->decode(answer), "Red<|im_end|>Yes<|im_end|>");
-  EXPECT_EQ(tok->decode(text),
-            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n\nWhat colour?<|im_end|>\n"
-            "<|im_start|>assistant\nRed<|im_end|>\n<|im_start|>user\nSure?<|im_end|>\n<|im_start|>assistant\nYes"
-            "<|im_end|>\n");
+  EXPECT_EQ(
+      tok->decode(text),
+      "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n\nWhat "
+      "colour?<|im_end|>\n"
+      "<|im_start|>assistant\nRed<|im_end|>\n<|im_start|>user\nSure?<|im_end|>\n<|im_start|>assistant\nYes"
+      "<|im_end|>\n");
   EXPECT_EQ(std::count(out.roles.begin(), out.roles.end(), TokenRole::kImage), 3);
   EXPECT_EQ(out.roles[0], TokenRole::kSystem);
   EXPECT_THROW(ConversationEncoder(sp_tokenizer(), c), std::invalid_argument);  // no <|im_start|>
@@ -148,8 +153,8 @@ TEST(Conversation, BadRecordsAreRejectedWithAReason) {
       return e.reason();
     }
   };
-  EXPECT_EQ(reason(rec({{"human", "<image>\nq"}, {"gpt", "a"}})), "placeholder");                 // no image
-  EXPECT_EQ(reason(rec({{"human", "q"}, {"gpt", "a"}}, {"a.png"})), "placeholder");               // no <image>
+  EXPECT_EQ(reason(rec({{"human", "<image>\nq"}, {"gpt", "a"}})), "placeholder");    // no image
+  EXPECT_EQ(reason(rec({{"human", "q"}, {"gpt", "a"}}, {"a.png"})), "placeholder");  // no <image>
   EXPECT_EQ(reason(rec({{"human", "<image><image>"}, {"gpt", "a"}}, {"a.png"})), "placeholder");  // 2 vs 1
   EXPECT_EQ(reason(rec({{"human", "q"}, {"human", "q2"}, {"gpt", "a"}})), "roles");
   EXPECT_EQ(reason(rec({{"human", "q"}})), "no_answer");

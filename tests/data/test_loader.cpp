@@ -1,5 +1,6 @@
-// DataLoader on the demo dataset: identical output for any worker count, exact resume from DataPosition with 1, 2
-// and 3 ranks (no sample skipped or repeated), bad records skipped and counted, collation, and `gmod data check`.
+// DataLoader on the demo dataset: identical output for any worker count, exact resume from DataPosition with
+// 1, 2 and 3 ranks (no sample skipped or repeated), bad records skipped and counted, collation, and `gmod
+// data check`.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -157,24 +158,29 @@ TEST(Loader, BatchesFeedATinyMultimodalModel) {
     Batch b = dl.next();
     auto out = model.forward(to_model_inputs(b, at::kCPU));
     EXPECT_TRUE(std::isfinite(out.lm_loss.item<float>()));
-    EXPECT_EQ(out.supervised_tokens, (b.labels.narrow(1, 1, b.labels.size(1) - 1) != -100).sum().item<int64_t>());
+    EXPECT_EQ(out.supervised_tokens,
+              (b.labels.narrow(1, 1, b.labels.size(1) - 1) != -100).sum().item<int64_t>());
     EXPECT_GT(out.supervised_tokens, 0);
   }
 }
 
-// Train with `world_a` ranks for `steps_a` optimizer steps, save the position, resume with `world_b` ranks: the
-// union of consumed samples over all ranks is exactly the permutation prefix, none twice.
-void check_resume(int world_a, int mb_a, int world_b, int mb_b) {
+// Train with `world_a` ranks for `steps_a` optimizer steps, save the position, resume with `world_b` ranks:
+// the union of consumed samples over all ranks is exactly the permutation prefix, none twice.
+void check_resume(int world_a, int mb_a, int world_b, int mb_b, bool grouped = false) {
   Demo demo(100);
   Dataset ds(demo.config(), demo.tok);
   const int64_t G = 12;
   SamplerConfig sc = loader_config(1, 0, 1, G, 0).sampler;
-  const auto order = epoch_order(ds.size(), sc, 0);
+  sc.group_by_modality_length = grouped;
+  const auto order = epoch_order(ds.size(), sc, 0, grouped ? ds.modality_lengths() : std::vector<int64_t>{});
   std::vector<size_t> consumed;
   auto run = [&](int world, int mb, DataPosition start, int steps) {
     std::vector<std::unique_ptr<DataLoader>> ranks;
-    for (int r = 0; r < world; ++r)
-      ranks.push_back(std::make_unique<DataLoader>(ds, loader_config(mb, r, world, G, 2), start));
+    for (int r = 0; r < world; ++r) {
+      LoaderConfig lc = loader_config(mb, r, world, G, 2);
+      lc.sampler = sc;
+      ranks.push_back(std::make_unique<DataLoader>(ds, lc, start));
+    }
     const int64_t accum = ranks[0]->accumulation_steps();
     for (int s = 0; s < steps; ++s)
       for (int64_t a = 0; a < accum; ++a)
@@ -205,13 +211,14 @@ TEST(Loader, ResumeAcrossRankCountsContinuesExactly) {
   check_resume(2, 2, 3, 2);
   check_resume(3, 2, 1, 12);
   check_resume(2, 3, 2, 3);
+  check_resume(2, 2, 3, 4, /*grouped=*/true);
 }
 
 TEST(Loader, ResumeRejectsPositionsOffAMicroStepBoundary) {
   Demo demo;
   Dataset ds(demo.config(), demo.tok);
   EXPECT_THROW(DataLoader(ds, loader_config(4, 0, 1, 8, 0), DataPosition{0, 6}), std::invalid_argument);
-  EXPECT_THROW(DataLoader(ds, loader_config(3, 0, 1, 8, 0)), std::invalid_argument);  // 8 % 3
+  EXPECT_THROW(DataLoader(ds, loader_config(3, 0, 1, 8, 0)), std::invalid_argument);     // 8 % 3
   EXPECT_THROW(DataLoader(ds, loader_config(4, 0, 1, 1000, 0)), std::invalid_argument);  // > N
 }
 
@@ -232,11 +239,12 @@ std::string write_bad_dataset(const Demo& demo) {
     << "\n"
     << R"({"id": "malformed", "conversations": [{"from": "human", "value": 1}]},)"
     << "\n"
-    << R"({"id": "too-long", "conversations": [{"from": "human", "value": ")" << [] {
-         std::string s;
-         for (int i = 0; i < 400; ++i) s += "abc def ";
-         return s;
-       }()
+    << R"({"id": "too-long", "conversations": [{"from": "human", "value": ")" <<
+      [] {
+        std::string s;
+        for (int i = 0; i < 400; ++i) s += "abc def ";
+        return s;
+      }()
     << R"("}, {"from": "gpt", "value": "A"}]},)"
     << "\n";
   for (int i = 6; i < 16; ++i)
@@ -269,7 +277,8 @@ TEST(Loader, BadRecordsAreSkippedCountedAndLimited) {
     EXPECT_EQ(reason_of["malformed"], "malformed");
     EXPECT_EQ(reason_of["too-long"], "too_long");
     for (const auto& bad : b.skipped) {
-      EXPECT_NE(bad.message.find("bad.json: record " + std::to_string(bad.index)), std::string::npos) << bad.message;
+      EXPECT_NE(bad.message.find("bad.json: record " + std::to_string(bad.index)), std::string::npos)
+          << bad.message;
     }
     auto st = dl.stats();
     EXPECT_EQ(st.bad(), 5);
@@ -302,9 +311,19 @@ TEST(DataCheck, ReportsEveryProblemAndASummary) {
   Demo demo(8);
   const std::string bad = write_bad_dataset(demo);
   std::ostringstream out, err;
-  const std::vector<std::string> args = {bad,         "--images",       demo.dir.str(), "--tokenizer",
-                                         gmod::test::fixture("tokenizer/sp/tokenizer.model"), "--max-len", "512",
-                                         "--image-tokens", "4", "--image-token-id", "800", "--workers", "2"};
+  const std::vector<std::string> args = {bad,
+                                         "--images",
+                                         demo.dir.str(),
+                                         "--tokenizer",
+                                         gmod::test::fixture("tokenizer/sp/tokenizer.model"),
+                                         "--max-len",
+                                         "512",
+                                         "--image-tokens",
+                                         "4",
+                                         "--image-token-id",
+                                         "800",
+                                         "--workers",
+                                         "2"};
   EXPECT_EQ(run_data_check(args, out, err), 1) << err.str();
   const std::string text = out.str();
   for (const char* id : {"missing-image", "no-placeholder", "no-answer", "malformed", "too-long"})

@@ -1,5 +1,5 @@
-// RecordFile: streaming index of JSON lists and JSONL, the on-disk index cache and its invalidation, and errors
-// that name the file, the record index and the id.
+// RecordFile: streaming index of JSON lists and JSONL, the on-disk index cache and its invalidation, and
+// errors that name the file, the record index and the id.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -160,7 +160,7 @@ TEST(Records, InvalidRecordsNameFileIndexAndId) {
   };
   expect_error(1, "no-conv", "missing \"conversations\"");
   expect_error(2, "role", "\"human\" or \"gpt\"");
-  expect_error(3, "", "malformed JSON");
+  expect_error(3, "badjson", "malformed JSON");
   expect_error(4, "valtype", "\"value\"");
   expect_error(5, "empty", "empty");
   expect_error(6, "imgtype", "\"image\"");

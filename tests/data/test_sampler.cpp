@@ -53,7 +53,8 @@ TEST(Sampler, PermutationIsRoughlyUniform) {
 TEST(Sampler, GroupByModalityLengthMakesSameModalityGroupsSortedByLength) {
   const size_t N = 203;
   std::vector<int64_t> lengths(N);
-  for (size_t i = 0; i < N; ++i) lengths[i] = (i % 3 == 0 ? -1 : 1) * static_cast<int64_t>(10 + (i * 37) % 101);
+  for (size_t i = 0; i < N; ++i)
+    lengths[i] = (i % 3 == 0 ? -1 : 1) * static_cast<int64_t>(10 + (i * 37) % 101);
   SamplerConfig c;
   c.seed = 3;
   c.global_batch_size = 8;
