@@ -1,0 +1,155 @@
+#include "trainer/metrics.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#ifdef GMOD_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace gmod {
+
+double FlopModel::train_flops(int64_t tokens, double mean_seq) const {
+  return double(tokens) * (6.0 * double(matmul_params) + 12.0 * double(layers) * double(hidden) * mean_seq);
+}
+
+double default_peak_tflops(const at::Device& device, at::ScalarType dtype) {
+  if (device.is_cuda()) return dtype == at::kBFloat16 ? 989.0 : 67.0;
+  return 1.0;
+}
+
+namespace {
+
+double rss_mb() {
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return double(resident) * double(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
+
+std::string hms(double s) {
+  if (!std::isfinite(s) || s < 0) return "--:--:--";
+  const int64_t t = int64_t(s + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%02lld:%02lld:%02lld", (long long)(t / 3600), (long long)(t / 60 % 60),
+                (long long)(t % 60));
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json memory_stats(const at::Device& device) {
+  nlohmann::json j{{"rss_mb", std::round(rss_mb() * 10) / 10}};
+#ifdef GMOD_WITH_CUDA
+  if (device.is_cuda()) {
+    using namespace c10::cuda::CUDACachingAllocator;
+    const auto s = getDeviceStats(device.has_index() ? device.index() : 0);
+    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    const double mb = 1024.0 * 1024.0;
+    j["cuda_alloc_mb"] = std::round(double(s.allocated_bytes[agg].current) / mb);
+    j["cuda_peak_alloc_mb"] = std::round(double(s.allocated_bytes[agg].peak) / mb);
+    j["cuda_reserved_mb"] = std::round(double(s.reserved_bytes[agg].current) / mb);
+    j["cuda_alloc_retries"] = s.num_alloc_retries;
+    j["cuda_ooms"] = s.num_ooms;
+  }
+#else
+  (void)device;
+#endif
+  return j;
+}
+
+MetricsLogger::MetricsLogger(const std::string& run_dir, bool enabled, double peak_flops, int64_t first_step)
+    : enabled_(enabled), tty_(isatty(STDOUT_FILENO) != 0), peak_flops_(peak_flops), first_step_(first_step),
+      start_(std::chrono::steady_clock::now()) {
+  if (!enabled_) return;
+  std::filesystem::create_directories(run_dir);
+  const std::string path = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
+  out_.open(path, std::ios::app);
+  if (!out_) throw std::runtime_error("cannot open " + path + " for appending");
+}
+
+MetricsLogger::~MetricsLogger() {
+  if (enabled_) finish();
+}
+
+void MetricsLogger::write(const nlohmann::json& j) {
+  out_ << j.dump() << '\n';
+  out_.flush();
+}
+
+nlohmann::json MetricsLogger::log(const StepMetrics& m, const nlohmann::json& memory) {
+  const double t = std::max(m.step_seconds, 1e-9);
+  const double mfu = peak_flops_ > 0 ? m.flops / t / peak_flops_ : 0.0;
+  nlohmann::json j{{"step", m.step},
+                   {"loss", m.loss},
+                   {"lm_loss", m.lm_loss},
+                   {"routing_loss", m.routing_loss},
+                   {"grad_norm", m.grad_norm},
+                   {"lr", m.lr},
+                   {"samples", m.samples},
+                   {"tokens", m.tokens},
+                   {"supervised_tokens", m.supervised_tokens},
+                   {"tokens_per_s", double(m.tokens) / t},
+                   {"samples_per_s", double(m.samples) / t},
+                   {"step_s", m.step_seconds},
+                   {"mfu", mfu},
+                   {"data_wait_pct", 100.0 * m.data_wait_seconds / t},
+                   {"skipped", m.skipped},
+                   {"skipped_total", m.skipped_total},
+                   {"epoch", m.epoch},
+                   {"consumed_samples", m.consumed_samples},
+                   {"memory", memory}};
+  if (!m.skip_ratio.empty()) {
+    nlohmann::json sr = nlohmann::json::object();
+    for (const auto& [layer, r] : m.skip_ratio) sr[std::to_string(layer)] = r;
+    j["skip_ratio"] = sr;
+  }
+  if (!enabled_) return j;
+  write(j);
+
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const int64_t done = m.step - first_step_;
+  const double eta = done > 0 ? elapsed / double(done) * double(m.total_steps - m.step) : NAN;
+  char line[256];
+  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.3g  gnorm %.3f  %.0f tok/s  mfu %.1f%%%s",
+                (long long)m.step, (long long)m.total_steps, m.loss, m.lr, m.grad_norm, double(m.tokens) / t,
+                100 * mfu, m.skipped ? "  SKIPPED" : "");
+  if (tty_) {
+    const int width = 24;
+    const int filled = m.total_steps > 0 ? int(width * double(m.step) / double(m.total_steps)) : 0;
+    std::string bar(size_t(std::clamp(filled, 0, width)), '#');
+    bar.resize(width, '.');
+    std::cout << "\r\033[K[" << bar << "] " << line << "  ETA " << hms(eta) << std::flush;
+    bar_drawn_ = true;
+  } else {
+    std::cout << line << "  eta " << hms(eta) << std::endl;
+  }
+  return j;
+}
+
+void MetricsLogger::log_eval(int64_t step, const nlohmann::json& eval) {
+  if (!enabled_) return;
+  write({{"step", step}, {"eval", eval}});
+  print("eval at step " + std::to_string(step) + ": " + eval.dump());
+}
+
+void MetricsLogger::print(const std::string& msg) {
+  if (!enabled_) return;
+  if (bar_drawn_) std::cout << "\r\033[K";
+  std::cout << msg << std::endl;
+  bar_drawn_ = false;
+}
+
+void MetricsLogger::finish() {
+  if (bar_drawn_) std::cout << std::endl;
+  bar_drawn_ = false;
+}
+
+}  // namespace gmod

@@ -1,0 +1,81 @@
+// Per-step training metrics: what one optimizer step did (losses, grad norm, LR, throughput, MFU, MoD skip ratios,
+// data-wait share, memory, skipped steps), the FLOP model behind MFU, and the rank-0 logger that appends one JSON
+// object per logged step to <run>/metrics.jsonl and shows progress (a redrawn bar with ETA on a TTY, plain lines
+// otherwise).
+//
+// FLOPs (dense-equivalent, as MFU is usually reported): per trained token 6·N + 12·L·D·T, where N = LLM matmul
+// parameters (decoder layers + LM head; embeddings excluded), L layers, D hidden size, T the step's mean sequence
+// length (PaLM appendix B attention term, non-causal). A MoD model is credited the FLOPs of its dense equivalent, so
+// its MFU shows how fast it trains relative to the dense model's work. The frozen vision tower is not counted.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <string>
+
+namespace gmod {
+
+struct FlopModel {
+  int64_t matmul_params = 0;  // N
+  int64_t layers = 0;         // L
+  int64_t hidden = 0;         // D
+  // Training FLOPs (forward + backward) for `tokens` tokens in sequences of mean length `mean_seq`.
+  double train_flops(int64_t tokens, double mean_seq) const;
+};
+
+// Default peak TFLOP/s per rank for MFU (see MetricsSection::peak_tflops).
+double default_peak_tflops(const at::Device& device, at::ScalarType dtype);
+
+// Host or accelerator memory of this process: {"rss_mb"} on CPU; {"cuda_alloc_mb", "cuda_peak_alloc_mb",
+// "cuda_reserved_mb", "cuda_alloc_retries", "cuda_ooms"} on CUDA (caching-allocator statistics), plus rss_mb.
+nlohmann::json memory_stats(const at::Device& device);
+
+struct StepMetrics {
+  int64_t step = 0;            // global optimizer step just completed (1-based)
+  int64_t total_steps = 0;
+  int64_t epoch = 0;
+  int64_t consumed_samples = 0;  // in the epoch, after this step
+  double loss = 0, lm_loss = 0, routing_loss = 0;  // loss = lm_loss + λ·routing_loss (global, token-normalised)
+  double grad_norm = 0, lr = 0;
+  int64_t samples = 0, tokens = 0, supervised_tokens = 0;  // global, this step
+  double step_seconds = 0;     // wall time of the step on rank 0
+  double data_wait_seconds = 0;  // rank 0's time blocked in the loader during the step
+  double flops = 0;            // dense-equivalent model FLOPs of the step, all ranks
+  bool skipped = false;        // optimizer skipped the update (non-finite gradient)
+  int64_t skipped_total = 0;
+  std::map<int, double> skip_ratio;  // MoD layer -> share of valid tokens it skipped (global)
+};
+
+class MetricsLogger {
+ public:
+  // Rank 0 passes the run directory (appends to <run>/metrics.jsonl); other ranks construct with enabled = false.
+  // peak_flops: the whole job's peak FLOP/s (ranks x per-rank peak).
+  MetricsLogger(const std::string& run_dir, bool enabled, double peak_flops, int64_t first_step);
+  ~MetricsLogger();
+
+  // Writes the step's JSON line and updates the progress display. Returns the JSON (also when disabled).
+  nlohmann::json log(const StepMetrics& m, const nlohmann::json& memory);
+  // An evaluation result: {"eval": {...}, "step": n} line + a printed summary.
+  void log_eval(int64_t step, const nlohmann::json& eval);
+  // Prints a message on its own line (keeps the progress bar intact).
+  void print(const std::string& msg);
+  // Ends the progress line.
+  void finish();
+
+ private:
+  void write(const nlohmann::json& j);
+  bool enabled_;
+  bool tty_;
+  double peak_flops_;
+  int64_t first_step_;
+  std::chrono::steady_clock::time_point start_;
+  std::ofstream out_;
+  bool bar_drawn_ = false;
+};
+
+}  // namespace gmod

@@ -1,0 +1,352 @@
+#include "trainer/train_config.h"
+
+#include "mod/conversion.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace gmod {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const char* type_name(const json& v) {
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number_integer()) return "integer";
+  if (v.is_number()) return "number";
+  if (v.is_string()) return "string";
+  if (v.is_array()) return "array";
+  if (v.is_object()) return "object";
+  return "null";
+}
+
+// `user` merged into `dflt` (whose keys and types are the schema); problems appended to `errs`.
+void merge_checked(json& dflt, const json& user, const std::string& path, std::vector<std::string>& errs) {
+  if (!user.is_object()) {
+    errs.push_back((path.empty() ? "config" : path) + ": expected an object, got " + type_name(user));
+    return;
+  }
+  for (auto it = user.begin(); it != user.end(); ++it) {
+    const std::string key = path.empty() ? it.key() : path + "." + it.key();
+    if (!dflt.contains(it.key())) {
+      errs.push_back(key + ": unknown key");
+      continue;
+    }
+    json& d = dflt[it.key()];
+    const json& u = it.value();
+    if (d.is_object()) {
+      merge_checked(d, u, key, errs);
+    } else if (d.is_number_float() ? !u.is_number()
+               : d.is_number_integer() ? !u.is_number_integer()
+                                       : std::string(type_name(d)) != type_name(u)) {
+      errs.push_back(key + ": expected " + type_name(d) + ", got " + type_name(u) + " (" + u.dump() + ")");
+    } else if (d.is_number_unsigned() && u.is_number_integer() && u.get<int64_t>() < 0) {
+      errs.push_back(key + ": expected a non-negative integer, got " + u.dump());
+    } else {
+      d = u;
+    }
+  }
+}
+
+// "a.b=value" into the merged tree; the value is parsed according to the existing field's type.
+void apply_override(json& cfg, const std::string& ov, std::vector<std::string>& errs) {
+  const auto eq = ov.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    errs.push_back("--set " + ov + ": expected key.path=value");
+    return;
+  }
+  const std::string key = ov.substr(0, eq), value = ov.substr(eq + 1);
+  json* node = &cfg;
+  std::stringstream ss(key);
+  std::string part;
+  while (std::getline(ss, part, '.')) {
+    if (!node->is_object() || !node->contains(part)) {
+      errs.push_back("--set " + key + ": unknown key");
+      return;
+    }
+    node = &(*node)[part];
+  }
+  json& d = *node;
+  try {
+    size_t used = 0;
+    if (d.is_object()) {
+      errs.push_back("--set " + key + ": is a section; set one of its fields");
+      return;
+    } else if (d.is_string()) {
+      d = value;
+    } else if (d.is_boolean()) {
+      if (value != "true" && value != "false") throw std::invalid_argument("expected true or false");
+      d = value == "true";
+    } else if (d.is_number_unsigned()) {
+      if (!value.empty() && value[0] == '-') throw std::invalid_argument("expected a non-negative integer");
+      d = std::stoull(value, &used);
+    } else if (d.is_number_integer()) {
+      d = std::stoll(value, &used);
+    } else if (d.is_number_float()) {
+      d = std::stod(value, &used);
+    } else {  // arrays: JSON text, e.g. ["0-3"] or [1,2]
+      json v = json::parse(value);
+      if (!v.is_array()) throw std::invalid_argument("expected a JSON array");
+      d = v;
+    }
+    if (used != 0 && used != value.size()) throw std::invalid_argument("trailing characters");
+  } catch (const std::exception& e) {
+    errs.push_back("--set " + key + "=" + value + ": cannot parse as " + type_name(d) + " (" + e.what() + ")");
+  }
+}
+
+template <typename T>
+void get(const json& j, const char* key, T& out) {
+  out = j.at(key).get<T>();
+}
+
+}  // namespace
+
+json to_json(const TrainConfig& c) {
+  json mod_cfg = to_json(c.mod.config);
+  mod_cfg.erase("mod_enable");  // `mod.enabled` is the switch
+  return json{
+      {"model",
+       {{"path", c.model.path}, {"dtype", c.model.dtype}, {"device", c.model.device}, {"init", c.model.init},
+        {"init_seed", c.model.init_seed}}},
+      {"data",
+       {{"train", c.data.train}, {"image_folder", c.data.image_folder}, {"tokenizer", c.data.tokenizer},
+        {"template", c.data.template_name}, {"max_len", c.data.max_len}, {"truncation", c.data.truncation},
+        {"workers", c.data.workers}, {"prefetch", c.data.prefetch}, {"max_bad_fraction", c.data.max_bad_fraction},
+        {"group_by_modality_length", c.data.group_by_modality_length}, {"demo_records", c.data.demo_records}}},
+      {"eval",
+       {{"data", c.eval.data}, {"image_folder", c.eval.image_folder}, {"every", c.eval.every},
+        {"max_batches", c.eval.max_batches}}},
+      {"optimizer",
+       {{"lr", c.optimizer.lr}, {"beta1", c.optimizer.beta1}, {"beta2", c.optimizer.beta2}, {"eps", c.optimizer.eps},
+        {"weight_decay", c.optimizer.weight_decay}, {"warmup_ratio", c.optimizer.warmup_ratio},
+        {"warmup_steps", c.optimizer.warmup_steps}, {"min_lr", c.optimizer.min_lr},
+        {"max_grad_norm", c.optimizer.max_grad_norm}, {"zero_stage", c.optimizer.zero_stage},
+        {"bucket_mb", c.optimizer.bucket_mb}}},
+      {"batch",
+       {{"micro_batch", c.batch.micro_batch}, {"grad_accum", c.batch.grad_accum},
+        {"global_batch", c.batch.global_batch}}},
+      {"schedule",
+       {{"epochs", c.schedule.epochs}, {"max_steps", c.schedule.max_steps},
+        {"exit_at_step", c.schedule.exit_at_step}}},
+      {"freeze",
+       {{"vision", c.freeze.vision}, {"projector", c.freeze.projector}, {"llm", c.freeze.llm},
+        {"llm_layers", c.freeze.llm_layers}}},
+      {"mod",
+       {{"enabled", c.mod.enabled}, {"rule", c.mod.rule}, {"arank_samples", c.mod.arank_samples},
+        {"config", mod_cfg}}},
+      {"checkpoint", {{"every", c.checkpoint.every}, {"keep_last", c.checkpoint.keep_last}}},
+      {"metrics",
+       {{"log_every", c.metrics.log_every}, {"peak_tflops", c.metrics.peak_tflops},
+        {"log_sample_ids", c.metrics.log_sample_ids}}},
+      {"seed", c.seed},
+      {"deterministic", c.deterministic},
+      {"run_dir", c.run_dir},
+      {"resume", c.resume},
+      {"max_consecutive_skipped", c.max_consecutive_skipped},
+  };
+}
+
+TrainConfig train_config_from_json(const json& user, const std::vector<std::string>& overrides,
+                                   const std::string& source) {
+  std::vector<std::string> errs;
+  json j = to_json(TrainConfig{});
+  merge_checked(j, user, "", errs);
+  for (const auto& ov : overrides) apply_override(j, ov, errs);
+
+  TrainConfig c;
+  if (errs.empty()) {
+    try {
+      const json &m = j["model"], &d = j["data"], &e = j["eval"], &o = j["optimizer"], &b = j["batch"],
+                 &s = j["schedule"], &f = j["freeze"], &md = j["mod"], &ck = j["checkpoint"], &mt = j["metrics"];
+      get(m, "path", c.model.path), get(m, "dtype", c.model.dtype), get(m, "device", c.model.device);
+      get(m, "init", c.model.init), get(m, "init_seed", c.model.init_seed);
+      get(d, "train", c.data.train), get(d, "image_folder", c.data.image_folder);
+      get(d, "tokenizer", c.data.tokenizer), get(d, "template", c.data.template_name);
+      get(d, "max_len", c.data.max_len), get(d, "truncation", c.data.truncation), get(d, "workers", c.data.workers);
+      get(d, "prefetch", c.data.prefetch), get(d, "max_bad_fraction", c.data.max_bad_fraction);
+      get(d, "group_by_modality_length", c.data.group_by_modality_length);
+      get(d, "demo_records", c.data.demo_records);
+      get(e, "data", c.eval.data), get(e, "image_folder", c.eval.image_folder), get(e, "every", c.eval.every);
+      get(e, "max_batches", c.eval.max_batches);
+      get(o, "lr", c.optimizer.lr), get(o, "beta1", c.optimizer.beta1), get(o, "beta2", c.optimizer.beta2);
+      get(o, "eps", c.optimizer.eps), get(o, "weight_decay", c.optimizer.weight_decay);
+      get(o, "warmup_ratio", c.optimizer.warmup_ratio), get(o, "warmup_steps", c.optimizer.warmup_steps);
+      get(o, "min_lr", c.optimizer.min_lr), get(o, "max_grad_norm", c.optimizer.max_grad_norm);
+      get(o, "zero_stage", c.optimizer.zero_stage), get(o, "bucket_mb", c.optimizer.bucket_mb);
+      get(b, "micro_batch", c.batch.micro_batch), get(b, "grad_accum", c.batch.grad_accum);
+      get(b, "global_batch", c.batch.global_batch);
+      get(s, "epochs", c.schedule.epochs), get(s, "max_steps", c.schedule.max_steps);
+      get(s, "exit_at_step", c.schedule.exit_at_step);
+      get(f, "vision", c.freeze.vision), get(f, "projector", c.freeze.projector), get(f, "llm", c.freeze.llm);
+      get(f, "llm_layers", c.freeze.llm_layers);
+      get(md, "enabled", c.mod.enabled), get(md, "rule", c.mod.rule), get(md, "arank_samples", c.mod.arank_samples);
+      get(ck, "every", c.checkpoint.every), get(ck, "keep_last", c.checkpoint.keep_last);
+      get(mt, "log_every", c.metrics.log_every), get(mt, "peak_tflops", c.metrics.peak_tflops);
+      get(mt, "log_sample_ids", c.metrics.log_sample_ids);
+      get(j, "seed", c.seed), get(j, "deterministic", c.deterministic), get(j, "run_dir", c.run_dir);
+      get(j, "resume", c.resume), get(j, "max_consecutive_skipped", c.max_consecutive_skipped);
+    } catch (const std::exception& ex) {
+      errs.push_back(std::string("conversion: ") + ex.what());
+    }
+    try {
+      c.mod.config = mod_config_from_json(j["mod"]["config"], "mod.config");
+    } catch (const std::exception& ex) {
+      errs.push_back(ex.what());
+    }
+  }
+  if (!errs.empty()) {
+    std::string msg = source + ": " + std::to_string(errs.size()) + " problem(s):";
+    for (const auto& e : errs) msg += "\n  " + e;
+    throw std::invalid_argument(msg);
+  }
+  return c;
+}
+
+TrainConfig read_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  json j = json::object();
+  if (!path.empty()) {
+    std::ifstream in(path);
+    if (!in) throw std::invalid_argument("cannot open config file " + path);
+    try {
+      j = json::parse(in, nullptr, true, /*ignore_comments=*/true);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(path + ": not valid JSON: " + e.what());
+    }
+  }
+  return train_config_from_json(j, overrides, path.empty() ? "config" : path);
+}
+
+std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges) {
+  std::set<int> out;
+  for (const auto& r : ranges) {
+    size_t used = 0;
+    try {
+      const auto dash = r.find('-');
+      int a = std::stoi(r.substr(0, dash), &used);
+      if (used != (dash == std::string::npos ? r.size() : dash)) throw std::invalid_argument("junk");
+      int b = a;
+      if (dash != std::string::npos) {
+        const std::string tail = r.substr(dash + 1);
+        b = std::stoi(tail, &used);
+        if (used != tail.size()) throw std::invalid_argument("junk");
+      }
+      if (a < 0 || b < a) throw std::invalid_argument("order");
+      for (int i = a; i <= b; ++i) out.insert(i);
+    } catch (const std::exception&) {
+      throw std::invalid_argument("layer range \"" + r + "\": expected \"N\" or \"A-B\" with 0 <= A <= B");
+    }
+  }
+  return {out.begin(), out.end()};
+}
+
+int grad_accum_steps(const TrainConfig& c, int world) {
+  if (c.batch.global_batch > 0) return c.batch.global_batch / std::max(1, world * c.batch.micro_batch);
+  return c.batch.grad_accum;
+}
+
+std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
+  std::vector<std::string> e;
+  auto need_file = [&](const std::string& key, const std::string& p) {
+    if (p.empty()) e.push_back(key + ": required");
+    else if (!fs::exists(p)) e.push_back(key + ": " + p + " does not exist");
+  };
+  // model
+  if (c.model.dtype != "fp32" && c.model.dtype != "bf16")
+    e.push_back("model.dtype: \"" + c.model.dtype + "\", expected fp32 or bf16");
+  if (c.model.device != "cpu" && c.model.device.rfind("cuda", 0) != 0)
+    e.push_back("model.device: \"" + c.model.device + "\", expected cpu or cuda");
+  if (c.model.init != "pretrained" && c.model.init != "random")
+    e.push_back("model.init: \"" + c.model.init + "\", expected pretrained or random");
+  if (c.model.path.empty()) e.push_back("model.path: required");
+  else if (!fs::exists(fs::path(c.model.path) / "config.json"))
+    e.push_back("model.path: " + c.model.path + "/config.json does not exist");
+  // data
+  if (c.data.demo_records > 0) {
+    const std::string name = fs::path(c.data.train).filename().string();
+    if (name != "train.json" && name != "train.jsonl")
+      e.push_back("data.train: with data.demo_records > 0 it must name <dir>/train.json or <dir>/train.jsonl");
+  } else {
+    need_file("data.train", c.data.train);
+    if (!c.data.image_folder.empty() && !fs::is_directory(c.data.image_folder))
+      e.push_back("data.image_folder: " + c.data.image_folder + " is not a directory");
+  }
+  need_file("data.tokenizer", c.data.tokenizer.empty() ? c.model.path : c.data.tokenizer);
+  if (c.data.template_name != "vicuna_v1" && c.data.template_name != "plain" && c.data.template_name != "chatml")
+    e.push_back("data.template: \"" + c.data.template_name + "\", expected vicuna_v1, plain or chatml");
+  if (c.data.truncation != "turn" && c.data.truncation != "skip")
+    e.push_back("data.truncation: \"" + c.data.truncation + "\", expected turn or skip");
+  if (c.data.max_len < 8) e.push_back("data.max_len: " + std::to_string(c.data.max_len) + ", expected >= 8");
+  if (c.data.workers < 0) e.push_back("data.workers: must be >= 0");
+  if (c.data.prefetch < 1) e.push_back("data.prefetch: must be >= 1");
+  if (c.data.max_bad_fraction < 0 || c.data.max_bad_fraction > 1) e.push_back("data.max_bad_fraction: must be in [0, 1]");
+  if (!c.eval.data.empty() && !fs::exists(c.eval.data)) e.push_back("eval.data: " + c.eval.data + " does not exist");
+  if (c.eval.every < 0 || c.eval.max_batches < 0) e.push_back("eval.every / eval.max_batches: must be >= 0");
+  // optimizer
+  const auto& o = c.optimizer;
+  if (!(o.lr > 0)) e.push_back("optimizer.lr: must be > 0");
+  if (o.min_lr < 0 || o.min_lr > o.lr) e.push_back("optimizer.min_lr: must be in [0, lr]");
+  if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1) e.push_back("optimizer.beta1/beta2: must be in [0, 1)");
+  if (!(o.eps > 0)) e.push_back("optimizer.eps: must be > 0");
+  if (o.weight_decay < 0) e.push_back("optimizer.weight_decay: must be >= 0");
+  if (o.warmup_ratio < 0 || o.warmup_ratio > 1) e.push_back("optimizer.warmup_ratio: must be in [0, 1]");
+  if (o.warmup_steps < 0) e.push_back("optimizer.warmup_steps: must be >= 0");
+  if (o.zero_stage < 0 || o.zero_stage > 2) e.push_back("optimizer.zero_stage: " + std::to_string(o.zero_stage) + ", expected 0, 1 or 2");
+  if (o.bucket_mb < 1) e.push_back("optimizer.bucket_mb: must be >= 1");
+  // batch
+  if (c.batch.micro_batch < 1) e.push_back("batch.micro_batch: must be >= 1");
+  if (c.batch.global_batch < 0) e.push_back("batch.global_batch: must be >= 0");
+  if (c.batch.global_batch > 0) {
+    const int per_micro = world * std::max(1, c.batch.micro_batch);
+    if (c.batch.global_batch % per_micro != 0)
+      e.push_back("batch.global_batch: " + std::to_string(c.batch.global_batch) + " is not a multiple of world size (" +
+                  std::to_string(world) + ") x micro_batch (" + std::to_string(c.batch.micro_batch) + ")");
+  } else if (c.batch.grad_accum < 1) {
+    e.push_back("batch.grad_accum: " + std::to_string(c.batch.grad_accum) + ", must be >= 1");
+  }
+  // schedule
+  if (c.schedule.max_steps < 0 || c.schedule.exit_at_step < 0) e.push_back("schedule.max_steps / exit_at_step: must be >= 0");
+  if (c.schedule.max_steps == 0 && c.schedule.epochs < 1) e.push_back("schedule.epochs: must be >= 1 when max_steps = 0");
+  // freeze
+  try {
+    parse_layer_ranges(c.freeze.llm_layers);
+  } catch (const std::exception& ex) {
+    e.push_back(std::string("freeze.llm_layers: ") + ex.what());
+  }
+  if (c.freeze.vision && c.freeze.projector && c.freeze.llm) e.push_back("freeze: everything is frozen, nothing to train");
+  // mod
+  if (c.mod.enabled && c.mod.config.mod_layers.empty()) {
+    try {
+      parse_conversion_rule(c.mod.rule);
+    } catch (const std::exception& ex) {
+      e.push_back(std::string("mod.rule: ") + ex.what());
+    }
+  }
+  if (c.mod.arank_samples < 1) e.push_back("mod.arank_samples: must be >= 1");
+  // checkpoint / metrics / run
+  if (c.checkpoint.every < 0) e.push_back("checkpoint.every: must be >= 0");
+  if (c.checkpoint.keep_last == 1 || c.checkpoint.keep_last < 0)
+    e.push_back("checkpoint.keep_last: " + std::to_string(c.checkpoint.keep_last) +
+                ", expected 0 (all) or >= 2 (the newest may be incomplete when a job dies)");
+  if (c.metrics.log_every < 1) e.push_back("metrics.log_every: must be >= 1");
+  if (c.metrics.peak_tflops < 0) e.push_back("metrics.peak_tflops: must be >= 0");
+  if (c.run_dir.empty()) e.push_back("run_dir: required");
+  if (c.resume != "auto" && c.resume != "none" && !fs::exists(fs::path(c.resume) / "manifest.json"))
+    e.push_back("resume: \"" + c.resume + "\" is neither auto, none nor a checkpoint directory with manifest.json");
+  if (c.max_consecutive_skipped < 1) e.push_back("max_consecutive_skipped: must be >= 1");
+  return e;
+}
+
+void validate_train_config(const TrainConfig& c, int world) {
+  auto errs = check_train_config(c, world);
+  if (errs.empty()) return;
+  std::string msg = "invalid training config, " + std::to_string(errs.size()) + " problem(s):";
+  for (const auto& x : errs) msg += "\n  " + x;
+  throw std::invalid_argument(msg);
+}
+
+}  // namespace gmod

@@ -1,0 +1,145 @@
+// The training run's configuration: plain structs with defaults, each field documented once here.
+// read_train_config() is the one place that reads it: JSON file -> `--set key.path=value` overrides (typed by the
+// existing field's type) -> structs; validate_train_config() is the one place that checks it, before any work,
+// and reports every problem at once. to_json() gives the effective config that is printed and saved with the run.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mod/mod_config.h"
+
+namespace gmod {
+
+struct ModelSection {
+  std::string path;              // Hugging Face model directory (config.json + safetensors)
+  std::string dtype = "fp32";    // compute/parameter dtype: "fp32" or "bf16" (optimizer keeps fp32 master weights)
+  std::string device = "cpu";    // "cpu" or "cuda" (each rank takes GPU local_rank % device_count)
+  // "pretrained": load the weights from `path`; "random": only read config.json and initialise like transformers
+  // with `init_seed` (demos and tests; identical on every rank).
+  std::string init = "pretrained";
+  uint64_t init_seed = 0;
+};
+
+struct DataSection {
+  std::string train;             // LLaVA instruction records: .json (list) or .jsonl
+  std::string image_folder;      // image paths in the records are relative to it ("" = folder of `train`)
+  std::string tokenizer;         // tokenizer.model / tokenizer.json or a directory holding one ("" = model.path)
+  std::string template_name = "vicuna_v1";  // conversation template: vicuna_v1 | plain | chatml
+  int max_len = 2048;            // tokens per sample after image expansion (image tokens per image: model config)
+  std::string truncation = "turn";  // "turn": keep whole leading rounds that fit; "skip": drop long samples
+  int workers = 2;               // loader threads per rank (0 = prepare inside the training thread)
+  int prefetch = 4;              // micro-batches prepared ahead per rank
+  double max_bad_fraction = 0.05;  // abort when more of the records seen are unusable
+  bool group_by_modality_length = false;  // LLaVA's modality-grouped, length-sorted batches
+  // > 0: if `train` does not exist, rank 0 first writes the synthetic demo dataset (data/demo_dataset.h) with
+  // this many training records into the folder of `train` (which must then be named train.json/train.jsonl).
+  int demo_records = 0;
+};
+
+struct EvalSection {
+  std::string data;              // held-out records ("" = no evaluation)
+  std::string image_folder;      // "" = data.image_folder
+  int every = 0;                 // evaluate every N optimizer steps (0 = only at the end, when `data` is set)
+  int max_batches = 8;           // micro-batches per rank per evaluation (0 = the whole set)
+};
+
+struct OptimizerSection {
+  double lr = 2e-5;              // peak learning rate
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;     // decoupled (AdamW), applied to every trainable parameter
+  double warmup_ratio = 0.03;    // linear warmup over ceil(ratio * total_steps) steps, unless warmup_steps > 0
+  int warmup_steps = 0;
+  double min_lr = 0.0;           // cosine decay ends here
+  double max_grad_norm = 1.0;    // global-norm clipping (<= 0: off)
+  int zero_stage = 1;            // 0: replicated AdamW; 1: sharded optimizer state; 2: + reduce-scattered gradients
+  int bucket_mb = 25;            // gradient communication bucket size
+};
+
+struct BatchSection {
+  int micro_batch = 1;           // samples per rank per forward/backward
+  int grad_accum = 1;            // micro-batches per optimizer step (ignored when global_batch > 0)
+  // > 0: samples per optimizer step over all ranks; grad_accum = global_batch / (world * micro_batch). Keep it
+  // fixed to resume at another world size with the same data order and loss.
+  int global_batch = 0;
+};
+
+struct ScheduleSection {
+  int epochs = 1;                // passes over the training set (used when max_steps = 0)
+  int max_steps = 0;             // optimizer steps in the whole run (> 0 overrides epochs); sets the LR horizon
+  // > 0: stop after this global step (checkpoint, exit 0) without changing the LR horizon, e.g. for time-limited
+  // jobs that resume later.
+  int exit_at_step = 0;
+};
+
+struct FreezeSection {
+  bool vision = true;            // CLIP tower frozen (LLaVA default)
+  bool projector = false;
+  bool llm = false;              // the whole LLM (embeddings, layers, norm, LM head, MoD routers)
+  std::vector<std::string> llm_layers;  // frozen decoder layer ranges, e.g. ["0-3", "7"]
+};
+
+struct ModSection {
+  bool enabled = false;          // convert the model to Mixture-of-Depths before training
+  // How the MoD layers are chosen (mod/conversion.h): "arank_mod", "layers:3,4,5", "threshold:110", "keep_top:4"
+  // (the last two first run ARank on the first `arank_samples` training samples, rank 0, written to <run>/arank.json).
+  // Ignored when config.mod_layers_idx is non-empty.
+  std::string rule = "arank_mod";
+  int arank_samples = 50;
+  // Router, capacity, masks, λ (= router_aux_loss_coef: loss = LM + λ Σ_l routing loss_l); see mod/mod_config.h.
+  MoDConfig config;
+};
+
+struct CheckpointSection {
+  int every = 0;                 // save every N optimizer steps (0 = only at the end / on a signal)
+  int keep_last = 3;             // complete checkpoints kept (>= 2, or 0 = all)
+};
+
+struct MetricsSection {
+  int log_every = 1;             // metrics.jsonl line + progress update every N steps
+  // Peak FLOP/s per rank for MFU, in TFLOP/s. 0 = default: 989 (CUDA bf16, H100/H200 dense), 67 (CUDA fp32),
+  // 1.0 on CPU (a nominal figure; CPU MFU is only comparable with itself).
+  double peak_tflops = 0.0;
+  bool log_sample_ids = false;   // <run>/samples/rank-<r>.txt: "step micro idx..." per micro-batch (tests, audits)
+};
+
+struct TrainConfig {
+  ModelSection model;
+  DataSection data;
+  EvalSection eval;
+  OptimizerSection optimizer;
+  BatchSection batch;
+  ScheduleSection schedule;
+  FreezeSection freeze;
+  ModSection mod;
+  CheckpointSection checkpoint;
+  MetricsSection metrics;
+  uint64_t seed = 42;            // data order; each rank's generator is seeded from (seed, rank)
+  // Deterministic algorithms; on CPU, same world size and thread count => bitwise-identical runs and resumes.
+  bool deterministic = false;
+  std::string run_dir = "runs/default";  // metrics.jsonl, config.json, checkpoints/
+  std::string resume = "auto";   // "auto" (newest valid checkpoint of run_dir, if any), "none", or a step directory
+  int max_consecutive_skipped = 10;  // non-finite-gradient steps in a row before the run is aborted
+};
+
+nlohmann::json to_json(const TrainConfig& c);
+// Reads the JSON file (may be "" = defaults only), applies overrides ("a.b=value"), converts. Throws
+// std::invalid_argument listing every unknown key, wrong type and unparsable override.
+TrainConfig read_train_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from an already parsed JSON object (`source` names it in messages).
+TrainConfig train_config_from_json(const nlohmann::json& j, const std::vector<std::string>& overrides = {},
+                                   const std::string& source = "config");
+// Every problem of `c` for a job of `world` ranks (impossible combinations, missing files), one per entry.
+std::vector<std::string> check_train_config(const TrainConfig& c, int world);
+// Throws std::invalid_argument listing everything check_train_config found.
+void validate_train_config(const TrainConfig& c, int world);
+
+// Micro-batches per optimizer step for this world size.
+int grad_accum_steps(const TrainConfig& c, int world);
+// "0-3" / "7" ranges -> sorted unique layer indices; throws on bad syntax.
+std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges);
+
+}  // namespace gmod

@@ -1,0 +1,609 @@
+#include "trainer/trainer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "data/demo_dataset.h"
+#include "model/config.h"
+#include "model/pretrained.h"
+#include "mod/arank.h"
+#include "mod/conversion.h"
+#include "parallel/sharded_adamw.h"
+#include "trainer/checkpoint.h"
+
+namespace gmod {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Seed of rank `rank`'s generators for a run starting (or restarting at another world size) at `step`.
+uint64_t rank_seed(uint64_t seed, int64_t step, int rank) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 0xBF58476D1CE4E5B9ull + uint64_t(rank) + 1;
+  x ^= x >> 31;
+  return x * 0x94D049BB133111EBull;
+}
+
+void on_stop_signal(int) { stop_signal_flag().store(true); }
+
+// Supervised positions after the shift of the causal LM loss (labels[:, 1:] != -100).
+int64_t supervised_count(const at::Tensor& labels) {
+  if (!labels.defined() || labels.size(1) < 2) return 0;
+  return labels.slice(1, 1).ne(-100).sum().item<int64_t>();
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+
+}  // namespace
+
+std::atomic<bool>& stop_signal_flag() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
+Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(cfg)), comm_(std::move(comm)) {
+  rank_ = comm_->rank();
+  world_ = comm_->world_size();
+  validate_train_config(cfg_, world_);
+  device_ = comm_->device();
+  dtype_ = cfg_.model.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  accum_ = grad_accum_steps(cfg_, world_);
+  global_batch_ = int64_t(accum_) * world_ * cfg_.batch.micro_batch;
+
+  if (cfg_.deterministic) {
+    if (device_.is_cuda()) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+  }
+  at::manual_seed(rank_seed(cfg_.seed, 0, rank_));
+
+  if (rank_ == 0) {
+    fs::create_directories(cfg_.run_dir);
+    std::ofstream(fs::path(cfg_.run_dir) / "config.json") << to_json(cfg_).dump(2) << "\n";
+  }
+  load_model();
+  setup_data();
+  if (cfg_.mod.enabled) convert_model();
+  model_->to(device_, dtype_);  // new router parameters
+  model_->train();
+  freeze_and_count();
+  setup_optimizer();
+  resume_if_requested();
+  loader_ = std::make_unique<DataLoader>(*train_set_,
+                                         LoaderConfig{cfg_.batch.micro_batch, rank_, world_,
+                                                      SamplerConfig{cfg_.seed, global_batch_,
+                                                                    cfg_.data.group_by_modality_length, 0},
+                                                      cfg_.data.workers, cfg_.data.prefetch, -1,
+                                                      cfg_.data.max_bad_fraction, 200, true},
+                                         start_position_);
+  const int64_t steps_per_epoch = loader_->micro_steps_per_epoch() / accum_;
+  if (steps_per_epoch < 1)
+    throw std::invalid_argument("data.train: " + std::to_string(train_set_->size()) +
+                                " records are fewer than one global batch (" + std::to_string(global_batch_) + ")");
+  total_steps_ = cfg_.schedule.max_steps > 0 ? cfg_.schedule.max_steps : int64_t(cfg_.schedule.epochs) * steps_per_epoch;
+  const int64_t warmup = cfg_.optimizer.warmup_steps > 0
+                             ? cfg_.optimizer.warmup_steps
+                             : int64_t(std::ceil(cfg_.optimizer.warmup_ratio * double(total_steps_)));
+  sched_ = std::make_unique<LRSchedule>(cfg_.optimizer.lr, cfg_.optimizer.min_lr, warmup, total_steps_);
+  if (!saved_schedule_.is_null()) {
+    const std::string diff = sched_->load_state(saved_schedule_);
+    if (!diff.empty()) print("warning: " + diff);
+  }
+  const double peak = world_ * 1e12 *
+                      (cfg_.metrics.peak_tflops > 0 ? cfg_.metrics.peak_tflops : default_peak_tflops(device_, dtype_));
+  logger_ = std::make_unique<MetricsLogger>(cfg_.run_dir, rank_ == 0, peak, step_);
+  print("data: " + std::to_string(train_set_->size()) + " records, global batch " + std::to_string(global_batch_) +
+        " = " + std::to_string(world_) + " ranks x " + std::to_string(cfg_.batch.micro_batch) + " x " +
+        std::to_string(accum_) + " accumulation; " + std::to_string(steps_per_epoch) + " steps/epoch, " +
+        std::to_string(total_steps_) + " steps in total, warmup " + std::to_string(sched_->warmup_steps()));
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::print(const std::string& msg) const {
+  if (rank_ != 0) return;
+  if (logger_) logger_->print(msg);
+  else std::cout << msg << std::endl;
+}
+
+void Trainer::load_model() {
+  if (cfg_.model.init == "random") {
+    model_ = std::make_shared<MultimodalLM>(load_model_config(cfg_.model.path));
+    model_->init_weights(cfg_.model.init_seed);
+  } else {
+    model_ = load_pretrained(cfg_.model.path, dtype_, at::kCPU);
+  }
+  model_->to(device_, dtype_);
+}
+
+void Trainer::convert_model() {
+  const int n_layers = model_->config.text.num_hidden_layers;
+  MoDConfig mc = cfg_.mod.config;
+  if (mc.mod_layers.empty()) {
+    const ConversionRule rule = parse_conversion_rule(cfg_.mod.rule);
+    std::vector<double> arank;
+    if (rule.kind == ConversionRule::Kind::kThreshold || rule.kind == ConversionRule::Kind::kKeepTop) {
+      arank = run_arank();
+      std::ostringstream os;
+      for (size_t i = 0; i < arank.size(); ++i) os << (i ? " " : "") << arank[i];
+      print("arank per layer: " + os.str());
+    }
+    mc.mod_layers = select_mod_layers(rule, n_layers, arank);
+    if (mc.selection.empty()) mc.selection = rule.to_string();
+  }
+  validate(mc, n_layers, "mod.config");
+  convert_to_mod(*model_, mc);
+  cfg_.mod.config = mc;
+  mod_layers_ = mc.mod_layers;
+}
+
+std::vector<double> Trainer::run_arank() {
+  // The first arank_samples samples of the (seeded) training order, on rank 0; the result is broadcast so that
+  // every rank converts the same layers.
+  const int n_layers = model_->config.text.num_hidden_layers;
+  at::Tensor means = at::zeros({n_layers}, at::TensorOptions().dtype(at::kDouble));
+  if (rank_ == 0) {
+    const int mb = cfg_.batch.micro_batch;
+    DataLoader loader(*train_set_, LoaderConfig{mb, 0, 1, SamplerConfig{cfg_.seed, mb, false, 0}, 0, 1, -1, 1.0, 200,
+                                                true});
+    std::vector<ModelInputs> batches;
+    int64_t n = 0;
+    while (n < cfg_.mod.arank_samples) {
+      Batch b = loader.next();
+      n += b.size();
+      if (b.empty()) continue;
+      ModelInputs in = to_model_inputs(b, device_);
+      if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
+      batches.push_back(in);
+    }
+    ARankOptions o;
+    o.max_samples = cfg_.mod.arank_samples;
+    const ARankResult r = compute_arank(*model_, batches, o);
+    const auto v = r.means();
+    for (size_t i = 0; i < v.size() && int(i) < n_layers; ++i) means[int64_t(i)] = v[i];
+    write_arank_json(r, (fs::path(cfg_.run_dir) / "arank.json").string());
+  }
+  at::Tensor t = means.to(device_);
+  comm_->broadcast(t, 0);
+  t = t.cpu();
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + n_layers);
+}
+
+void Trainer::freeze_and_count() {
+  const int n_layers = model_->config.text.num_hidden_layers;
+  // Freezing: vision.* / projector.* / everything else is the LLM (incl. lm_head and MoD routers).
+  const auto frozen_layers = parse_layer_ranges(cfg_.freeze.llm_layers);
+  const std::set<int> frozen_set(frozen_layers.begin(), frozen_layers.end());
+  int64_t total = 0, trainable = 0;
+  for (auto& item : model_->named_parameters()) {
+    const std::string& name = item.key();
+    at::Tensor p = item.value();
+    bool frozen;
+    if (starts_with(name, "vision.")) frozen = cfg_.freeze.vision;
+    else if (starts_with(name, "projector.")) frozen = cfg_.freeze.projector;
+    else {
+      frozen = cfg_.freeze.llm;
+      if (!frozen && starts_with(name, "llm.layers.")) {
+        const int layer = std::stoi(name.substr(11, name.find('.', 11) - 11));
+        frozen = frozen_set.count(layer) > 0;
+      }
+    }
+    p.set_requires_grad(!frozen);
+    total += p.numel();
+    if (!frozen) {
+      trainable_.emplace_back(name, p);
+      trainable += p.numel();
+    }
+    if (starts_with(name, "llm.layers.") && name.find(".router.") == std::string::npos) flops_.matmul_params += p.numel();
+  }
+  if (!frozen_layers.empty() && frozen_layers.back() >= n_layers)
+    throw std::invalid_argument("freeze.llm_layers: layer " + std::to_string(frozen_layers.back()) +
+                                " does not exist (the model has " + std::to_string(n_layers) + ")");
+  if (trainable_.empty()) throw std::invalid_argument("freeze: no trainable parameter left");
+  flops_.matmul_params += int64_t(model_->config.text.vocab_size) * model_->config.text.hidden_size;
+  flops_.layers = n_layers;
+  flops_.hidden = model_->config.text.hidden_size;
+  std::string mods;
+  for (int l : mod_layers_) mods += (mods.empty() ? "" : ",") + std::to_string(l);
+  print("model: " + cfg_.model.path + " (" + cfg_.model.init + "), " + std::to_string(total) + " parameters, " +
+        std::to_string(trainable) + " trainable, " + cfg_.model.dtype + " on " + device_.str() +
+        (cfg_.mod.enabled ? ", MoD layers [" + mods + "] (" + cfg_.mod.config.selection + ")" : ", dense"));
+}
+
+void Trainer::setup_optimizer() {
+  DataParallelOptions o;
+  o.stage = cfg_.optimizer.zero_stage;
+  o.lr = cfg_.optimizer.lr;
+  o.beta1 = cfg_.optimizer.beta1;
+  o.beta2 = cfg_.optimizer.beta2;
+  o.eps = cfg_.optimizer.eps;
+  o.weight_decay = cfg_.optimizer.weight_decay;
+  o.max_grad_norm = cfg_.optimizer.max_grad_norm;
+  o.bucket_bytes = int64_t(cfg_.optimizer.bucket_mb) << 20;
+  opt_ = std::make_unique<DataParallelOptimizer>(trainable_, comm_, o);
+  opt_->broadcast_params(0);
+  // Frozen parameters are not in the optimizer; they are identical on every rank by construction (same files or
+  // same init seed).
+}
+
+void Trainer::setup_data() {
+  // Demo data on request: rank 0 writes it once, everyone waits.
+  if (cfg_.data.demo_records > 0 && !fs::exists(cfg_.data.train)) {
+    if (rank_ == 0) {
+      DemoDatasetOptions d;
+      d.num_train = cfg_.data.demo_records;
+      d.num_heldout = std::max(8, cfg_.data.demo_records / 4);
+      d.seed = cfg_.seed;
+      make_demo_dataset(fs::path(cfg_.data.train).parent_path().string(), d);
+      print("data: wrote the demo dataset to " + fs::path(cfg_.data.train).parent_path().string());
+    }
+    comm_->barrier();
+  }
+  tokenizer_ = load_tokenizer(cfg_.data.tokenizer.empty() ? cfg_.model.path : cfg_.data.tokenizer);
+  if (tokenizer_->vocab_size() > model_->config.text.vocab_size)
+    throw std::invalid_argument("data.tokenizer: vocabulary of " + std::to_string(tokenizer_->vocab_size()) +
+                                " ids does not fit the model's vocab_size " +
+                                std::to_string(model_->config.text.vocab_size));
+  DatasetConfig dc;
+  dc.data_path = cfg_.data.train;
+  dc.image_folder =
+      cfg_.data.image_folder.empty() ? fs::path(cfg_.data.train).parent_path().string() : cfg_.data.image_folder;
+  dc.conversation.template_name = cfg_.data.template_name;
+  dc.conversation.image_token_id = model_->config.image_token_id;
+  dc.conversation.image_seq_length = model_->config.vision ? model_->config.image_seq_length() : 0;
+  dc.sample.max_len = cfg_.data.max_len;
+  dc.sample.truncation = parse_truncation_mode(cfg_.data.truncation);
+  const fs::path pre = fs::path(cfg_.model.path) / "preprocessor_config.json";
+  if (fs::exists(pre)) {
+    dc.image = load_preprocess_config(pre.string());
+  } else if (model_->config.vision) {
+    dc.image.size = dc.image.crop = model_->config.vision->image_size;
+  }
+  train_set_ = std::make_unique<Dataset>(dc, tokenizer_);
+  if (!cfg_.eval.data.empty()) {
+    DatasetConfig ec = dc;
+    ec.data_path = cfg_.eval.data;
+    ec.image_folder = !cfg_.eval.image_folder.empty() ? cfg_.eval.image_folder
+                      : !cfg_.data.image_folder.empty() ? cfg_.data.image_folder
+                                                        : fs::path(cfg_.eval.data).parent_path().string();
+    eval_set_ = std::make_unique<Dataset>(ec, tokenizer_);
+  }
+}
+
+void Trainer::resume_if_requested() {
+  if (cfg_.resume == "none") return;
+  std::string dir = cfg_.resume;
+  if (cfg_.resume == "auto") {
+    // Rank 0 verifies (CRCs) and decides; the others follow, so every rank loads the same step.
+    int64_t found = -1;
+    if (rank_ == 0) {
+      CheckpointManager mgr(cfg_.run_dir, [this](const std::string& w) { print("warning: " + w); });
+      if (auto e = mgr.find_latest_valid()) found = e->step;
+    }
+    at::Tensor t = at::full({1}, double(found), at::TensorOptions().dtype(at::kDouble).device(device_));
+    comm_->broadcast(t, 0);
+    found = int64_t(t.item<double>());
+    if (found < 0) {
+      print("resume: no valid checkpoint in " + cfg_.run_dir + "/checkpoints, starting from scratch");
+      return;
+    }
+    dir = (fs::path(CheckpointManager(cfg_.run_dir).checkpoints_dir()) / CheckpointManager::step_dir_name(found)).string();
+  } else if (rank_ == 0) {
+    const std::string why = CheckpointManager::verify(dir);
+    if (!why.empty()) throw std::runtime_error("resume: checkpoint " + dir + " is not valid: " + why);
+  }
+  CheckpointReader reader(dir);
+  const int saved_world = reader.world_size();
+  const json& saved_cfg = reader.config();
+  if (saved_cfg.contains("mod") && saved_cfg["mod"].value("enabled", false) != cfg_.mod.enabled)
+    throw std::runtime_error("resume: " + dir + " was trained with mod.enabled = " +
+                             (cfg_.mod.enabled ? "false" : "true") + "; the config says otherwise");
+
+  // Model weights (all parameters, frozen ones included).
+  NamedTensors params;
+  for (auto& item : model_->named_parameters()) params.emplace_back(item.key(), item.value());
+  reader.load_model_into(params, /*strict=*/true);
+
+  // Optimizer state: read only the old ranks whose ranges overlap the one this rank needs.
+  const json& sl = reader.shard_layout();
+  const FlatParamLayout saved_layout = FlatParamLayout::from_json(sl.at("layout"));
+  const int saved_stage = sl.at("stage").get<int>();
+  if (!saved_layout.same_params(opt_->layout()))
+    throw std::runtime_error("resume: the trainable parameters of " + dir +
+                             " differ from this run's (changed freeze or mod settings?)");
+  const int stage = cfg_.optimizer.zero_stage;
+  const FlatParamLayout new_layout = opt_->layout();
+  int64_t need_b = 0, need_e = new_layout.total();
+  if (stage != 0) std::tie(need_b, need_e) = new_layout.shard_range(rank_);
+  std::vector<int> old_ranks;
+  if (saved_stage == 0) {
+    old_ranks = {0};
+  } else {
+    for (int r = 0; r < saved_world; ++r) {
+      auto [b, e] = saved_layout.shard_range(r);
+      if (b < need_e && e > need_b) old_ranks.push_back(r);
+    }
+  }
+  std::vector<AdamWShardState> saved;
+  std::vector<uint8_t> my_rng;
+  for (int r : old_ranks) {
+    RankState rs = reader.read_rank_state(r);
+    AdamWShardState s = AdamWShardState::from_meta(rs.meta);
+    for (auto& [name, t] : rs.tensors) {
+      if (name == "master") s.master = t;
+      else if (name == "exp_avg") s.exp_avg = t;
+      else if (name == "exp_avg_sq") s.exp_avg_sq = t;
+    }
+    if (!s.master.defined() || !s.exp_avg.defined() || !s.exp_avg_sq.defined())
+      throw std::runtime_error("resume: " + dir + ": optimizer file of rank " + std::to_string(r) +
+                               " lacks master/exp_avg/exp_avg_sq");
+    if (r == rank_) my_rng = rs.rng_state;
+    saved.push_back(std::move(s));
+  }
+  if (saved_world == world_ && saved_stage == stage && saved.size() == 1 && saved[0].rank == rank_) {
+    opt_->load_state_dict(saved[0]);
+  } else {
+    opt_->load_state_dict(reshard_state(saved, world_, rank_, stage));
+  }
+
+  // Generators: each rank's own state at the same world size, else a fresh deterministic seed.
+  step_ = reader.step();
+  if (saved_world == world_) {
+    if (my_rng.empty()) my_rng = reader.read_rank_state(rank_).rng_state;
+    set_generator_state_bytes(at::detail::getDefaultCPUGenerator(), my_rng);
+  } else {
+    at::manual_seed(rank_seed(cfg_.seed, step_, rank_));
+  }
+
+  const json& ts = reader.trainer_state();
+  skipped_total_ = ts.value("skipped_total", int64_t(0));
+  start_position_ = data_position_from_json(reader.data_position());
+  const int64_t saved_global = ts.value("global_batch", global_batch_);
+  if (start_position_.consumed_samples % (int64_t(world_) * cfg_.batch.micro_batch) != 0)
+    throw std::runtime_error("resume: " + dir + " stopped after " + std::to_string(start_position_.consumed_samples) +
+                             " samples of epoch " + std::to_string(start_position_.epoch) +
+                             ", not a multiple of world size x micro_batch = " +
+                             std::to_string(world_ * cfg_.batch.micro_batch) + "; choose a compatible world size");
+  // The schedule's horizon is only known once the loader exists; the constructor restores it from this.
+  saved_schedule_ = ts.at("lr_schedule");
+  if (cfg_.resume == "auto") {  // the checkpoint belongs to this run: no need to save the same step again
+    last_saved_step_ = step_;
+    last_checkpoint_ = dir;
+  }
+  print("resume: " + dir + " (step " + std::to_string(step_) + ", saved by " + std::to_string(saved_world) +
+        " rank(s), ZeRO-" + std::to_string(saved_stage) + ") -> " + std::to_string(world_) + " rank(s), ZeRO-" +
+        std::to_string(stage) + "; data epoch " + std::to_string(start_position_.epoch) + " sample " +
+        std::to_string(start_position_.consumed_samples) +
+        (saved_global != global_batch_ ? "; global batch changed from " + std::to_string(saved_global) : ""));
+}
+
+StepMetrics Trainer::train_step() {
+  const auto t0 = Clock::now();
+  const double wait0 = loader_->wait_seconds();
+  StepMetrics m;
+  m.step = step_ + 1;
+  m.total_steps = total_steps_;
+  m.lr = sched_->current();
+
+  // All micro-batches of the step first: the global supervised-token count normalises every micro-batch's loss.
+  std::vector<Batch> micro;
+  micro.reserve(size_t(accum_));
+  int64_t local_sup = 0;
+  for (int k = 0; k < accum_; ++k) {
+    micro.push_back(loader_->next());
+    local_sup += supervised_count(micro.back().labels);
+  }
+  const double n_sup = comm_->all_reduce(double(local_sup), ReduceOp::Sum);
+  if (cfg_.metrics.log_sample_ids) {
+    const fs::path dir = fs::path(cfg_.run_dir) / "samples";
+    fs::create_directories(dir);
+    std::ofstream f(dir / ("rank-" + std::to_string(rank_) + ".txt"), std::ios::app);
+    for (size_t k = 0; k < micro.size(); ++k) {
+      f << m.step << ' ' << k;
+      for (size_t i : micro[k].indices) f << ' ' << i;
+      f << '\n';
+    }
+  }
+
+  const auto opts = at::TensorOptions().dtype(at::kDouble).device(device_);
+  at::Tensor lm_sum = at::zeros({}, opts), routing_sum = at::zeros({}, opts);
+  const size_t n_mod = mod_layers_.size();
+  std::vector<int64_t> processed(n_mod, 0), entered(n_mod, 0);
+  int64_t tokens = 0, samples = 0;
+  for (const Batch& b : micro) {
+    if (b.empty()) continue;  // every record of this slice was bad: contribute nothing, still join the step
+    tokens += b.tokens;
+    samples += b.size();
+    ModelInputs in = to_model_inputs(b, device_);
+    if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
+    ForwardState st;
+    ModelOutput out = model_->forward(in, st);
+    at::Tensor loss = out.lm_loss_sum * (double(world_) / std::max(1.0, n_sup));
+    if (!st.aux_losses.empty()) {
+      loss = loss + total_routing_loss(st, cfg_.mod.config) / double(accum_);
+      at::Tensor r = at::zeros({}, opts);
+      for (const auto& a : st.aux_losses) r = r + a.detach().to(at::kDouble);
+      routing_sum += r;
+    }
+    loss.backward();
+    lm_sum += out.lm_loss_sum.detach().to(at::kDouble);
+    for (const LayerTokens& lt : st.tokens)
+      for (size_t i = 0; i < n_mod; ++i)
+        if (lt.layer == mod_layers_[i]) processed[i] += lt.processed, entered[i] += lt.total;
+  }
+
+  // One all-reduce for every reported quantity and the stop flag: [lm_sum, routing_sum, tokens, samples, stop,
+  // processed..., entered...].
+  at::Tensor packed = at::zeros({5 + 2 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
+  auto acc = packed.accessor<double, 1>();
+  acc[2] = double(tokens);
+  acc[3] = double(samples);
+  acc[4] = stop_signal_flag().load() ? 1.0 : 0.0;
+  for (size_t i = 0; i < n_mod; ++i) acc[5 + i] = double(processed[i]), acc[5 + n_mod + i] = double(entered[i]);
+  packed = packed.to(device_);
+  packed[0] = lm_sum;
+  packed[1] = routing_sum;
+  comm_->all_reduce(packed, ReduceOp::Sum);
+  packed = packed.cpu();
+  auto r = packed.accessor<double, 1>();
+
+  const StepResult res = opt_->step(m.lr);
+  opt_->zero_grad();
+  sched_->advance();
+  ++step_;
+
+  m.lm_loss = r[0] / std::max(1.0, n_sup);
+  m.routing_loss = r[1] / (double(world_) * accum_);
+  m.loss = m.lm_loss + cfg_.mod.config.router_aux_loss_coef * m.routing_loss * (n_mod > 0 ? 1.0 : 0.0);
+  m.supervised_tokens = int64_t(n_sup);
+  m.tokens = int64_t(r[2]);
+  m.samples = int64_t(r[3]);
+  stop_requested_ = stop_requested_ || r[4] > 0;
+  for (size_t i = 0; i < n_mod; ++i)
+    if (r[5 + n_mod + i] > 0) m.skip_ratio[mod_layers_[i]] = 1.0 - r[5 + i] / r[5 + n_mod + i];
+  m.grad_norm = res.grad_norm;
+  m.skipped = res.skipped;
+  if (res.skipped) {
+    ++skipped_total_;
+    ++consecutive_skipped_;
+  } else {
+    consecutive_skipped_ = 0;
+  }
+  m.skipped_total = skipped_total_;
+  const DataPosition pos = loader_->position();
+  m.epoch = pos.epoch;
+  m.consumed_samples = pos.consumed_samples;
+  m.step_seconds = seconds_since(t0);
+  m.data_wait_seconds = loader_->wait_seconds() - wait0;
+  m.flops = flops_.train_flops(m.tokens, m.samples > 0 ? double(m.tokens) / double(m.samples) : 0.0);
+  return m;
+}
+
+TrainResult Trainer::run() {
+  struct sigaction sa {}, old_term {}, old_int {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGINT, &sa, &old_int);
+  struct Restore {
+    struct sigaction t, i;
+    ~Restore() {
+      sigaction(SIGTERM, &t, nullptr);
+      sigaction(SIGINT, &i, nullptr);
+    }
+  } restore{old_term, old_int};
+
+  TrainResult result;
+  const int64_t exit_at = cfg_.schedule.exit_at_step > 0 ? cfg_.schedule.exit_at_step : total_steps_;
+  while (step_ < std::min(total_steps_, exit_at) && !stop_requested_) {
+    StepMetrics m = train_step();
+    if (m.skipped)
+      print("warning: step " + std::to_string(m.step) + " skipped: non-finite gradient (" +
+            std::to_string(consecutive_skipped_) + " in a row, " + std::to_string(skipped_total_) + " in total)");
+    if (consecutive_skipped_ >= cfg_.max_consecutive_skipped)
+      throw std::runtime_error("step " + std::to_string(m.step) + ": " + std::to_string(consecutive_skipped_) +
+                               " consecutive steps had non-finite gradients (max_consecutive_skipped = " +
+                               std::to_string(cfg_.max_consecutive_skipped) + "); aborting");
+    if (step_ % cfg_.metrics.log_every == 0 || step_ == total_steps_ || m.skipped)
+      logger_->log(m, rank_ == 0 ? memory_stats(device_) : json::object());
+    if (eval_set_ && cfg_.eval.every > 0 && step_ % cfg_.eval.every == 0) logger_->log_eval(step_, evaluate());
+    if (cfg_.checkpoint.every > 0 && step_ % cfg_.checkpoint.every == 0 && !stop_requested_) save_checkpoint();
+  }
+  if (eval_set_ && step_ == total_steps_ && (cfg_.eval.every == 0 || step_ % cfg_.eval.every != 0))
+    logger_->log_eval(step_, evaluate());
+  if (last_saved_step_ != step_) save_checkpoint();
+  logger_->finish();
+  result.final_step = step_;
+  result.stopped_by_signal = stop_requested_;
+  result.last_checkpoint = last_checkpoint_;
+  print(std::string(stop_requested_ ? "stopped by signal" : "done") + " at step " + std::to_string(step_) +
+        "; checkpoint " + last_checkpoint_);
+  return result;
+}
+
+json Trainer::evaluate() {
+  if (!eval_set_) return json::object();
+  model_->eval();
+  LoaderConfig lc{cfg_.batch.micro_batch, rank_, world_, SamplerConfig{cfg_.seed, int64_t(world_) * cfg_.batch.micro_batch,
+                                                                       false, 0},
+                  cfg_.data.workers, cfg_.data.prefetch, -1, 1.0, 200, false};
+  DataLoader loader(*eval_set_, lc);
+  int64_t batches = loader.micro_steps_per_epoch();
+  if (cfg_.eval.max_batches > 0) batches = std::min<int64_t>(batches, cfg_.eval.max_batches);
+  const size_t n_mod = mod_layers_.size();
+  at::Tensor packed = at::zeros({3 + 2 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
+  auto acc = packed.accessor<double, 1>();
+  {
+    torch::NoGradGuard no_grad;
+    for (int64_t k = 0; k < batches; ++k) {
+      Batch b = loader.next();
+      if (b.empty()) continue;
+      ModelInputs in = to_model_inputs(b, device_);
+      if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
+      ForwardState st;
+      ModelOutput out = model_->forward(in, st);
+      acc[0] += out.lm_loss_sum.item<double>();
+      acc[1] += double(out.supervised_tokens);
+      acc[2] += double(b.size());
+      for (const LayerTokens& lt : st.tokens)
+        for (size_t i = 0; i < n_mod; ++i)
+          if (lt.layer == mod_layers_[i]) acc[3 + i] += double(lt.processed), acc[3 + n_mod + i] += double(lt.total);
+    }
+  }
+  model_->train();
+  packed = packed.to(device_);
+  comm_->all_reduce(packed, ReduceOp::Sum);
+  packed = packed.cpu();
+  auto r = packed.accessor<double, 1>();
+  json out{{"loss", r[0] / std::max(1.0, r[1])}, {"supervised_tokens", int64_t(r[1])}, {"samples", int64_t(r[2])}};
+  if (n_mod > 0) {
+    json sr = json::object();
+    for (size_t i = 0; i < n_mod; ++i)
+      if (r[3 + n_mod + i] > 0) sr[std::to_string(mod_layers_[i])] = 1.0 - r[3 + i] / r[3 + n_mod + i];
+    out["skip_ratio"] = sr;
+  }
+  return out;
+}
+
+std::string Trainer::save_checkpoint() {
+  const auto t0 = Clock::now();
+  CheckpointContent c;
+  c.step = step_;
+  c.config = to_json(cfg_);
+  c.trainer_state = {{"lr_schedule", sched_->state()},
+                     {"skipped_total", skipped_total_},
+                     {"global_batch", global_batch_},
+                     {"world_size", world_},
+                     {"grad_accum", accum_}};
+  c.data_position = to_json(loader_->position());
+  const AdamWShardState st = opt_->state_dict();
+  c.shard_layout = {{"layout", st.layout.to_json()}, {"stage", st.stage}};
+  if (rank_ == 0)
+    for (auto& item : model_->named_parameters()) c.model.emplace_back(item.key(), item.value().detach());
+  RankState mine;
+  mine.tensors = {{"master", st.master}, {"exp_avg", st.exp_avg}, {"exp_avg_sq", st.exp_avg_sq}};
+  mine.meta = st.meta();
+  mine.rng_state = generator_state_bytes(at::detail::getDefaultCPUGenerator());
+  CheckpointOptions o;
+  o.keep_last = cfg_.checkpoint.keep_last;
+  o.barrier = [this] { comm_->barrier(); };
+  o.warn = [this](const std::string& w) { print("warning: " + w); };
+  last_checkpoint_ = CheckpointWriter(cfg_.run_dir, rank_, world_, o).save(c, mine);
+  last_saved_step_ = step_;
+  print("checkpoint: " + last_checkpoint_ + " (" + std::to_string(int(seconds_since(t0) * 1000)) + " ms)");
+  return last_checkpoint_;
+}
+
+}  // namespace gmod

@@ -1,0 +1,111 @@
+// The trainer: one class that sets a run up (model, MoD conversion, freezing, data-parallel optimizer, this rank's
+// data stream, resume) and runs the loop (gradient accumulation, optimizer step, LR schedule, metrics, evaluation,
+// checkpoints, SIGTERM/SIGINT handling). Parallelism comes from parallel/ (Comm + DataParallelOptimizer); the model
+// knows nothing about it.
+//
+// Loss normalisation (so that results do not depend on the world size or on how a step is cut into micro-batches):
+// before the first forward of a step every rank counts the supervised (shifted, label != -100) tokens of all its
+// micro-batches and one all-reduce gives the step's global count N. Micro-batch m on rank r then back-propagates
+//   world * lm_loss_sum(m, r) / N  +  λ Σ_l routing_loss_l(m, r) / accum
+// and the optimizer averages gradients over ranks, so the gradient is that of
+//   Σ_{m,r} lm_loss_sum(m, r) / N  +  λ · mean_{m,r} Σ_l routing_loss_l(m, r),
+// i.e. every supervised token of the global batch weighs the same (not every micro-batch). The logged lm_loss is the
+// same quantity computed from all-reduced sums.
+//
+// Resume: `resume = auto` takes the newest checkpoint of run_dir whose manifest and CRCs verify (newer broken ones are
+// reported and passed over). At another world size (or ZeRO stage) the optimizer state is resharded exactly
+// (reshard_state), the data stream continues from the saved DataPosition (a permutation prefix, independent of the
+// world size; the global batch must stay a multiple of world x micro_batch), and the ranks' generators are reseeded
+// from (seed, step, rank) since old and new ranks do not correspond; at the same world size each rank's CPU generator
+// state is restored.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "model/llava.h"
+#include "parallel/comm.h"
+#include "parallel/data_parallel.h"
+#include "trainer/lr_schedule.h"
+#include "trainer/metrics.h"
+#include "trainer/train_config.h"
+
+namespace gmod {
+
+// Result of Trainer::run().
+struct TrainResult {
+  int64_t final_step = 0;
+  bool stopped_by_signal = false;
+  std::string last_checkpoint;  // "" when none was written
+};
+
+class Trainer {
+ public:
+  // Validates `cfg` for comm's world size and sets everything up (collective: every rank constructs one).
+  Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm);
+  ~Trainer();
+
+  // Trains until max_steps / epochs / exit_at_step or a SIGTERM/SIGINT (then finishes the step, saves and returns).
+  TrainResult run();
+
+  // Evaluation on eval.data: {"loss", "supervised_tokens", "samples", "skip_ratio"?}. Collective.
+  nlohmann::json evaluate();
+  // Saves a checkpoint of the current step (collective); returns its directory.
+  std::string save_checkpoint();
+
+  int64_t step() const { return step_; }
+  int64_t total_steps() const { return total_steps_; }
+  MultimodalLM& model() { return *model_; }
+  DataParallelOptimizer& optimizer() { return *opt_; }
+  const TrainConfig& config() const { return cfg_; }
+
+ private:
+  void load_model();
+  void convert_model();            // MoD conversion (ARank first when the rule needs it)
+  std::vector<double> run_arank();
+  void freeze_and_count();         // requires_grad, trainable list, FLOP model
+  void setup_optimizer();
+  void setup_data();
+  void resume_if_requested();
+  StepMetrics train_step();
+  void print(const std::string& msg) const;  // rank 0
+
+  TrainConfig cfg_;
+  std::shared_ptr<Comm> comm_;
+  int rank_ = 0, world_ = 1;
+  at::Device device_{at::kCPU};
+  at::ScalarType dtype_ = at::kFloat;
+  int accum_ = 1;
+  int64_t global_batch_ = 1;
+
+  std::shared_ptr<MultimodalLM> model_;
+  std::vector<std::pair<std::string, at::Tensor>> trainable_;
+  std::unique_ptr<DataParallelOptimizer> opt_;
+  std::unique_ptr<LRSchedule> sched_;
+  FlopModel flops_;
+  std::vector<int> mod_layers_;
+
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::unique_ptr<Dataset> train_set_, eval_set_;
+  std::unique_ptr<DataLoader> loader_;
+  DataPosition start_position_;
+  nlohmann::json saved_schedule_;  // LR schedule state from the checkpoint (null when starting fresh)
+  std::unique_ptr<MetricsLogger> logger_;
+
+  int64_t step_ = 0;
+  int64_t total_steps_ = 0;
+  int64_t skipped_total_ = 0;
+  int consecutive_skipped_ = 0;
+  int64_t last_saved_step_ = -1;
+  std::string last_checkpoint_;
+  bool stop_requested_ = false;
+};
+
+// Set by the SIGTERM/SIGINT handler Trainer::run installs; the loop agrees on it across ranks after every step.
+std::atomic<bool>& stop_signal_flag();
+
+}  // namespace gmod
