@@ -67,25 +67,28 @@ bool Dataset::try_prepare(size_t index, PreparedSample& out, BadRecord& bad, boo
   }
 }
 
-std::vector<int64_t> Dataset::modality_lengths() const {
-  std::vector<int64_t> out(records_->size(), -1);
-  for (size_t i = 0; i < out.size(); ++i) {
-    try {
-      const Record r = records_->get(i);
-      int64_t words = 0;
-      for (const auto& t : r.conversations) {
-        bool in_word = false;
-        for (char c : t.value) {
-          const bool ws = c == ' ' || c == '\n' || c == '\t' || c == '\r';
-          if (!ws && !in_word) ++words;
-          in_word = !ws;
+const std::vector<int64_t>& Dataset::modality_lengths() const {
+  std::call_once(lengths_once_, [this] {
+    std::vector<int64_t> out(records_->size(), -1);
+    for (size_t i = 0; i < out.size(); ++i) {
+      try {
+        const Record r = records_->get(i);
+        int64_t words = 0;
+        for (const auto& t : r.conversations) {
+          bool in_word = false;
+          for (char c : t.value) {
+            const bool ws = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+            if (!ws && !in_word) ++words;
+            in_word = !ws;
+          }
         }
+        out[i] = r.images.empty() ? -std::max<int64_t>(words, 1) : words + 128;
+      } catch (const RecordError&) {
       }
-      out[i] = r.images.empty() ? -std::max<int64_t>(words, 1) : words + 128;
-    } catch (const RecordError&) {
     }
-  }
-  return out;
+    lengths_ = std::move(out);
+  });
+  return lengths_;
 }
 
 }  // namespace gmod

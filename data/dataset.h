@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,8 @@ class Dataset {
   // Same, reporting a bad record instead of throwing; returns false when bad.
   bool try_prepare(size_t index, PreparedSample& out, BadRecord& bad, bool decode_images = true) const;
   // LLaVA's modality lengths for group_by_modality_length: word count (+128 with an image), negative for
-  // text-only. Parses every record once (malformed records get length -1).
-  std::vector<int64_t> modality_lengths() const;
+  // text-only. Parses every record on the first call (malformed records get length -1), cached after that.
+  const std::vector<int64_t>& modality_lengths() const;
 
   const RecordFile& records() const { return *records_; }
   const ConversationEncoder& encoder() const { return *encoder_; }
@@ -60,6 +61,8 @@ class Dataset {
   DatasetConfig config_;
   std::unique_ptr<RecordFile> records_;
   std::unique_ptr<ConversationEncoder> encoder_;
+  mutable std::once_flag lengths_once_;
+  mutable std::vector<int64_t> lengths_;
 };
 
 }  // namespace gmod
