@@ -46,6 +46,8 @@ void merge_checked(json& dflt, const json& user, const std::string& path, std::v
       errs.push_back(key + ": expected " + type_name(d) + ", got " + type_name(u) + " (" + u.dump() + ")");
     } else if (d.is_number_unsigned() && u.is_number_integer() && u.get<int64_t>() < 0) {
       errs.push_back(key + ": expected a non-negative integer, got " + u.dump());
+    } else if (d.is_number_float()) {
+      d = u.get<double>();  // keep the field a float (`"lr": 1` must not make later overrides integer-typed)
     } else {
       d = u;
     }
@@ -284,7 +286,8 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
   if (c.data.workers < 0) e.push_back("data.workers: must be >= 0");
   if (c.data.prefetch < 1) e.push_back("data.prefetch: must be >= 1");
   if (c.data.max_bad_fraction < 0 || c.data.max_bad_fraction > 1) e.push_back("data.max_bad_fraction: must be in [0, 1]");
-  if (!c.eval.data.empty() && !fs::exists(c.eval.data)) e.push_back("eval.data: " + c.eval.data + " does not exist");
+  const bool demo_eval = c.data.demo_records > 0 && fs::path(c.eval.data).parent_path() == fs::path(c.data.train).parent_path();
+  if (!c.eval.data.empty() && !demo_eval && !fs::exists(c.eval.data)) e.push_back("eval.data: " + c.eval.data + " does not exist");
   if (c.eval.every < 0 || c.eval.max_batches < 0) e.push_back("eval.every / eval.max_batches: must be >= 0");
   // optimizer
   const auto& o = c.optimizer;

@@ -36,7 +36,8 @@ struct DataSection {
   double max_bad_fraction = 0.05;  // abort when more of the records seen are unusable
   bool group_by_modality_length = false;  // LLaVA's modality-grouped, length-sorted batches
   // > 0: if `train` does not exist, rank 0 first writes the synthetic demo dataset (data/demo_dataset.h) with
-  // this many training records into the folder of `train` (which must then be named train.json/train.jsonl).
+  // this many training records into the folder of `train` (which must then be named train.json/train.jsonl);
+  // eval.data may then name <that folder>/heldout.json.
   int demo_records = 0;
 };
 
