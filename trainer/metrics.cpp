@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -43,6 +44,14 @@ std::string hms(double s) {
   return buf;
 }
 
+// A redrawn bar only on a real terminal: mpirun hands ranks a pseudo-terminal even when its own output goes to a
+// file, so under MPI launchers plain lines are the default. GMOD_PROGRESS=bar|plain overrides.
+bool progress_bar_wanted() {
+  if (const char* p = std::getenv("GMOD_PROGRESS")) return std::string(p) == "bar";
+  if (std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("PMI_RANK")) return false;
+  return isatty(STDOUT_FILENO) != 0;
+}
+
 }  // namespace
 
 nlohmann::json memory_stats(const at::Device& device) {
@@ -66,7 +75,7 @@ nlohmann::json memory_stats(const at::Device& device) {
 }
 
 MetricsLogger::MetricsLogger(const std::string& run_dir, bool enabled, double peak_flops, int64_t first_step)
-    : enabled_(enabled), tty_(isatty(STDOUT_FILENO) != 0), peak_flops_(peak_flops), first_step_(first_step),
+    : enabled_(enabled), tty_(progress_bar_wanted()), peak_flops_(peak_flops), first_step_(first_step),
       start_(std::chrono::steady_clock::now()) {
   if (!enabled_) return;
   std::filesystem::create_directories(run_dir);

@@ -1,7 +1,7 @@
 // Per-step training metrics: what one optimizer step did (losses, grad norm, LR, throughput, MFU, MoD skip ratios,
 // data-wait share, memory, skipped steps), the FLOP model behind MFU, and the rank-0 logger that appends one JSON
 // object per logged step to <run>/metrics.jsonl and shows progress (a redrawn bar with ETA on a TTY, plain lines
-// otherwise).
+// otherwise; under mpirun plain lines unless GMOD_PROGRESS=bar).
 //
 // FLOPs (dense-equivalent, as MFU is usually reported): per trained token 6·N + 12·L·D·T, where N = LLM matmul
 // parameters (decoder layers + LM head; embeddings excluded), L layers, D hidden size, T the step's mean sequence

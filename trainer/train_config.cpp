@@ -122,7 +122,7 @@ json to_json(const TrainConfig& c) {
         {"group_by_modality_length", c.data.group_by_modality_length}, {"demo_records", c.data.demo_records}}},
       {"eval",
        {{"data", c.eval.data}, {"image_folder", c.eval.image_folder}, {"every", c.eval.every},
-        {"max_batches", c.eval.max_batches}}},
+        {"max_batches", c.eval.max_batches}, {"exact_match", c.eval.exact_match}}},
       {"optimizer",
        {{"lr", c.optimizer.lr}, {"beta1", c.optimizer.beta1}, {"beta2", c.optimizer.beta2}, {"eps", c.optimizer.eps},
         {"weight_decay", c.optimizer.weight_decay}, {"warmup_ratio", c.optimizer.warmup_ratio},
@@ -174,7 +174,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(d, "group_by_modality_length", c.data.group_by_modality_length);
       get(d, "demo_records", c.data.demo_records);
       get(e, "data", c.eval.data), get(e, "image_folder", c.eval.image_folder), get(e, "every", c.eval.every);
-      get(e, "max_batches", c.eval.max_batches);
+      get(e, "max_batches", c.eval.max_batches), get(e, "exact_match", c.eval.exact_match);
       get(o, "lr", c.optimizer.lr), get(o, "beta1", c.optimizer.beta1), get(o, "beta2", c.optimizer.beta2);
       get(o, "eps", c.optimizer.eps), get(o, "weight_decay", c.optimizer.weight_decay);
       get(o, "warmup_ratio", c.optimizer.warmup_ratio), get(o, "warmup_steps", c.optimizer.warmup_steps);

@@ -46,6 +46,9 @@ struct EvalSection {
   std::string image_folder;      // "" = data.image_folder
   int every = 0;                 // evaluate every N optimizer steps (0 = only at the end, when `data` is set)
   int max_batches = 8;           // micro-batches per rank per evaluation (0 = the whole set)
+  // Also greedy-generate each sample's first answer from its prompt and report the exact-match rate (model in eval
+  // mode: MoD layers route by threshold, as at inference).
+  bool exact_match = true;
 };
 
 struct OptimizerSection {

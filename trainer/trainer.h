@@ -52,7 +52,8 @@ class Trainer {
   // Trains until max_steps / epochs / exit_at_step or a SIGTERM/SIGINT (then finishes the step, saves and returns).
   TrainResult run();
 
-  // Evaluation on eval.data: {"loss", "supervised_tokens", "samples", "skip_ratio"?}. Collective.
+  // Evaluation on eval.data: {"loss", "supervised_tokens", "samples", "exact_match"?, "exact_match_samples"?,
+  // "skip_ratio"?} (loss token-normalised over all ranks). Collective.
   nlohmann::json evaluate();
   // Saves a checkpoint of the current step (collective); returns its directory.
   std::string save_checkpoint();
