@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="$(launch/setup.sh | tail -1)"
-export CCACHE_BASEDIR="$PWD" CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/gmod/ccache}" CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+export CCACHE_NOHASHDIR=1 CCACHE_BASEDIR="$PWD" CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/gmod/ccache}" CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 JOBS="${GMOD_JOBS:-$(nproc)}"
 if [ ! -f build/build.ninja ]; then
   cmake -S . -B build -G Ninja -DGMOD_PYTHON="$VENV/bin/python" ${GMOD_CMAKE_ARGS:-} >/dev/null
