@@ -1,8 +1,8 @@
 // Byte-level BPE from tokenizer.json: added-token split, PCRE2 pre-tokenizers, ranked merges, byte-level decode.
 #include "data/bpe_tokenizer.h"
+#include "data/pcre2_regex.h"
+#include "data/utf8.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -25,145 +25,24 @@ namespace {
 
 using json = nlohmann::json;
 
-// ---------------------------------------------------------------- UTF-8
-// Length of the valid UTF-8 sequence at s[i], or -k where k >= 1 is the length of the maximal invalid subpart
-// (Unicode "substitution of maximal subparts", as Rust's from_utf8_lossy and Python's errors="replace").
-int utf8_seq(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char c = b(0);
-  if (c < 0x80) return 1;
-  int need;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) need = 1;
-  else if (c == 0xE0) need = 2, lo = 0xA0;
-  else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) need = 2;
-  else if (c == 0xED) need = 2, hi = 0x9F;
-  else if (c == 0xF0) need = 3, lo = 0x90;
-  else if (c >= 0xF1 && c <= 0xF3) need = 3;
-  else if (c == 0xF4) need = 3, hi = 0x8F;
-  else return -1;
-  for (int k = 1; k <= need; ++k) {
-    if (i + k >= s.size()) return -k;
-    const unsigned char lo_k = k == 1 ? lo : 0x80, hi_k = k == 1 ? hi : 0xBF;
-    if (b(k) < lo_k || b(k) > hi_k) return -k;
-  }
-  return need + 1;
-}
-
-bool utf8_valid(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const int n = utf8_seq(s, i);
-    if (n < 0) return false;
-    i += n;
-  }
-  return true;
-}
-
-std::string utf8_lossy(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const int n = utf8_seq(s, i);
-    if (n > 0) out.append(s.substr(i, n)), i += n;
-    else out += "\xEF\xBF\xBD", i += -n;
-  }
-  return out;
-}
-
-uint32_t utf8_cp(std::string_view s, size_t i, size_t* len) {  // s valid at i
-  const auto c = static_cast<unsigned char>(s[i]);
-  const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-  uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-  for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-  *len = n;
-  return cp;
-}
-
-size_t utf8_prev(std::string_view s, size_t i) {  // start of the char ending at i
-  do --i;
-  while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80);
-  return i;
-}
-
-void utf8_append(std::string& out, uint32_t cp) {
-  if (cp < 0x80) out += char(cp);
-  else if (cp < 0x800) out += char(0xC0 | (cp >> 6)), out += char(0x80 | (cp & 0x3F));
-  else out += char(0xE0 | (cp >> 12)), out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
-}
-
-bool is_white_space(uint32_t c) {  // Unicode White_Space = Rust char::is_whitespace
-  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
 // ---------------------------------------------------------------- PCRE2
 const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-struct ThreadMatchState {  // per-thread match data and JIT stack, shared by every Regex
-  pcre2_match_data* md = pcre2_match_data_create(16, nullptr);
-  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, nullptr);
-  pcre2_match_context* ctx = pcre2_match_context_create(nullptr);
-  ThreadMatchState() { pcre2_jit_stack_assign(ctx, nullptr, stack); }
-  ~ThreadMatchState() {
-    pcre2_match_context_free(ctx);
-    pcre2_jit_stack_free(stack);
-    pcre2_match_data_free(md);
+// PCRE2 regex whose compile errors name the tokenizer file (an unsupported pre-tokenizer pattern).
+std::shared_ptr<Pcre2Regex> make_regex(const std::string& pattern, bool literal, const std::string& origin) {
+  try {
+    return std::make_shared<Pcre2Regex>(pattern, literal);
+  } catch (const std::invalid_argument& e) {
+    throw UnsupportedTokenizerError("tokenizer.json '" + origin + "': pre-tokenizer " + e.what());
   }
-};
-
-class Regex {
- public:
-  Regex(const std::string& pattern, bool literal, const std::string& origin) {
-    int err = 0;
-    PCRE2_SIZE off = 0;
-    const uint32_t opts = literal ? (PCRE2_UTF | PCRE2_LITERAL) : (PCRE2_UTF | PCRE2_UCP);
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), opts, &err, &off, nullptr);
-    if (!code_) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof msg);
-      throw UnsupportedTokenizerError("tokenizer.json '" + origin + "': pre-tokenizer regex /" + pattern +
-                                      "/ does not compile with PCRE2 at offset " + std::to_string(off) + ": " +
-                                      reinterpret_cast<char*>(msg));
-    }
-    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
-  }
-  ~Regex() { pcre2_code_free(code_); }
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
-
-  // Non-empty matches [start, end) of the regex in `s` (valid UTF-8), left to right, non-overlapping.
-  template <class F>
-  void for_each_match(std::string_view s, F&& f) const {
-    thread_local ThreadMatchState st;
-    const auto subj = reinterpret_cast<PCRE2_SPTR>(s.data());
-    size_t pos = 0;
-    while (pos <= s.size()) {
-      const int rc = pcre2_match(code_, subj, s.size(), pos, PCRE2_NO_UTF_CHECK, st.md, st.ctx);
-      if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0 && rc != 0) throw std::runtime_error("PCRE2 match failed with code " + std::to_string(rc));
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.md);
-      if (ov[1] == ov[0]) {  // empty match: step over one character
-        if (ov[0] >= s.size()) break;
-        size_t len;
-        utf8_cp(s, ov[0], &len);
-        pos = ov[0] + len;
-        continue;
-      }
-      f(ov[0], ov[1]);
-      pos = ov[1];
-    }
-  }
-
- private:
-  pcre2_code* code_ = nullptr;
-};
+}
 
 // ---------------------------------------------------------------- pre-tokenizer
 enum class Behavior { Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous };
 
 struct Step {
   bool byte_level = false;
-  std::shared_ptr<Regex> re;  // Split/Digits pattern, or the GPT-2 regex for ByteLevel(use_regex)
+  std::shared_ptr<Pcre2Regex> re;  // Split/Digits pattern, or the GPT-2 regex for ByteLevel(use_regex)
   Behavior behavior = Behavior::Isolated;
   bool invert = false;
   bool add_prefix_space = false;
@@ -229,10 +108,10 @@ struct Added {
 bool is_word_char_before(std::string_view s, size_t end) {  // Rust: last char alphanumeric or '_'
   if (end == 0) return false;
   size_t len;
-  const size_t at = utf8_prev(s, end);
-  const uint32_t c = utf8_cp(s, at, &len);
+  const size_t at = utf8::prev(s, end);
+  const uint32_t c = utf8::code_point(s, at, &len);
   if (c < 0x80) return std::isalnum(static_cast<int>(c)) || c == '_';
-  static const Regex word(R"([\p{L}\p{N}\p{Mn}\p{Mc}])", false, "<builtin>");
+  static const Pcre2Regex word(R"([\p{L}\p{N}\p{Mn}\p{Mc}])", false);
   bool hit = false;
   word.for_each_match(s.substr(at, len), [&](size_t, size_t) { hit = true; });
   return hit;
@@ -240,7 +119,7 @@ bool is_word_char_before(std::string_view s, size_t end) {  // Rust: last char a
 bool is_word_char_after(std::string_view s, size_t start) {
   if (start >= s.size()) return false;
   size_t len;
-  utf8_cp(s, start, &len);
+  utf8::code_point(s, start, &len);
   return is_word_char_before(s, start + len);
 }
 
@@ -288,15 +167,15 @@ void split_added(std::string_view s, size_t base, const AddedMatcher& m, bool pa
     if (t->lstrip) {
       size_t ns = start, len;
       while (ns > 0) {
-        const size_t p = utf8_prev(s, ns);
-        if (!is_white_space(utf8_cp(s, p, &len))) break;
+        const size_t p = utf8::prev(s, ns);
+        if (!utf8::is_white_space(utf8::code_point(s, p, &len))) break;
         ns = p;
       }
       start = std::max(ns, start_offset);
     }
     if (t->rstrip) {
       size_t len;
-      while (stop < s.size() && is_white_space(utf8_cp(s, stop, &len))) stop += len;
+      while (stop < s.size() && utf8::is_white_space(utf8::code_point(s, stop, &len))) stop += len;
       pos = std::max(pos, stop);
     }
     if (start_offset < start) out.push_back({base + start_offset, base + start, -1});
@@ -380,13 +259,13 @@ struct BpeTokenizer::Impl {
       Step s;
       s.byte_level = true;
       s.add_prefix_space = p.value("add_prefix_space", true);
-      if (p.value("use_regex", true)) s.re = std::make_shared<Regex>(kGpt2Pattern, false, origin);
+      if (p.value("use_regex", true)) s.re = make_regex(kGpt2Pattern, false, origin);
       steps.push_back(std::move(s));
     } else if (type == "Split") {
       Step s;
       const json& pat = p.at("pattern");
-      if (pat.contains("Regex")) s.re = std::make_shared<Regex>(pat["Regex"].get<std::string>(), false, origin);
-      else if (pat.contains("String")) s.re = std::make_shared<Regex>(pat["String"].get<std::string>(), true, origin);
+      if (pat.contains("Regex")) s.re = make_regex(pat["Regex"].get<std::string>(), false, origin);
+      else if (pat.contains("String")) s.re = make_regex(pat["String"].get<std::string>(), true, origin);
       else fail("Split pre-tokenizer without a Regex or String pattern");
       const std::string b = p.value("behavior", "Isolated");
       static const std::unordered_map<std::string, Behavior> kB = {
@@ -399,7 +278,7 @@ struct BpeTokenizer::Impl {
       steps.push_back(std::move(s));
     } else if (type == "Digits") {
       Step s;
-      s.re = std::make_shared<Regex>(R"(\p{N})", false, origin);
+      s.re = make_regex(R"(\p{N})", false, origin);
       s.behavior = p.value("individual_digits", false) ? Behavior::Isolated : Behavior::Contiguous;
       steps.push_back(std::move(s));
     } else {
@@ -520,7 +399,7 @@ struct BpeTokenizer::Impl {
       (t.normalized ? match_norm : match_raw).add(&t);
     }
     for (int b = 0; b < 256; ++b) {
-      utf8_append(byte_char[b], byte_cp[b]);
+      utf8::append(byte_char[b], byte_cp[b]);
       cp_byte[byte_cp[b]] = static_cast<uint8_t>(b);
       const auto it = vocab.find(byte_char[b]);
       byte_id[b] = it == vocab.end() ? -1 : it->second;
@@ -691,7 +570,7 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text, bool parse_sp
   const Impl& im = *impl_;
   std::string clean;
   std::string_view s = text;
-  if (!utf8_valid(s)) clean = utf8_lossy(s), s = clean;
+  if (!utf8::valid(s)) clean = utf8::lossy(s), s = clean;
   std::vector<Segment> first, segs;
   split_added(s, 0, im.match_raw, parse_special, first);
   for (const Segment& g : first) {
@@ -718,16 +597,16 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
     bool ok = true;
     for (size_t i = 0; i < tok.size() && ok;) {
       size_t len;
-      const int n = utf8_seq(tok, i);
+      const int n = utf8::seq(tok, i);
       if (n < 0) { ok = false; break; }
-      const auto it = im.cp_byte.find(utf8_cp(tok, i, &len));
+      const auto it = im.cp_byte.find(utf8::code_point(tok, i, &len));
       if (it == im.cp_byte.end()) ok = false;
       else mapped += static_cast<char>(it->second);
       i += len;
     }
     bytes += ok ? mapped : tok;
   }
-  return utf8_lossy(bytes);
+  return utf8::lossy(bytes);
 }
 
 int32_t BpeTokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_token.size()); }
