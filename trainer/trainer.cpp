@@ -18,6 +18,7 @@
 #include "mod/conversion.h"
 #include "parallel/sharded_adamw.h"
 #include "trainer/checkpoint.h"
+#include "trainer/model_setup.h"
 
 namespace gmod {
 namespace {
@@ -129,22 +130,13 @@ void Trainer::load_model() {
 }
 
 void Trainer::convert_model() {
-  const int n_layers = model_->config.text.num_hidden_layers;
-  MoDConfig mc = cfg_.mod.config;
-  if (mc.mod_layers.empty()) {
-    const ConversionRule rule = parse_conversion_rule(cfg_.mod.rule);
-    std::vector<double> arank;
-    if (rule.kind == ConversionRule::Kind::kThreshold || rule.kind == ConversionRule::Kind::kKeepTop) {
-      arank = run_arank();
-      std::ostringstream os;
-      for (size_t i = 0; i < arank.size(); ++i) os << (i ? " " : "") << arank[i];
-      print("arank per layer: " + os.str());
-    }
-    mc.mod_layers = select_mod_layers(rule, n_layers, arank);
-    if (mc.selection.empty()) mc.selection = rule.to_string();
-  }
-  validate(mc, n_layers, "mod.config");
-  convert_to_mod(*model_, mc);
+  const MoDConfig mc = convert_for_run(*model_, cfg_.mod, [this] {
+    const std::vector<double> arank = run_arank();
+    std::ostringstream os;
+    for (size_t i = 0; i < arank.size(); ++i) os << (i ? " " : "") << arank[i];
+    print("arank per layer: " + os.str());
+    return arank;
+  });
   cfg_.mod.config = mc;
   mod_layers_ = mc.mod_layers;
 }
@@ -310,6 +302,16 @@ void Trainer::resume_if_requested() {
   if (saved_cfg.contains("mod") && saved_cfg["mod"].value("enabled", false) != cfg_.mod.enabled)
     throw std::runtime_error("resume: " + dir + " was trained with mod.enabled = " +
                              (cfg_.mod.enabled ? "false" : "true") + "; the config says otherwise");
+  if (cfg_.mod.enabled && saved_cfg.contains("mod") && saved_cfg["mod"].contains("config")) {
+    // Same parameter names whichever layers are MoD, so a different conversion would load silently.
+    const json saved_mod = saved_cfg["mod"]["config"], now_mod = to_json(cfg_.mod.config);
+    for (const char* key : {"mod_layers_idx", "router"})
+      if (saved_mod.value(key, json()) != now_mod.value(key, json()))
+        throw std::runtime_error("resume: " + dir + " was trained with mod " + key + " = " +
+                                 saved_mod.value(key, json()).dump() + " but this run converts to " +
+                                 now_mod.value(key, json()).dump() +
+                                 " (set mod.config.mod_layers to the checkpoint's layers, or start a new run_dir)");
+  }
 
   // Model weights (all parameters, frozen ones included).
   NamedTensors params;

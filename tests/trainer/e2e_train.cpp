@@ -289,3 +289,15 @@ TEST(TrainE2E, CorruptNewestCheckpointIsPassedOver) {
   EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 4)), "");
   EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 3)), "");  // re-saved
 }
+
+// Converted layers leave parameter names unchanged, so resuming with another conversion must be refused, not loaded.
+TEST(TrainE2E, ResumeWithOtherMoDLayersIsRefused) {
+  TempDir t;
+  const std::string run = t.str("modlayers");
+  const std::string cfg = write_config(run, {{"checkpoint", {{"every", 1}, {"keep_last", 2}}}});
+  ASSERT_EQ(gmod_train(0, cfg, {"schedule.exit_at_step=1", "mod.rule=layers:3,4"}), 0) << slurp(cfg + ".log");
+  EXPECT_NE(gmod_train(0, cfg, {"schedule.exit_at_step=2", "mod.rule=layers:2,3"}), 0);
+  const std::string log = slurp(cfg + ".log");
+  EXPECT_NE(log.find("mod_layers_idx = [3,4] but this run converts to [2,3]"), std::string::npos) << log;
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 1)), "");  // the checkpoint it had is untouched
+}
