@@ -82,3 +82,26 @@ TEST_P(HfParity, Bf16LogitsTrackTransformersBf16) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::Values("llama_untied_gqa", "llama_tied", "llava_layer_m2"));
 
 }  // namespace
+
+namespace {
+
+// The same fixtures on the GPU (skipped without one): fp32 logits and loss as on the CPU reference.
+TEST(HfParityCuda, LlavaFp32OnCudaMatchesTransformers) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const auto dir = test::fixture("hf/llava_layer_m2");
+  auto model = load_pretrained(dir, at::kFloat, at::Device(at::kCUDA, 0));
+  SafetensorsFile ref(dir + "/reference.safetensors");
+  auto in = inputs_from(ref);
+  in.input_ids = in.input_ids.cuda();
+  in.attention_mask = in.attention_mask.cuda();
+  in.labels = in.labels.cuda();
+  in.pixel_values = in.pixel_values.cuda();
+  auto out = model->forward(in);
+  // TF32 is off by default in LibTorch matmuls, so fp32 on the GPU stays close to the CPU reference.
+  EXPECT_LT(max_abs_on_valid(out.logits.cpu(), ref.tensor("logits"), in.attention_mask.cpu()), 1e-4);
+  EXPECT_NEAR(out.lm_loss.item<double>(), ref.tensor("loss").item<double>(), 1e-4);
+  out.lm_loss.backward();
+  EXPECT_TRUE(model->named_parameters()["llm.layers.0.self_attn.q_proj.weight"].grad().defined());
+}
+
+}  // namespace
