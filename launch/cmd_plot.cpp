@@ -1,0 +1,183 @@
+// `gmod plot --metrics RUN_DIR/metrics.jsonl [--out DIR]`: PNG plots of a training run with gnuplot:
+// loss curves (loss, lm_loss, routing_loss, held-out eval loss), skip ratio per MoD layer, learning rate
+// and tokens/s. The data files (*.dat) and gnuplot scripts (*.gp) are written next to the PNGs so a plot
+// can be restyled and rerun by hand (`gnuplot loss.gp`).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "launch/args.h"
+
+namespace gmod::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const char* kUsage = "usage: gmod plot --metrics RUN_DIR/metrics.jsonl [--out DIR (default RUN_DIR/plots)]\n";
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Output of a shell command (stdout and stderr), and its exit status.
+std::pair<int, std::string> capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return {-1, out};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = pclose(p);
+  return {rc, out};
+}
+
+double num(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : NAN;
+}
+
+std::string fmt(double v) {
+  if (std::isnan(v)) return "NaN";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream f(p);
+  if (!f) throw std::runtime_error("cannot write " + p.string());
+  f << text;
+}
+
+std::string header(const std::string& terminal, const std::string& png, const std::string& title,
+                   const std::string& ylabel) {
+  return "set terminal " + terminal + " size 900,540\nset output '" + png + "'\nset title '" + title +
+         "' noenhanced\nset xlabel 'step'\nset ylabel '" + ylabel + "'\nset grid\nset key outside right top\n" +
+         "set datafile missing 'NaN'\n";
+}
+
+int run_plot(const std::vector<std::string>& argv) {
+  if (argv.empty()) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  Args a(argv);
+  a.check_known({"metrics", "out", "gnuplot"});
+  auto metrics = a.get("metrics");
+  if (!metrics) throw std::invalid_argument("--metrics RUN_DIR/metrics.jsonl is required");
+  const fs::path mpath = fs::is_directory(*metrics) ? fs::path(*metrics) / "metrics.jsonl" : fs::path(*metrics);
+  const fs::path out = a.get_or("out", (mpath.parent_path() / "plots").string());
+  const std::string gnuplot = a.get_or("gnuplot", "gnuplot");
+
+  // gnuplot first, so a missing one is reported before any work.
+  auto [rc, terms] = capture(quote(gnuplot) + " -e 'set terminal'");
+  if (rc != 0 || terms.find("png") == std::string::npos)
+    throw std::runtime_error("gnuplot ('" + gnuplot +
+                             "') is not installed or has no PNG terminal; install the Debian package gnuplot-nox "
+                             "(launch/setup.sh does) or pass --gnuplot PATH");
+  const std::string terminal = terms.find("pngcairo") != std::string::npos ? "pngcairo" : "png";
+
+  std::ifstream in(mpath);
+  if (!in) throw std::runtime_error("cannot read " + mpath.string());
+  std::string loss, evals, lr, tps;
+  std::set<std::string> layer_set;
+  std::vector<std::pair<double, json>> skips;
+  std::string line;
+  int64_t n_train = 0, n_eval = 0, lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("" + mpath.string() + ": line " + std::to_string(lineno) +
+                               " is not JSON: " + e.what());
+    }
+    const double step = num(j, "step");
+    if (std::isnan(step)) continue;
+    if (j.contains("eval")) {
+      const json& e = j["eval"];
+      evals += fmt(step) + " " + fmt(num(e, "loss")) + " " + fmt(num(e, "exact_match")) + "\n";
+      ++n_eval;
+      continue;
+    }
+    ++n_train;
+    loss += fmt(step) + " " + fmt(num(j, "loss")) + " " + fmt(num(j, "lm_loss")) + " " + fmt(num(j, "routing_loss")) +
+            "\n";
+    lr += fmt(step) + " " + fmt(num(j, "lr")) + "\n";
+    tps += fmt(step) + " " + fmt(num(j, "tokens_per_s")) + "\n";
+    if (j.contains("skip_ratio") && j["skip_ratio"].is_object() && !j["skip_ratio"].empty()) {
+      for (auto& [k, v] : j["skip_ratio"].items()) layer_set.insert(k);
+      skips.emplace_back(step, j["skip_ratio"]);
+    }
+  }
+  if (n_train == 0) throw std::runtime_error("" + mpath.string() + " has no training step line");
+  fs::create_directories(out);
+  std::vector<std::string> scripts;
+
+  write_file(out / "loss.dat", "# step loss lm_loss routing_loss\n" + loss);
+  std::string gp = header(terminal, "loss.png", "loss: " + mpath.string(), "loss") +
+                   "plot 'loss.dat' using 1:2 with lines lw 2 title 'loss', \\\n"
+                   "     'loss.dat' using 1:3 with lines lw 2 dt 2 title 'lm\\_loss', \\\n"
+                   "     'loss.dat' using 1:4 with lines lw 2 title 'routing\\_loss'";
+  if (n_eval > 0) {
+    write_file(out / "eval.dat", "# step eval_loss exact_match\n" + evals);
+    gp += ", \\\n     'eval.dat' using 1:2 with linespoints pt 7 ps 1.5 lw 2 title 'eval loss'";
+  }
+  write_file(out / "loss.gp", gp + "\n");
+  scripts.push_back("loss");
+
+  if (!layer_set.empty()) {
+    std::vector<std::string> layers(layer_set.begin(), layer_set.end());
+    std::sort(layers.begin(), layers.end(), [](const std::string& x, const std::string& y) { return std::stoi(x) < std::stoi(y); });
+    std::string dat = "# step";
+    for (const auto& l : layers) dat += " layer_" + l;
+    dat += "\n";
+    for (const auto& [step, sr] : skips) {
+      dat += fmt(step);
+      for (const auto& l : layers) dat += " " + (sr.contains(l) && sr[l].is_number() ? fmt(sr[l].get<double>()) : "NaN");
+      dat += "\n";
+    }
+    write_file(out / "skip_ratio.dat", dat);
+    std::string s = header(terminal, "skip_ratio.png", "skip ratio per MoD layer: " + mpath.string(), "skip ratio") +
+                    "set yrange [0:*]\nplot ";
+    for (size_t i = 0; i < layers.size(); ++i)
+      s += std::string(i ? ", \\\n     " : "") + "'skip_ratio.dat' using 1:" + std::to_string(i + 2) +
+           " with linespoints lw 2 title 'layer " + layers[i] + "'";
+    write_file(out / "skip_ratio.gp", s + "\n");
+    scripts.push_back("skip_ratio");
+  }
+
+  write_file(out / "lr.dat", "# step lr\n" + lr);
+  write_file(out / "lr.gp", header(terminal, "lr.png", "learning rate: " + mpath.string(), "lr") +
+                                "plot 'lr.dat' using 1:2 with lines lw 2 title 'lr'\n");
+  scripts.push_back("lr");
+  write_file(out / "throughput.dat", "# step tokens_per_s\n" + tps);
+  write_file(out / "throughput.gp", header(terminal, "throughput.png", "throughput: " + mpath.string(), "tokens/s") +
+                                        "set yrange [0:*]\nplot 'throughput.dat' using 1:2 with lines lw 2 title 'tokens/s'\n");
+  scripts.push_back("throughput");
+
+  for (const auto& name : scripts) {
+    auto [grc, msg] = capture("cd " + quote(out.string()) + " && " + quote(gnuplot) + " " + name + ".gp");
+    if (grc != 0 || !fs::exists(out / (name + ".png")))
+      throw std::runtime_error("gnuplot failed on " + (out / (name + ".gp")).string() + ":\n" + msg);
+    std::cout << "wrote " << (out / (name + ".png")).string() << "\n";
+  }
+  std::cout << "plotted " << n_train << " training steps and " << n_eval << " eval points from " << mpath.string()
+            << " (terminal " << terminal << ")\n";
+  return 0;
+}
+
+Register reg({"plot", "PNG plots of a run's metrics.jsonl (loss, skip ratio, lr, tokens/s) with gnuplot", run_plot});
+
+}  // namespace
+}  // namespace gmod::cli
