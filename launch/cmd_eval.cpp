@@ -1,0 +1,130 @@
+// `gmod eval`: held-out evaluation of a dense or γ-MoD model on a dataset, in record order: LM loss,
+// exact-match accuracy of the greedy first answer (as the Trainer's evaluation), skip ratio per MoD layer
+// and overall, and executed FLOPs against the dense model on the same tokens (mod/accounting.h).
+#include <torch/torch.h>
+
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "data/batch.h"
+#include "launch/cli_model.h"
+#include "mod/accounting.h"
+#include "mod/answer_match.h"
+
+namespace gmod::cli {
+namespace {
+
+const char* kUsage =
+    "usage: gmod eval --model DIR --data JSON [--images DIR] [--tokenizer T] [--template vicuna_v1]\n"
+    "                 [--max-len N] [--batch 4] [--max-batches N] [--no-exact-match] [--json out.json]\n"
+    "                 [--dtype fp32|bf16] [--device D]\n";
+
+// Adds `b` into `a` layer by layer (the reports of several forwards).
+void merge(ComputeReport& a, const ComputeReport& b) {
+  std::map<int, LayerCompute> layers;
+  for (const auto& l : a.layers) layers[l.layer] = l;
+  for (const auto& l : b.layers) {
+    auto& t = layers[l.layer];
+    t.layer = l.layer;
+    t.mod = t.mod || l.mod;
+    t.processed += l.processed;
+    t.total += l.total;
+    t.flops += l.flops;
+    t.dense_flops += l.dense_flops;
+  }
+  a.layers.clear();
+  for (auto& [i, l] : layers) a.layers.push_back(l);
+  a.processed += b.processed, a.total += b.total;
+  a.mod_processed += b.mod_processed, a.mod_total += b.mod_total;
+  a.flops += b.flops, a.dense_flops += b.dense_flops;
+}
+
+int run_eval(const std::vector<std::string>& argv) {
+  if (argv.empty()) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  Args a(argv, {"no-exact-match"});
+  a.check_known(known_options({kModelOptions, kDataOptions, {"batch", "max-batches", "json", "no-exact-match"}}));
+  const int batch = std::stoi(a.get_or("batch", "4"));
+  const int64_t max_batches = std::stoll(a.get_or("max-batches", "0"));
+  if (batch <= 0) throw std::invalid_argument("--batch must be positive");
+  const bool exact = !a.flag("no-exact-match");
+  CliModel m = load_cli_model(a);
+  auto tok = load_cli_tokenizer(a, m);
+  auto ds = make_cli_dataset(a, m, tok);
+
+  double loss_sum = 0;
+  int64_t supervised = 0, samples = 0, bad = 0, batches = 0, hits = 0, counted = 0;
+  ComputeReport report;
+  torch::NoGradGuard no_grad;
+  std::vector<PreparedSample> pending;
+  auto run_batch = [&] {
+    if (pending.empty()) return;
+    Batch b = collate(pending, ds->encoder().pad_id(), crop_size(*ds));
+    pending.clear();
+    ModelInputs in = to_model_inputs(b, m.device);
+    if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(m.dtype);
+    ForwardState st;
+    ModelOutput out = m.model->forward(in, st);
+    loss_sum += out.lm_loss_sum.item<double>();
+    supervised += out.supervised_tokens;
+    samples += b.size();
+    const at::Tensor lens = b.attention_mask.sum(1).cpu().to(at::kLong);
+    std::vector<int64_t> lengths(lens.data_ptr<int64_t>(), lens.data_ptr<int64_t>() + lens.numel());
+    merge(report, account_compute(st.tokens, m.model->config.text, lengths));
+    if (exact) {
+      const auto [h, c] = first_answer_exact_match(*m.model, in);
+      hits += h, counted += c;
+    }
+    ++batches;
+  };
+  for (size_t i = 0; i < ds->size() && (max_batches <= 0 || batches < max_batches); ++i) {
+    PreparedSample s;
+    BadRecord br;
+    if (!ds->try_prepare(i, s, br)) {
+      ++bad;
+      std::cerr << "skipped: " << br.message << "\n";
+      continue;
+    }
+    pending.push_back(std::move(s));
+    if (int(pending.size()) == batch) run_batch();
+  }
+  if (max_batches <= 0 || batches < max_batches) run_batch();
+  if (samples == 0) throw std::runtime_error(ds->config().data_path + ": no usable record");
+
+  const double loss = loss_sum / std::max<int64_t>(1, supervised);
+  std::cout << "eval " << m.dir << " on " << ds->config().data_path << ": " << samples << " samples in " << batches
+            << " batches, " << supervised << " supervised tokens" << (bad ? ", " + std::to_string(bad) + " bad records skipped" : "")
+            << "\n";
+  std::printf("loss            %.6f\n", loss);
+  if (exact) std::printf("exact match     %.4f (%lld/%lld first answers, greedy)\n", double(hits) / std::max<int64_t>(1, counted),
+                         static_cast<long long>(hits), static_cast<long long>(counted));
+  std::printf("skip ratio      %.4f (MoD layers %.4f)\n", report.skip_ratio(), report.mod_skip_ratio());
+  std::printf("FLOPs vs dense  %.4f (%.4g / %.4g GFLOP)\n", report.flop_ratio(), report.flops * 1e-9,
+              report.dense_flops * 1e-9);
+  std::cout << report.table();
+
+  if (auto path = a.get("json")) {
+    nlohmann::json j{{"model", m.dir},        {"data", ds->config().data_path}, {"samples", samples},
+                     {"batches", batches},    {"supervised_tokens", supervised}, {"loss", loss},
+                     {"compute", report.to_json()}};
+    if (exact) j["exact_match"] = double(hits) / std::max<int64_t>(1, counted), j["exact_match_samples"] = counted;
+    nlohmann::json sr = nlohmann::json::object();
+    for (const auto& l : report.layers)
+      if (l.mod) sr[std::to_string(l.layer)] = l.skip_ratio();
+    j["skip_ratio"] = sr;
+    std::ofstream f(*path);
+    if (!f) throw std::runtime_error("--json: cannot write " + *path);
+    f << j.dump(2) << "\n";
+    std::cout << "wrote " << *path << "\n";
+  }
+  return 0;
+}
+
+Register reg({"eval", "loss, exact-match accuracy, skip ratio and FLOPs of a model on a dataset", run_eval});
+
+}  // namespace
+}  // namespace gmod::cli
