@@ -54,4 +54,19 @@ std::string gmod_to_hf(const std::string& name, HfLayout layout) {
   return name;
 }
 
+std::optional<int> hf_router_layer(const std::string& hf_name) {
+  const auto g = hf_to_gmod(hf_name);
+  static const std::string pre = "llm.layers.", suf = ".router.weight";
+  if (!g || !starts_with(*g, pre) || g->size() <= pre.size() + suf.size() ||
+      g->compare(g->size() - suf.size(), suf.size(), suf) != 0)
+    return std::nullopt;
+  const std::string idx = g->substr(pre.size(), g->size() - pre.size() - suf.size());
+  if (idx.empty() || idx.size() > 6 || idx.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoi(idx);
+}
+
+std::string hf_router_name(int layer, HfLayout layout) {
+  return gmod_to_hf("llm.layers." + std::to_string(layer) + ".router.weight", layout);
+}
+
 }  // namespace gmod

@@ -16,4 +16,12 @@ std::optional<std::string> hf_to_gmod(const std::string& hf_name);
 enum class HfLayout { kLlama, kLlava };
 std::string gmod_to_hf(const std::string& gmod_name, HfLayout layout);
 
+// MoD router tensors. Checkpoints carry one router per MoD layer i as `<layers prefix>.{i}.router.weight`
+// (γ-MoD: [2, D], every copy equal; per-layer routers: [1, D]), in any of the layouts above, e.g.
+// `language_model.model.layers.3.router.weight` or the official code's `model.layers.3.router.weight`.
+// The layer index of such a name, else nullopt.
+std::optional<int> hf_router_layer(const std::string& hf_name);
+// The name of layer `layer`'s router in `layout` (the reverse of hf_router_layer).
+std::string hf_router_name(int layer, HfLayout layout);
+
 }  // namespace gmod

@@ -1,5 +1,6 @@
 #include "model/pretrained.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -34,6 +35,10 @@ LoadReport load_weights(MultimodalLM& model, const std::string& path, const Load
   std::vector<std::string> unknown;
   at::NoGradGuard ng;
   for (const auto& hf : ckpt.names()) {
+    if (opt.skip && opt.skip(hf)) {
+      report.unmapped.push_back(hf);
+      continue;
+    }
     auto name = hf_to_gmod(hf);
     if (name && *name == "lm_head.weight" && model.config.text.tie_word_embeddings) name.reset();  // tied copy
     if (!name || !params.contains(*name)) {
@@ -78,7 +83,8 @@ std::shared_ptr<MultimodalLM> load_pretrained(const std::string& dir, at::Scalar
 
 void save_pretrained(const MultimodalLM& model, const std::string& dir,
                      const std::vector<std::pair<std::string, at::Tensor>>& extra_tensors,
-                     const std::string& extra_config_json, uint64_t max_shard_bytes) {
+                     const std::string& extra_config_json, uint64_t max_shard_bytes,
+                     const std::vector<std::string>& skip_params) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
   const bool llava = model.vision != nullptr;
@@ -86,6 +92,7 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   int64_t bytes = 0;
   for (const auto& p : model.named_parameters(true)) {
+    if (std::find(skip_params.begin(), skip_params.end(), p.key()) != skip_params.end()) continue;
     tensors.emplace_back(gmod_to_hf(p.key(), layout), p.value().detach());
     bytes += p.value().numel() * p.value().element_size();
   }

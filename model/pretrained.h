@@ -1,6 +1,7 @@
 // Loading and saving whole models as Hugging Face checkpoints (config.json + safetensors).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,9 @@ struct LoadOptions {
   bool partial = false;
   // Checkpoint names gmod does not know are an error unless they start with one of these.
   std::vector<std::string> ignore_unknown_prefixes;
+  // Checkpoint names for which this returns true are not loaded (reported in `unmapped`); the caller
+  // loads them itself (e.g. the copies of a shared MoD router).
+  std::function<bool(const std::string& hf_name)> skip;
 };
 
 struct LoadReport {
@@ -37,9 +41,11 @@ std::shared_ptr<MultimodalLM> load_pretrained(const std::string& dir, at::Scalar
 
 // Writes config.json + model.safetensors (sharded above `max_shard_bytes`) in the transformers
 // layout: LlavaForConditionalGeneration when the model has a vision tower, else LlamaForCausalLM.
-// `extra_tensors` (already HF-named) and `extra_config` fields are added as they are.
+// `extra_tensors` (already HF-named) and `extra_config` fields are added as they are; parameters named
+// in `skip_params` (gmod names) are not written (the caller writes them as extra tensors, renamed).
 void save_pretrained(const MultimodalLM& model, const std::string& dir,
                      const std::vector<std::pair<std::string, at::Tensor>>& extra_tensors = {},
-                     const std::string& extra_config_json = "{}", uint64_t max_shard_bytes = 2ull << 30);
+                     const std::string& extra_config_json = "{}", uint64_t max_shard_bytes = 2ull << 30,
+                     const std::vector<std::string>& skip_params = {});
 
 }  // namespace gmod

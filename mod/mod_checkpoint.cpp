@@ -1,0 +1,136 @@
+#include "mod/mod_checkpoint.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "model/config.h"
+#include "model/hf_names.h"
+#include "model/pretrained.h"
+#include "model/safetensors.h"
+#include "mod/conversion.h"
+
+namespace gmod {
+namespace {
+
+std::string layers_string(const std::vector<int>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+  return os.str();
+}
+
+}  // namespace
+
+void save_mod_pretrained(const MultimodalLM& model, const MoDConfig& cfg, const std::string& dir) {
+  const auto layers = mod_layers(model);
+  if (layers.size() != cfg.mod_layers.size())
+    throw std::invalid_argument("save_mod_pretrained(" + dir + "): the model has " + std::to_string(layers.size()) +
+                                " MoD layers but the MoD config lists [" + layers_string(cfg.mod_layers) +
+                                "] (convert the model with this config first)");
+  if (cfg.mod_layers.empty()) {
+    save_pretrained(model, dir);
+    return;
+  }
+  const auto layout = model.vision ? HfLayout::kLlava : HfLayout::kLlama;
+  std::vector<std::pair<std::string, at::Tensor>> extra;
+  std::vector<std::string> skip;
+  if (cfg.router == RouterKind::kGammaShared) {
+    auto router = shared_router(model);
+    if (!router) throw std::invalid_argument("save_mod_pretrained(" + dir + "): γ-MoD config but the model has no shared router");
+    for (const auto& p : router->named_parameters(true)) {
+      if (p.key() != "weight")
+        throw std::runtime_error("save_mod_pretrained: unexpected shared-router parameter '" + p.key() + "'");
+      skip.push_back("mod_router." + p.key());
+      for (int i : cfg.mod_layers) extra.emplace_back(hf_router_name(i, layout), p.value().detach());
+    }
+  }
+  // Per-layer routers are parameters llm.layers.{i}.router.weight: save_pretrained names them itself.
+  nlohmann::json extra_cfg = {{"mod", to_json(cfg)}};
+  save_pretrained(model, dir, extra, extra_cfg.dump(), 2ull << 30, skip);
+}
+
+std::optional<MoDConfig> read_mod_config(const std::string& dir) {
+  const auto path = (std::filesystem::path(dir) / "config.json").string();
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error(path + ": cannot open");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(path + ": not valid JSON: " + e.what());
+  }
+  if (j.contains("mod") && j["mod"].is_object()) {
+    if (!j["mod"].value("mod_enable", true)) return std::nullopt;
+    return mod_config_from_json(j["mod"], path + ": \"mod\"");
+  }
+  if (j.value("mod_enable", false) && j.contains("mod_layers_idx") && j["mod_layers_idx"].is_array()) {
+    MoDConfig c;  // official γ-MoD config: defaults of the official code
+    c.mod_layers = j["mod_layers_idx"].get<std::vector<int>>();
+    c.selection = "mod_layers_idx";
+    return c;
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<MultimodalLM> load_mod_pretrained(const std::string& dir, at::ScalarType dtype, at::Device device) {
+  const auto mc = read_mod_config(dir);
+  if (!mc || mc->mod_layers.empty()) return load_pretrained(dir, dtype, device);
+  auto model = std::make_shared<MultimodalLM>(load_model_config(dir));
+  convert_to_mod(*model, *mc);
+  model->to(device, dtype);
+
+  const bool gamma = mc->router == RouterKind::kGammaShared;
+  LoadOptions opt;
+  if (gamma) {
+    opt.skip = [](const std::string& hf) { return hf_router_layer(hf).has_value(); };
+    opt.optional_prefixes = {"mod_router."};
+  }
+  load_weights(*model, dir, opt);
+  if (!gamma) return model;
+
+  // γ-MoD: one [2, D] copy per MoD layer, all equal, into the shared router.
+  SafetensorsCheckpoint ckpt(dir);
+  std::map<int, std::string> copies;
+  for (const auto& hf : ckpt.names())
+    if (auto l = hf_router_layer(hf)) {
+      if (!mc->is_mod_layer(*l))
+        throw std::runtime_error(ckpt.file_of(hf) + ": router tensor '" + hf + "' for layer " + std::to_string(*l) +
+                                 ", which the config's mod_layers_idx [" + layers_string(mc->mod_layers) +
+                                 "] does not list");
+      if (!copies.emplace(*l, hf).second)
+        throw std::runtime_error(ckpt.file_of(hf) + ": two router tensors for layer " + std::to_string(*l) + ": '" +
+                                 copies[*l] + "' and '" + hf + "'");
+    }
+  std::vector<std::string> missing;
+  for (int l : mc->mod_layers)
+    if (!copies.count(l)) missing.push_back(hf_router_name(l, model->vision ? HfLayout::kLlava : HfLayout::kLlama));
+  if (!missing.empty()) {
+    std::string m;
+    for (auto& s : missing) m += (m.empty() ? "" : ", ") + s;
+    throw std::runtime_error(dir + ": γ-MoD checkpoint lacks the router of MoD layer(s): " + m);
+  }
+  const std::string& first = copies.begin()->second;
+  const at::Tensor ref = ckpt.tensor(first);
+  for (const auto& [l, hf] : copies) {
+    const at::Tensor t = ckpt.tensor(hf);
+    if (!t.sizes().equals(ref.sizes()) || !at::equal(t, ref))
+      throw std::runtime_error(ckpt.file_of(hf) + ": γ-MoD router copies differ: '" + hf + "' is not equal to '" +
+                               first + "' (in " + ckpt.file_of(first) +
+                               "); a shared-router checkpoint must hold the same tensor for every MoD layer");
+  }
+  auto router = shared_router(*model);
+  at::NoGradGuard ng;
+  for (auto& p : router->named_parameters(true)) {
+    if (p.key() != "weight") continue;
+    at::Tensor dst = p.value();
+    copy_into(dst, ref, first, ckpt.file_of(first));
+  }
+  return model;
+}
+
+}  // namespace gmod
