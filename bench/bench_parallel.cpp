@@ -1,7 +1,10 @@
 // bench_parallel: time per optimizer step and bytes communicated per step for ZeRO stage 0/1/2 at the world size it
 // is launched with (mpirun -np N; bench/run_parallel.sh runs 1, 2, 4), optimizer memory per rank next to its
-// formula, and on CUDA the NCCL all-reduce bus bandwidth for a few sizes.
-//   bench_parallel [--params N] [--steps K] [--device cpu|cuda] [--dtype fp32|bf16] [--bucket-mb B]
+// formula, and on CUDA the NCCL all-reduce bus bandwidth for a few sizes. --mode mlp instead times whole training
+// steps (forward + backward of a small MLP stack, then step) with the gradient reduction overlapped with backward
+// (--overlap 1), not overlapped (0) or both, next to each other.
+//   bench_parallel [--mode step|mlp] [--params N] [--steps K] [--device cpu|cuda] [--dtype fp32|bf16]
+//                  [--bucket-mb B] [--overlap 0|1|both] [--layers L] [--width D] [--batch B] [--stage S]
 #include "parallel/data_parallel.h"
 #include "parallel/runtime.h"
 
@@ -12,6 +15,7 @@
 #endif
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -27,6 +31,8 @@ struct Args {
   int steps = 5;
   std::string device = "cpu", dtype = "fp32";
   double bucket_mb = 25;
+  std::string mode = "step", overlap = "both";
+  int layers = 8, width = 1024, batch = 64, stage = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -42,6 +48,12 @@ Args parse(int argc, char** argv) {
     else if (k == "--device") a.device = next();
     else if (k == "--dtype") a.dtype = next();
     else if (k == "--bucket-mb") a.bucket_mb = std::stod(next());
+    else if (k == "--mode") a.mode = next();
+    else if (k == "--overlap") a.overlap = next();
+    else if (k == "--layers") a.layers = std::stoi(next());
+    else if (k == "--width") a.width = std::stoi(next());
+    else if (k == "--batch") a.batch = std::stoi(next());
+    else if (k == "--stage") a.stage = std::stoi(next());
     else throw std::runtime_error("bench_parallel: unknown argument " + k);
   }
   return a;
@@ -84,6 +96,7 @@ void bench_stage(const std::shared_ptr<Comm>& comm, const Args& a, int stage) {
     sync(dev);
     comm->barrier();
     comm->reset_stats();
+    opt.grad_comm().reset_stats();
     const double t0 = now();
     opt.step(1e-4);
     sync(dev);
@@ -92,6 +105,10 @@ void bench_stage(const std::shared_ptr<Comm>& comm, const Args& a, int stage) {
       total += comm->all_reduce(dt, ReduceOp::Max);  // slowest rank
       payload += comm->stats().payload_bytes;
       wire += comm->stats().wire_bytes;
+      if (&opt.grad_comm() != comm.get()) {  // bucket reductions run on the optimizer's own communicator
+        payload += opt.grad_comm().stats().payload_bytes;
+        wire += opt.grad_comm().stats().wire_bytes;
+      }
     }
   }
   const int n = comm->world_size();
@@ -105,6 +122,54 @@ void bench_stage(const std::shared_ptr<Comm>& comm, const Args& a, int stage) {
                 stage, n, a.device.c_str(), a.dtype.c_str(), static_cast<long long>(P), 1e3 * total / a.steps,
                 payload / 1e6 / a.steps, wire / 1e6 / a.steps, bytes / 1e6, max_bytes / 1e6,
                 stage == 0 ? "12*P" : "12*ceil(P/N)", formula / 1e6, bytes == formula ? "ok" : "MISMATCH");
+}
+
+// Training steps of an MLP stack (layers x [width, width] + bias, tanh) on a random batch per rank: forward,
+// backward (with set_last_micro_batch, so overlap_comm reduces buckets while backward runs), step.
+void bench_mlp(const std::shared_ptr<Comm>& comm, const Args& a, bool overlap) {
+  const at::Device dev = comm->device();
+  const auto opts = at::TensorOptions().device(dev).dtype(a.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
+  at::manual_seed(0);
+  DataParallelOptimizer::NamedParams params;
+  std::vector<at::Tensor> w, b;
+  for (int l = 0; l < a.layers; ++l) {
+    w.push_back((at::randn({a.width, a.width}, opts) / std::sqrt(double(a.width))).requires_grad_());
+    b.push_back(at::zeros({a.width}, opts).requires_grad_());
+    params.push_back({"layer" + std::to_string(l) + ".weight", w.back()});
+    params.push_back({"layer" + std::to_string(l) + ".bias", b.back()});
+  }
+  DataParallelOptions o;
+  o.stage = a.stage;
+  o.max_grad_norm = 1.0;
+  o.bucket_bytes = static_cast<int64_t>(a.bucket_mb * (1 << 20));
+  o.overlap_comm = overlap;
+  DataParallelOptimizer opt(params, comm, o);
+  at::manual_seed(1 + comm->rank());
+  at::Tensor x = at::randn({a.batch, a.width}, opts);
+  double total = 0;
+  int early = 0;
+  for (int s = -1; s < a.steps; ++s) {
+    sync(dev);
+    comm->barrier();
+    const double t0 = now();
+    opt.zero_grad();
+    at::Tensor h = x;
+    for (int l = 0; l < a.layers; ++l) h = at::tanh(at::linear(h, w[l], b[l]));
+    opt.set_last_micro_batch();
+    h.pow(2).mean().backward();
+    early = opt.buckets_launched_early();
+    opt.step(1e-4);
+    sync(dev);
+    if (s >= 0) total += comm->all_reduce(now() - t0, ReduceOp::Max);
+  }
+  int64_t P = 0;
+  for (auto& [n, p] : params) P += p.numel();
+  if (comm->rank() == 0)
+    std::printf("mlp  stage %d  world %d  %-4s %-4s  %d x [%d, %d], batch %d, P=%lld, %zu buckets of %.2f MB  "
+                "overlap %d: step %8.2f ms (buckets started during backward: %d)\n",
+                a.stage, comm->world_size(), a.device.c_str(), a.dtype.c_str(), a.layers, a.width, a.width, a.batch,
+                static_cast<long long>(P), opt.buckets().size(), a.bucket_mb, overlap ? 1 : 0,
+                1e3 * total / a.steps, early);
 }
 
 void bench_allreduce(const std::shared_ptr<Comm>& comm) {
@@ -136,6 +201,12 @@ int main(int argc, char** argv) {
   return run_guarded([&] {
     Args a = parse(argc, argv);
     auto comm = make_comm(a.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU));
+    if (a.mode == "mlp") {
+      if (a.overlap != "1") bench_mlp(comm, a, false);
+      if (a.overlap != "0") bench_mlp(comm, a, true);
+      return 0;
+    }
+    if (a.mode != "step") throw std::runtime_error("bench_parallel: --mode must be step or mlp");
     for (int stage : {0, 1, 2}) bench_stage(comm, a, stage);
     if (comm->device().is_cuda()) bench_allreduce(comm);
     return 0;

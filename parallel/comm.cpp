@@ -20,6 +20,54 @@ double Comm::all_reduce(double v, ReduceOp op) {
   return t.item<double>();
 }
 
+namespace {
+
+struct DoneRequest final : CommRequest {
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+}  // namespace
+
+std::unique_ptr<CommRequest> completed_request() { return std::make_unique<DoneRequest>(); }
+
+void Comm::check_counts(const at::Tensor& in, const at::Tensor& out, const std::vector<int64_t>& counts) const {
+  int64_t sum = 0;
+  for (int64_t c : counts) {
+    if (c < 0) throw std::runtime_error("parallel/comm: reduce_scatter_v: negative count");
+    sum += c;
+  }
+  if (static_cast<int>(counts.size()) != world_size() || sum != in.numel() || out.numel() != counts[rank()] ||
+      in.scalar_type() != out.scalar_type())
+    throw std::runtime_error("parallel/comm (" + backend() + "): reduce_scatter_v needs " +
+                             std::to_string(world_size()) + " counts summing to in.numel() = " +
+                             std::to_string(in.numel()) + ", out.numel() == counts[rank] and equal dtypes; got " +
+                             std::to_string(counts.size()) + " counts summing to " + std::to_string(sum) +
+                             ", out.numel() = " + std::to_string(out.numel()));
+}
+
+void Comm::reduce_scatter_v(const at::Tensor& in, at::Tensor& out, const std::vector<int64_t>& counts, ReduceOp op) {
+  reduce_scatter_v_start(in, out, counts, op)->wait();
+}
+
+std::unique_ptr<CommRequest> Comm::all_reduce_start(at::Tensor t, ReduceOp op) {
+  all_reduce(t, op);
+  return completed_request();
+}
+
+std::unique_ptr<CommRequest> Comm::reduce_scatter_v_start(at::Tensor in, at::Tensor out, std::vector<int64_t> counts,
+                                                          ReduceOp op) {
+  check_tensor(in, "reduce_scatter_v(in)");
+  check_tensor(out, "reduce_scatter_v(out)");
+  check_counts(in, out, counts);
+  at::Tensor all = in.clone();
+  all_reduce(all, op);
+  int64_t off = 0;
+  for (int k = 0; k < rank(); ++k) off += counts[k];
+  out.view({-1}).copy_(all.view({-1}).narrow(0, off, counts[rank()]));
+  return completed_request();
+}
+
 void Comm::count(int64_t payload_bytes, double wire_factor) {
   stats_.calls += 1;
   stats_.payload_bytes += payload_bytes;

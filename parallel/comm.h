@@ -6,7 +6,9 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace gmod {
 
@@ -22,6 +24,19 @@ struct CommStats {
   int64_t payload_bytes = 0;
   double wire_bytes = 0;
 };
+
+// A started non-blocking collective. wait() completes it, including any post-processing (Avg's division, the
+// copy back of an upcast); test() only drives progress and says whether wait() would return at once. Its tensors
+// must not be touched until wait() returned. Destroying an unfinished request waits for it.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+  virtual bool test() { return false; }
+};
+
+// A request that is already complete (for backends whose "blocking" calls are asynchronous anyway).
+std::unique_ptr<CommRequest> completed_request();
 
 class Comm {
  public:
@@ -43,6 +58,23 @@ class Comm {
   virtual void broadcast(at::Tensor& t, int root) = 0;
   virtual void barrier() = 0;
 
+  // Reduce-scatter with uneven blocks: in [sum(counts)] (counts.size() == world), rank k receives the reduction of
+  // every rank's in[off_k, off_k + counts[k]) in out [counts[k]] (off_k = counts[0] + ... + counts[k-1]).
+  void reduce_scatter_v(const at::Tensor& in, at::Tensor& out, const std::vector<int64_t>& counts,
+                        ReduceOp op = ReduceOp::Sum);
+
+  // Non-blocking forms: start now, complete at CommRequest::wait(). All ranks must start collectives on one Comm in
+  // the same order (blocking ones included). The defaults run the blocking collective and return a finished
+  // request (NCCL: already asynchronous to the host, enqueued on the current CUDA stream).
+  virtual std::unique_ptr<CommRequest> all_reduce_start(at::Tensor t, ReduceOp op = ReduceOp::Sum);
+  // out must not overlap in. Default: all_reduce of a copy of `in`, then our block copied out.
+  virtual std::unique_ptr<CommRequest> reduce_scatter_v_start(at::Tensor in, at::Tensor out,
+                                                              std::vector<int64_t> counts,
+                                                              ReduceOp op = ReduceOp::Sum);
+  // A new communicator over the same ranks and device whose collectives never mix with this one's (so a
+  // background stream of collectives can run while other code uses this Comm). Collective.
+  virtual std::shared_ptr<Comm> duplicate() const = 0;
+
   // Scalar helper (a host value; goes through a one-element tensor on device()).
   double all_reduce(double v, ReduceOp op);
 
@@ -50,6 +82,8 @@ class Comm {
   void reset_stats() { stats_ = CommStats{}; }
 
  protected:
+  // Throws unless counts has world_size() entries summing to in.numel() and out has counts[rank()] elements.
+  void check_counts(const at::Tensor& in, const at::Tensor& out, const std::vector<int64_t>& counts) const;
   void count(int64_t payload_bytes, double wire_factor);
   // Throws std::runtime_error naming the collective unless t is contiguous and on device().
   void check_tensor(const at::Tensor& t, const char* what) const;

@@ -1,9 +1,18 @@
 #include "parallel/data_parallel.h"
 
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#ifdef GMOD_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -13,6 +22,25 @@ namespace {
 std::string where(const std::string& name) { return "parallel/data_parallel: parameter '" + name + "'"; }
 
 }  // namespace
+
+// Installed as each parameter's post-accumulate-grad hook (runs on the autograd thread right after the gradient was
+// accumulated into .grad).
+class DpGradHook final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  DpGradHook(DataParallelOptimizer* opt, size_t index) : opt_(opt), index_(index) {}
+  void operator()(const torch::autograd::Variable& param) override { opt_->on_grad_ready(index_, param); }
+
+ private:
+  DataParallelOptimizer* opt_;
+  size_t index_;
+};
+
+struct DataParallelOptimizer::CudaState {
+#ifdef GMOD_WITH_CUDA
+  explicit CudaState(c10::DeviceIndex d) : stream(c10::cuda::getStreamFromPool(false, d)) {}
+  c10::cuda::CUDAStream stream;
+#endif
+};
 
 DataParallelOptimizer::DataParallelOptimizer(NamedParams params, std::shared_ptr<Comm> comm,
                                              DataParallelOptions opts)
@@ -55,11 +83,177 @@ DataParallelOptimizer::DataParallelOptimizer(NamedParams params, std::shared_ptr
 
   int64_t begin = 0, end = layout_.total();
   if (opts_.stage > 0) std::tie(begin, end) = layout_.shard_range(rank);
-  gshard_is_view_ = opts_.stage < 2 && dtype == at::kFloat && opts_.reduce_dtype == at::kFloat;
-  gshard_ = gshard_is_view_ ? gflat_.narrow(0, begin, end - begin)
-                            : at::zeros({end - begin}, opt.dtype(at::kFloat));
+  const bool acc32 = opts_.accumulate_fp32 && dtype != at::kFloat;
+  if (acc32) gacc_ = at::zeros({layout_.padded_total()}, opt.dtype(at::kFloat));
+  const at::Tensor& src = acc32 ? gacc_ : gflat_;
+  gshard_is_view_ = opts_.stage < 2 && src.scalar_type() == at::kFloat && opts_.reduce_dtype == at::kFloat;
+  gshard_ = gshard_is_view_ ? src.narrow(0, begin, end - begin) : at::zeros({end - begin}, opt.dtype(at::kFloat));
   AdamWHyper hyper{opts_.beta1, opts_.beta2, opts_.eps, opts_.weight_decay};
   adam_ = std::make_unique<ShardedAdamW>(begin, end, pflat_.narrow(0, begin, end - begin), hyper);
+
+  // Buckets of whole parameters, last parameter first; bucket 0 also holds the tail padding.
+  const int64_t bucket = std::max<int64_t>(1, opts_.bucket_bytes / c10::elementSize(opts_.reduce_dtype));
+  bucket_of_.assign(params_.size(), 0);
+  int64_t hi = layout_.padded_total();
+  int count = 0;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const int64_t lo = layout_.entries()[k].offset;
+    bucket_of_[k] = static_cast<int>(bucket_ranges_.size());
+    ++count;
+    if (hi - lo >= bucket || k == 0) {
+      bucket_ranges_.push_back({k == 0 ? 0 : lo, hi});
+      bucket_params_.push_back(count);
+      hi = lo;
+      count = 0;
+    }
+  }
+  reset_readiness();
+  gcomm_ = opts_.overlap_comm ? comm_->duplicate() : comm_;
+#ifdef GMOD_WITH_CUDA
+  if (opts_.overlap_comm && comm_->device().is_cuda()) cuda_ = std::make_unique<CudaState>(comm_->device().index());
+#endif
+  if (opts_.overlap_comm || acc32) install_hooks();
+}
+
+DataParallelOptimizer::~DataParallelOptimizer() {
+  try {
+    std::lock_guard<std::mutex> lock(mu_);
+    remove_hooks();
+    for (auto& f : inflight_) f.req->wait();
+#ifdef GMOD_WITH_CUDA
+    if (cuda_) cuda_->stream.synchronize();
+#endif
+  } catch (...) {
+  }
+}
+
+void DataParallelOptimizer::install_hooks() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i].second;
+    if (torch::autograd::impl::post_acc_grad_hooks(p))
+      throw std::runtime_error(where(params_[i].first) + " already has a post-accumulate-grad hook");
+    torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<DpGradHook>(this, i));
+  }
+  hooks_installed_ = true;
+}
+
+void DataParallelOptimizer::remove_hooks() {
+  if (!hooks_installed_) return;
+  for (auto& [name, p] : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  hooks_installed_ = false;
+}
+
+void DataParallelOptimizer::reset_readiness() {
+  pending_ = bucket_params_;
+  ready_.assign(params_.size(), 0);
+  next_launch_ = 0;
+}
+
+void DataParallelOptimizer::set_last_micro_batch(bool last) {
+  armed_ = last && opts_.overlap_comm;
+  if (armed_) launched_early_ = 0;
+}
+
+void DataParallelOptimizer::on_grad_ready(size_t index, const at::Tensor& param) {
+  c10::NoGradGuard no_grad;
+  const FlatParamEntry& e = layout_.entries()[index];
+  if (gacc_.defined()) {
+    // Fold this micro-batch's low-precision gradient into fp32 and start the param's grad from zero again.
+    at::Tensor view = gflat_.narrow(0, e.offset, e.numel);
+    const at::Tensor& g = param.grad();
+    gacc_.narrow(0, e.offset, e.numel).add_(g.defined() ? g.reshape({-1}) : view);
+    view.zero_();
+    if (!g.defined() || g.data_ptr() != view.data_ptr()) param.mutable_grad() = view.view(e.shape);
+  }
+  if (!armed_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ready_[index])
+    throw std::runtime_error(where(params_[index].first) + " received a second gradient in the same backward "
+                             "(reentrant checkpointing?): its bucket may already be reduced; set overlap_comm = false");
+  ready_[index] = 1;
+  --pending_[bucket_of_[index]];
+  const int nb = static_cast<int>(bucket_ranges_.size());
+  while (next_launch_ < nb && pending_[next_launch_] == 0) {
+    launch(next_launch_++, false);
+    ++launched_early_;
+  }
+  for (auto& f : inflight_) f.req->test();  // MPI progresses only inside MPI calls
+}
+
+void DataParallelOptimizer::launch(int b, bool flush) {
+  const auto [lo, hi] = bucket_ranges_[b];
+  if (flush && gacc_.defined()) {  // gradients written outside the hooks (a replaced or edited .grad)
+    gacc_.narrow(0, lo, hi - lo).add_(gflat_.narrow(0, lo, hi - lo));
+    gflat_.narrow(0, lo, hi - lo).zero_();
+  }
+  const at::Tensor& src = gacc_.defined() ? gacc_ : gflat_;
+#ifdef GMOD_WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> guard;
+  if (cuda_) {
+    // The comm stream starts after everything the compute stream has queued so far (this bucket's gradients).
+    at::cuda::CUDAEvent ready;
+    ready.record(c10::cuda::getCurrentCUDAStream(comm_->device().index()));
+    ready.block(cuda_->stream);
+    guard.emplace(cuda_->stream);
+    c10::cuda::CUDACachingAllocator::recordStream(src.storage().data_ptr(), cuda_->stream);
+    c10::cuda::CUDACachingAllocator::recordStream(gshard_.storage().data_ptr(), cuda_->stream);
+  }
+#endif
+  const int64_t chunk = std::max<int64_t>(1, opts_.bucket_bytes / c10::elementSize(opts_.reduce_dtype));
+  const int world = comm_->world_size(), rank = comm_->rank();
+  const int64_t s = layout_.shard_size();
+  for (int64_t c0 = lo; c0 < hi; c0 += chunk) {
+    const int64_t len = std::min(chunk, hi - c0);
+    at::Tensor g = src.narrow(0, c0, len);
+    at::Tensor red = g.scalar_type() == opts_.reduce_dtype ? g : g.to(opts_.reduce_dtype);
+    Inflight f;
+    if (opts_.stage < 2) {
+      f.req = gcomm_->all_reduce_start(red, ReduceOp::Avg);
+      f.red = red;
+      f.begin = c0;
+    } else {
+      // Owner k receives the part of [c0, c0+len) inside its shard [k*s, (k+1)*s).
+      std::vector<int64_t> counts(world, 0);
+      for (int k = 0; k < world; ++k)
+        counts[k] = std::max<int64_t>(0, std::min(c0 + len, (k + 1) * s) - std::max(c0, k * s));
+      f.out = at::empty({counts[rank]}, red.options());
+      f.begin = std::max(c0, rank * s);
+      f.req = gcomm_->reduce_scatter_v_start(red, f.out, counts, ReduceOp::Avg);
+    }
+    inflight_.push_back(std::move(f));
+  }
+}
+
+void DataParallelOptimizer::finish_all() {
+  const int nb = static_cast<int>(bucket_ranges_.size());
+  while (next_launch_ < nb) launch(next_launch_++, true);
+#ifdef GMOD_WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> guard;
+  std::optional<c10::cuda::CUDAStream> compute;
+  if (cuda_) {
+    compute = c10::cuda::getCurrentCUDAStream(comm_->device().index());
+    guard.emplace(cuda_->stream);
+  }
+#endif
+  const int64_t rb = adam_->begin(), re = adam_->end();
+  for (auto& f : inflight_) {
+    f.req->wait();
+    if (f.out.defined()) {
+      if (f.out.numel() > 0) gshard_.narrow(0, f.begin - rb, f.out.numel()).copy_(f.out);
+    } else if (!gshard_is_view_) {
+      const int64_t lo = std::max(f.begin, rb), hi = std::min(f.begin + f.red.numel(), re);
+      if (lo < hi) gshard_.narrow(0, lo - rb, hi - lo).copy_(f.red.narrow(0, lo - f.begin, hi - lo));
+    }
+  }
+#ifdef GMOD_WITH_CUDA
+  if (cuda_) {  // consumers on the compute stream (norm, AdamW, zero_grad) start after the reductions
+    at::cuda::CUDAEvent done;
+    done.record(cuda_->stream);
+    done.block(*compute);
+  }
+#endif
+  inflight_.clear();
+  reset_readiness();
 }
 
 void DataParallelOptimizer::attach_grads() {
@@ -80,57 +274,24 @@ void DataParallelOptimizer::attach_grads() {
 
 void DataParallelOptimizer::zero_grad() {
   c10::NoGradGuard no_grad;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_ = false;
+    if (!inflight_.empty() || next_launch_ > 0) finish_all();  // an armed backward without step(): drain it
+  }
   gflat_.zero_();
+  if (gacc_.defined()) gacc_.zero_();
   attach_grads();
   reduced_ = false;
 }
 
 void DataParallelOptimizer::reduce_gradients() {
   c10::NoGradGuard no_grad;
+  std::lock_guard<std::mutex> lock(mu_);
+  armed_ = false;
   attach_grads();
-  if (opts_.stage == 2)
-    reduce_scatter();
-  else
-    reduce_all();
+  finish_all();
   reduced_ = true;
-}
-
-void DataParallelOptimizer::reduce_all() {
-  const int64_t es = c10::elementSize(opts_.reduce_dtype);
-  const int64_t bucket = std::max<int64_t>(1, opts_.bucket_bytes / es);
-  const int64_t padded = layout_.padded_total();
-  const int64_t rb = adam_->begin(), re = adam_->end();
-  for (int64_t b0 = 0; b0 < padded; b0 += bucket) {
-    const int64_t len = std::min(bucket, padded - b0);
-    at::Tensor g = gflat_.narrow(0, b0, len);
-    at::Tensor red = g.scalar_type() == opts_.reduce_dtype ? g : g.to(opts_.reduce_dtype);
-    comm_->all_reduce(red, ReduceOp::Avg);
-    if (gshard_is_view_) continue;  // reduced in place inside gflat_
-    const int64_t lo = std::max(b0, rb), hi = std::min(b0 + len, re);
-    if (lo < hi) gshard_.narrow(0, lo - rb, hi - lo).copy_(red.narrow(0, lo - b0, hi - lo));
-  }
-}
-
-void DataParallelOptimizer::reduce_scatter() {
-  // Bucket c covers columns [c0, c0+len) of every rank's shard, so each bucket splits evenly across ranks:
-  // in = [world, len] (rank k's block = its shard's columns), out = our shard's columns.
-  const int world = comm_->world_size();
-  const int64_t es = c10::elementSize(opts_.reduce_dtype);
-  const int64_t cols = std::max<int64_t>(1, opts_.bucket_bytes / es / world);
-  const int64_t s = layout_.shard_size();
-  at::Tensor blocks = gflat_.view({world, s});
-  for (int64_t c0 = 0; c0 < s; c0 += cols) {
-    const int64_t len = std::min(cols, s - c0);
-    at::Tensor in = blocks.narrow(1, c0, len).to(opts_.reduce_dtype).contiguous().view({-1});
-    at::Tensor out = gshard_.narrow(0, c0, len);
-    if (opts_.reduce_dtype == at::kFloat) {
-      comm_->reduce_scatter(in, out, ReduceOp::Avg);
-    } else {
-      at::Tensor tmp = at::empty({len}, in.options());
-      comm_->reduce_scatter(in, tmp, ReduceOp::Avg);
-      out.copy_(tmp);
-    }
-  }
 }
 
 StepResult DataParallelOptimizer::step(double lr) {

@@ -5,7 +5,15 @@
 //   stage 2: gradients reduce-scattered, so each rank only receives its shard's averaged gradient.
 // The trainable parameters become views into one flat compute buffer [padded P] and their .grad views into one flat
 // gradient buffer, so backward accumulates in place (gradient accumulation = several backward() calls, then step();
-// nothing is communicated per micro-batch) and the all-gather writes parameters in place. Gradient clipping uses
+// nothing is communicated per micro-batch but the last) and the all-gather writes parameters in place.
+// Buckets: the flat gradient is cut into buckets of whole parameters in reverse parameter order (~bucket_bytes each,
+// the order in which backward finishes them). With overlap_comm, set_last_micro_batch() arms per-parameter
+// post-accumulate-grad hooks for the next backward: once every parameter of bucket k has its gradient and buckets
+// 0..k-1 were launched, bucket k's reduction starts (non-blocking MPI on a duplicated communicator, or NCCL on a
+// dedicated CUDA stream) while backward continues; step() launches whatever is left (parameters that got no
+// gradient) in bucket order and waits. The same bucket collectives run without overlap, so results are bitwise
+// identical either way. accumulate_fp32 (bf16/fp16 params): hooks fold every micro-batch's gradient into an fp32
+// flat buffer and reset the param's grad, so long accumulation windows keep fp32 precision. Gradient clipping uses
 // the global norm (equal to the unsharded one); a non-finite gradient on any rank makes every rank skip the step.
 // No model knowledge: it only sees (name, tensor) pairs; frozen parameters are simply not passed.
 #pragma once
@@ -16,7 +24,9 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,7 +40,11 @@ struct DataParallelOptions {
   double max_grad_norm = 0.0;                // <= 0: no clipping (the norm is still computed)
   int64_t bucket_bytes = int64_t(25) << 20;  // per collective, in reduce_dtype bytes
   at::ScalarType reduce_dtype = at::kFloat;  // gradient communication dtype (fp32 or the params' dtype)
+  bool overlap_comm = true;      // reduce buckets during the backward after set_last_micro_batch()
+  bool accumulate_fp32 = false;  // low-precision params: accumulate gradients in an fp32 flat buffer
 };
+
+class DpGradHook;
 
 struct StepResult {
   double grad_norm = 0.0;  // global L2 norm of the averaged gradient, before clipping
@@ -46,12 +60,23 @@ class DataParallelOptimizer {
   // rank passes the same names and shapes). Their storage moves into the flat buffer (values and any existing
   // .grad are kept). Parameters should already be identical on all ranks (see broadcast_params).
   DataParallelOptimizer(NamedParams params, std::shared_ptr<Comm> comm, DataParallelOptions opts);
+  ~DataParallelOptimizer();  // removes the gradient hooks, waits for reductions in flight
+  DataParallelOptimizer(const DataParallelOptimizer&) = delete;
+  DataParallelOptimizer& operator=(const DataParallelOptimizer&) = delete;
+
+  // Call before the backward of the last micro-batch of an accumulation window (before step()): with
+  // overlap_comm its gradient hooks launch bucket reductions during that backward. Earlier micro-batches must not
+  // be flagged (their gradients are not complete). No-op without overlap_comm; step()/zero_grad() disarm it.
+  void set_last_micro_batch(bool last = true);
 
   // Averages gradients across ranks (called by step() unless already called since the last zero_grad/step).
   void reduce_gradients();
   // reduce_gradients if needed, global-norm clip, AdamW, refresh compute params on every rank.
   StepResult step(double lr);
   StepResult step() { return step(opts_.lr); }
+  // This rank's averaged fp32 gradient for owned_range() (valid after reduce_gradients()/before the next step's
+  // clipping; aliases live state).
+  const at::Tensor& reduced_gradient() const { return gshard_; }
   // Zeroes the flat gradient buffer (gradients stay attached as views).
   void zero_grad();
   // Copies rank root's parameters to every rank (and refreshes the fp32 master from them).
@@ -65,6 +90,13 @@ class DataParallelOptimizer {
   // rewrites every rank's compute parameters from the loaded master weights. Collective.
   void load_state_dict(const AdamWShardState& state);
 
+  // Buckets in launch order: [begin, end) of the padded flat vector (bucket 0 holds the last parameters + padding).
+  const std::vector<std::pair<int64_t, int64_t>>& buckets() const { return bucket_ranges_; }
+  // Buckets launched from backward hooks during the last armed backward (the rest were launched by step()).
+  int buckets_launched_early() const { return launched_early_; }
+  // The communicator that carries bucket reductions (a duplicate of comm() with overlap_comm, else comm()).
+  Comm& grad_comm() const { return *gcomm_; }
+
   const FlatParamLayout& layout() const { return layout_; }
   const DataParallelOptions& options() const { return opts_; }
   Comm& comm() const { return *comm_; }
@@ -76,8 +108,20 @@ class DataParallelOptimizer {
  private:
   void attach_grads();     // make every param.grad our view again (copying a replaced grad in)
   void write_params();     // master -> compute params of the owned range -> all_gather (stage 1/2)
-  void reduce_all();       // stage 0/1
-  void reduce_scatter();   // stage 2
+  friend class DpGradHook;
+  struct CudaState;
+  struct Inflight {
+    std::unique_ptr<CommRequest> req;
+    at::Tensor red;         // stage 0/1: the reduced chunk (reduce_dtype)
+    at::Tensor out;         // stage 2: our block of the chunk
+    int64_t begin = 0;      // flat start of red (stage 0/1) or out (stage 2)
+  };
+  void on_grad_ready(size_t index, const at::Tensor& param);  // post-accumulate-grad hook
+  void launch(int bucket, bool flush);  // start bucket's collectives (mu_ held)
+  void finish_all();                    // launch the rest in order, wait, copy into gshard_ (mu_ held)
+  void reset_readiness();
+  void install_hooks();
+  void remove_hooks();
 
   NamedParams params_;
   std::shared_ptr<Comm> comm_;
@@ -85,11 +129,26 @@ class DataParallelOptimizer {
   FlatParamLayout layout_;
   at::Tensor pflat_;   // [padded P] compute params (params' dtype)
   at::Tensor gflat_;   // [padded P] gradients (params' dtype)
+  at::Tensor gacc_;    // [padded P] fp32 accumulated gradients (accumulate_fp32 with low-precision params only)
+  std::shared_ptr<Comm> gcomm_;
   at::Tensor gshard_;  // [owned] fp32 averaged gradient (a view into gflat_ when no conversion is needed)
   bool gshard_is_view_ = false;
   std::unique_ptr<ShardedAdamW> adam_;
   bool reduced_ = false;
   int64_t skipped_ = 0;
+
+  std::vector<std::pair<int64_t, int64_t>> bucket_ranges_;
+  std::vector<int> bucket_of_;      // per parameter
+  std::vector<int> bucket_params_;  // parameter count per bucket
+  std::vector<int> pending_;        // parameters still without gradient, per bucket (armed backward)
+  std::vector<char> ready_;         // per parameter
+  int next_launch_ = 0;
+  int launched_early_ = 0;
+  bool hooks_installed_ = false;
+  std::atomic<bool> armed_{false};
+  std::mutex mu_;  // bucket state and every collective on gcomm_ issued from hooks
+  std::vector<Inflight> inflight_;
+  std::unique_ptr<CudaState> cuda_;
 };
 
 }  // namespace gmod

@@ -34,6 +34,7 @@ class LocalComm final : public Comm {
   }
   void broadcast(at::Tensor& t, int) override { check_tensor(t, "broadcast"); }
   void barrier() override {}
+  std::shared_ptr<Comm> duplicate() const override { return std::make_shared<LocalComm>(device_); }
 
  private:
   at::Device device_;

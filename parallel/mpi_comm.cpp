@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -47,7 +48,100 @@ MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
 char* bytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
+// Requests of one started collective plus what to do once they complete; holds the tensors alive until then.
+class MpiRequest final : public CommRequest {
+ public:
+  std::vector<MPI_Request> reqs;
+  std::function<void()> finish;
+
+  ~MpiRequest() override {
+    try {
+      wait();
+    } catch (...) {
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    if (!reqs.empty())
+      check_mpi(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    if (finish) finish();
+    finish = nullptr;
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 1;
+    if (!reqs.empty())
+      check_mpi(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+    return flag != 0;
+  }
+
+ private:
+  bool done_ = false;
+};
+
 }  // namespace
+
+std::shared_ptr<Comm> MpiComm::duplicate() const {
+  auto c = std::make_shared<MpiComm>(comm_);
+  c->max_count_ = max_count_;
+  return c;
+}
+
+std::unique_ptr<CommRequest> MpiComm::all_reduce_start(at::Tensor t, ReduceOp op) {
+  check_tensor(t, "all_reduce_start");
+  count(t.numel() * t.element_size(), world_ > 1 ? 2.0 * (world_ - 1) / world_ : 0.0);
+  at::Tensor f = needs_upcast(t.scalar_type()) ? t.to(at::kFloat) : t;
+  if (op == ReduceOp::Avg && !at::isFloatingType(f.scalar_type()))
+    throw std::runtime_error("parallel/mpi_comm: all_reduce(avg) needs a floating dtype");
+  MPI_Datatype dt = reduce_type(f.scalar_type());
+  auto r = std::make_unique<MpiRequest>();
+  const int64_t n = f.numel(), es = f.element_size();
+  for (int64_t off = 0; off < n; off += max_count_) {
+    const int cnt = static_cast<int>(std::min(max_count_, n - off));
+    r->reqs.emplace_back();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bytes(f) + off * es, cnt, dt, mpi_op(op), comm_, &r->reqs.back()),
+              "MPI_Iallreduce");
+  }
+  const int world = world_;
+  r->finish = [t, f, op, world]() mutable {
+    if (op == ReduceOp::Avg) f.div_(world);
+    if (!f.is_same(t)) t.copy_(f);
+  };
+  return r;
+}
+
+std::unique_ptr<CommRequest> MpiComm::reduce_scatter_v_start(at::Tensor in, at::Tensor out,
+                                                             std::vector<int64_t> counts, ReduceOp op) {
+  check_tensor(in, "reduce_scatter_v_start(in)");
+  check_tensor(out, "reduce_scatter_v_start(out)");
+  check_counts(in, out, counts);
+  for (int64_t c : counts)
+    if (c > max_count_)
+      throw std::runtime_error("parallel/mpi_comm: reduce_scatter_v block of " + std::to_string(c) +
+                               " elements exceeds the per-call limit " + std::to_string(max_count_) +
+                               " (use smaller buckets)");
+  count(in.numel() * in.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
+  at::Tensor fin = needs_upcast(in.scalar_type()) ? in.to(at::kFloat) : in;
+  if (op == ReduceOp::Avg && !at::isFloatingType(fin.scalar_type()))
+    throw std::runtime_error("parallel/mpi_comm: reduce_scatter(avg) needs a floating dtype");
+  // Always receive into a fresh buffer: MPI forbids aliasing and `out` may be a strided-free view of anything.
+  at::Tensor recv = at::empty({std::max<int64_t>(1, out.numel())}, fin.options());
+  std::vector<int> rc(counts.begin(), counts.end());
+  auto r = std::make_unique<MpiRequest>();
+  r->reqs.emplace_back();
+  check_mpi(MPI_Ireduce_scatter(fin.data_ptr(), recv.data_ptr(), rc.data(), reduce_type(fin.scalar_type()),
+                                mpi_op(op), comm_, &r->reqs.back()),
+            "MPI_Ireduce_scatter");
+  const int world = world_;
+  r->finish = [fin, recv, out, op, world]() mutable {
+    if (out.numel() == 0) return;
+    at::Tensor got = recv.narrow(0, 0, out.numel());
+    if (op == ReduceOp::Avg) got.div_(world);
+    out.view({-1}).copy_(got);
+  };
+  return r;
+}
 
 MpiComm::MpiComm(MPI_Comm parent) : max_count_(INT_MAX) {
   int inited = 0;

@@ -30,6 +30,12 @@ class MpiComm final : public Comm {
   void all_gather(const at::Tensor& in, at::Tensor& out) override;
   void broadcast(at::Tensor& t, int root) override;
   void barrier() override;
+  // MPI_Iallreduce / MPI_Ireduce_scatter (bf16/fp16 through an fp32 copy); chunked like the blocking forms.
+  std::unique_ptr<CommRequest> all_reduce_start(at::Tensor t, ReduceOp op = ReduceOp::Sum) override;
+  std::unique_ptr<CommRequest> reduce_scatter_v_start(at::Tensor in, at::Tensor out, std::vector<int64_t> counts,
+                                                      ReduceOp op = ReduceOp::Sum) override;
+  // MPI_Comm_dup of ours (same max_count).
+  std::shared_ptr<Comm> duplicate() const override;
 
   MPI_Comm handle() const { return comm_; }
   // Largest element count passed to one MPI call (default INT_MAX).

@@ -101,6 +101,31 @@ void NcclComm::reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op
              "ncclReduceScatter");
 }
 
+std::unique_ptr<CommRequest> NcclComm::reduce_scatter_v_start(at::Tensor in, at::Tensor out,
+                                                              std::vector<int64_t> counts, ReduceOp op) {
+  check_tensor(in, "reduce_scatter_v_start(in)");
+  check_tensor(out, "reduce_scatter_v_start(out)");
+  check_counts(in, out, counts);
+  count(in.numel() * in.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  const auto st = static_cast<cudaStream_t>(stream());
+  const size_t es = static_cast<size_t>(in.element_size());
+  char* base = static_cast<char*>(in.data_ptr());
+  check_nccl(ncclGroupStart(), "ncclGroupStart");
+  int64_t off = 0;
+  for (int k = 0; k < world_; ++k) {
+    if (counts[k] > 0)
+      check_nccl(ncclReduce(base + off * es, k == rank_ ? out.data_ptr() : nullptr, static_cast<size_t>(counts[k]),
+                            nccl_type(in.scalar_type()), nccl_op(op), k, comm_, st),
+                 "ncclReduce");
+    off += counts[k];
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  return completed_request();  // stream-ordered: nothing left to wait for on the host
+}
+
+std::shared_ptr<Comm> NcclComm::duplicate() const { return std::make_shared<NcclComm>(mpi_, device_); }
+
 void NcclComm::all_gather(const at::Tensor& in, at::Tensor& out) {
   check_tensor(in, "all_gather(in)");
   check_tensor(out, "all_gather(out)");

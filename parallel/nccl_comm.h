@@ -36,6 +36,11 @@ class NcclComm final : public Comm {
   void broadcast(at::Tensor& t, int root) override;
   // Waits for this rank's current stream, then MPI_Barrier.
   void barrier() override;
+  // Grouped ncclReduce, one per non-empty block, to its owner (enqueued on the current stream).
+  std::unique_ptr<CommRequest> reduce_scatter_v_start(at::Tensor in, at::Tensor out, std::vector<int64_t> counts,
+                                                      ReduceOp op = ReduceOp::Sum) override;
+  // A new NCCL communicator on the same device (bootstrapped over our MPI communicator).
+  std::shared_ptr<Comm> duplicate() const override;
 
  private:
   void* stream() const;  // cudaStream_t of the current stream on our device

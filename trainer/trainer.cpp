@@ -439,6 +439,8 @@ StepMetrics Trainer::train_step() {
       for (const auto& a : st.aux_losses) r = r + a.detach().to(at::kDouble);
       routing_sum += r;
     }
+    // Last micro-batch of the window: its backward may start the gradient reductions (overlap_comm).
+    if (&b == &micro.back()) opt_->set_last_micro_batch();
     loss.backward();
     lm_sum += out.lm_loss_sum.detach().to(at::kDouble);
     for (const LayerTokens& lt : st.tokens)
