@@ -109,7 +109,8 @@ inline DatasetConfig cli_dataset_config(const Args& a, const CliModel& m) {
   dc.conversation.template_name = a.get_or("template", "vicuna_v1");
   dc.conversation.image_token_id = m.model->config.image_token_id;
   dc.conversation.image_seq_length = m.model->config.vision ? m.model->config.image_seq_length() : 0;
-  dc.sample.max_len = std::stoi(a.get_or("max-len", "2048"));
+  // Default: the model's context (LLaVA-1.5 trains at 2048).
+  dc.sample.max_len = std::stoi(a.get_or("max-len", std::to_string(m.model->config.text.max_position_embeddings)));
   const auto pre = std::filesystem::path(m.dir) / "preprocessor_config.json";
   if (std::filesystem::exists(pre)) dc.image = load_preprocess_config(pre.string());
   else if (m.model->config.vision) dc.image.size = dc.image.crop = m.model->config.vision->image_size;
