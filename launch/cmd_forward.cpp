@@ -1,4 +1,4 @@
-// `gmod forward`: load a Hugging Face (LLaVA or LLaMA) checkpoint, run forward+backward on a sample
+// `gmod forward`: load a Hugging Face (LLaVA or LLaMA, dense or MoD) checkpoint, run forward+backward on a sample
 // and print loss and timing. The sample is the checkpoint's `reference.safetensors` inputs when
 // present (the shipped fixtures have one), else random tokens.
 #include <ATen/Parallel.h>
@@ -11,6 +11,7 @@
 #include "launch/args.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
+#include "mod/mod_checkpoint.h"
 
 namespace gmod::cli {
 namespace {
@@ -27,7 +28,7 @@ int run_forward(const std::vector<std::string>& argv) {
   at::Device device(a.get_or("device", "cpu"));
 
   auto t0 = std::chrono::steady_clock::now();
-  auto model = load_pretrained(dir, dtype, device);
+  auto model = load_mod_pretrained(dir, dtype, device);  // dense or γ-MoD (config.json "mod")
   auto t_load = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ModelInputs in;
   const auto ref_path = (std::filesystem::path(dir) / "reference.safetensors").string();

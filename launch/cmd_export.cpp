@@ -1,0 +1,123 @@
+// `gmod export`: a training checkpoint (or a Hugging Face dir, --from-hf) as a Hugging Face model directory
+// (transformers' LlavaForConditionalGeneration / LlamaForCausalLM layout; γ-MoD routers and the "mod" config
+// as mod/mod_checkpoint.h writes them). The architecture and MoD layers come from the run config stored in the
+// checkpoint (trainer/model_setup.h), the weights from its model.h5.
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "launch/args.h"
+#include "mod/conversion.h"
+#include "mod/mod_checkpoint.h"
+#include "trainer/checkpoint.h"
+#include "trainer/model_setup.h"
+#include "trainer/train_config.h"
+
+namespace gmod::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kUsage =
+    "usage: gmod export --checkpoint RUN_DIR/checkpoints/step-N|RUN_DIR [--out DIR]\n"
+    "       gmod export --from-hf HF_DIR --out DIR   (re-save, e.g. official γ-MoD names -> transformers layout)\n"
+    "RUN_DIR picks its newest valid checkpoint; --out defaults to RUN_DIR/export/step-N.\n"
+    "The run's model.path (its config.json) must be readable from the current directory.\n";
+
+// Tokenizer / processor files of the source model that make the export a usable Hugging Face dir.
+void copy_side_files(const std::string& from, const std::string& to) {
+  for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                        "preprocessor_config.json", "processor_config.json", "chat_template.json",
+                        "generation_config.json"}) {
+    const fs::path src = fs::path(from) / f;
+    if (fs::exists(src)) fs::copy_file(src, fs::path(to) / f, fs::copy_options::overwrite_existing);
+  }
+}
+
+// Reloads `out` as gmod's loaders see it and checks every parameter is bit-identical to `m`'s.
+size_t verify_export(const MultimodalLM& m, const std::string& out) {
+  auto back = load_mod_pretrained(out, m.llm->embed_tokens.scalar_type());
+  auto want = m.named_parameters(true), got = back->named_parameters(true);
+  if (want.size() != got.size())
+    throw std::runtime_error(out + ": reloaded model has " + std::to_string(got.size()) + " parameters, expected " +
+                             std::to_string(want.size()));
+  for (const auto& p : want) {
+    const at::Tensor* q = got.find(p.key());
+    if (!q || !at::equal(p.value(), *q))
+      throw std::runtime_error(out + ": parameter " + p.key() + " does not read back identically");
+  }
+  return want.size();
+}
+
+void describe(const MultimodalLM& m, const MoDConfig& mc, const std::string& out, size_t verified) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  std::string layers;
+  for (int l : mc.mod_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+  std::cout << "wrote " << out << ": " << (m.vision ? "LlavaForConditionalGeneration" : "LlamaForCausalLM") << ", "
+            << n << " parameters, "
+            << (mc.mod_layers.empty() ? std::string("dense")
+                                      : "γ-MoD layers [" + layers + "], router " + to_string(mc.router))
+            << "; verified: " << verified << " tensors read back bit-identically\n";
+}
+
+int run_export(const std::vector<std::string>& argv) {
+  Args a(argv);
+  a.check_known({"checkpoint", "out", "from-hf"});
+  if (auto hf = a.get("from-hf")) {
+    const auto out = a.get("out");
+    if (!out) throw std::invalid_argument(std::string("--from-hf needs --out DIR\n") + kUsage);
+    auto m = load_mod_pretrained(*hf);
+    MoDConfig mc = read_mod_config(*hf).value_or(MoDConfig{});
+    if (mod_layers(*m).empty()) mc.mod_layers.clear();
+    save_mod_pretrained(*m, mc, *out);
+    copy_side_files(*hf, *out);
+    describe(*m, mc, *out, verify_export(*m, *out));
+    return 0;
+  }
+  const auto ck = a.get("checkpoint");
+  if (!ck) throw std::invalid_argument(std::string("--checkpoint is required\n") + kUsage);
+  std::string step_dir = *ck;
+  if (!fs::exists(fs::path(step_dir) / "manifest.json")) {
+    if (!fs::is_directory(fs::path(step_dir) / "checkpoints"))
+      throw std::invalid_argument(step_dir + ": neither a checkpoint (no manifest.json) nor a run directory (no checkpoints/)");
+    auto e = CheckpointManager(step_dir).find_latest_valid();
+    if (!e) throw std::runtime_error(step_dir + "/checkpoints: no valid checkpoint");
+    step_dir = e->path;
+  } else {
+    const std::string why = CheckpointManager::verify(step_dir);
+    if (!why.empty()) throw std::runtime_error("checkpoint " + step_dir + " is not valid: " + why);
+  }
+  CheckpointReader reader(step_dir);
+  const TrainConfig cfg = train_config_from_json(reader.config(), {}, step_dir + "/trainer-state.json: config");
+  if (!fs::exists(fs::path(cfg.model.path) / "config.json"))
+    throw std::runtime_error(step_dir + ": the run's model.path '" + cfg.model.path +
+                             "' has no config.json here (run gmod export from the directory the run was started in)");
+  const fs::path run_dir = fs::path(step_dir).parent_path().parent_path();
+  const std::string out = a.get_or("out", (run_dir / "export" / fs::path(step_dir).filename()).string());
+
+  MoDConfig mc;
+  auto model = build_run_model(cfg, &mc);
+  NamedTensors params;
+  for (auto& item : model->named_parameters()) params.emplace_back(item.key(), item.value());
+  reader.load_model_into(params, /*strict=*/true);
+  std::cout << "checkpoint " << step_dir << " (step " << reader.step() << ", model " << cfg.model.path << ", "
+            << cfg.model.dtype << ")\n";
+  save_mod_pretrained(*model, mc, out);
+  copy_side_files(cfg.model.path, out);
+  if (!cfg.data.tokenizer.empty() && fs::is_regular_file(cfg.data.tokenizer)) {
+    const fs::path t(cfg.data.tokenizer);
+    if (t.filename() == "tokenizer.model" || t.filename() == "tokenizer.json")
+      fs::copy_file(t, fs::path(out) / t.filename(), fs::copy_options::overwrite_existing);
+  } else if (!cfg.data.tokenizer.empty() && fs::is_directory(cfg.data.tokenizer)) {
+    copy_side_files(cfg.data.tokenizer, out);
+  }
+  describe(*model, mc, out, verify_export(*model, out));
+  return 0;
+}
+
+Register reg({"export", "a training checkpoint as a Hugging Face model dir (dense or γ-MoD)", run_export});
+
+}  // namespace
+}  // namespace gmod::cli
