@@ -78,7 +78,15 @@ void prepare_forward_state(ForwardState& st, const at::Tensor& input_ids, const 
                      : at::arange(L, at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(0).expand({B, L});
   const bool padded = attention_mask.defined() && !attention_mask.all().item<bool>();
   st.key_valid = attention_mask.defined() ? attention_mask.to(at::kBool) : at::Tensor();
-  st.mask = padded ? AttentionMask::causal(st.key_valid, L, L, 0) : AttentionMask{};
+  // Right padding (every row's valid tokens form a prefix) needs no key mask: under the causal mask a real token
+  // only sees earlier positions, which are all real. Padded rows compute garbage that nothing reads (labels -100,
+  // routing and ARank use key_valid), and the fast fused causal kernel is used instead of a materialised mask.
+  bool right_padded = true;
+  if (padded && L > 1) {
+    auto m = st.key_valid;
+    right_padded = !(m.narrow(1, 1, L - 1) & m.narrow(1, 0, L - 1).logical_not()).any().item<bool>();
+  }
+  st.mask = padded && !right_padded ? AttentionMask::causal(st.key_valid, L, L, 0) : AttentionMask{};
   st.valid_tokens = attention_mask.defined() ? attention_mask.sum().item<int64_t>() : B * L;
 }
 
