@@ -5,7 +5,7 @@ For each model config (the demo model, and a SmolLM2-135M-sized LLaVA: configs/b
 `gmod train` for a few steps, dense and γ-MoD (keep_top:4 → most layers MoD, skip_frac 0.5), on the demo data and
 reads tokens/s, step time and MFU from its metrics.jsonl; then it runs the same optimizer step in Python
 (transformers LlavaForConditionalGeneration from the same config.json, random init, torch AdamW) on a batch of
-the same shape (samples per step x mean padded length, with the same number of image tokens per sample) and
+the same shape (samples per step x gmod's mean padded length, with the same number of image tokens per sample) and
 prints both side by side.
 
     python bench/bench_train.py [--threads 2] [--steps 6] [--models demo,smollm2]
@@ -42,7 +42,7 @@ def run_gmod(model_dir, mod, steps, threads, run_dir, micro_batch, global_batch)
     med = lambda k: statistics.median(r[k] for r in rows)
     skip = [v for r in rows for v in r.get("skip_ratio", {}).values()]
     return {"step_s": med("step_s"), "tokens_per_s": med("tokens_per_s"), "mfu": med("mfu"),
-            "tokens": med("tokens"), "samples": med("samples"), "skip": statistics.mean(skip) if skip else 0.0}
+            "tokens": med("tokens"), "samples": med("samples"), "padded": med("padded_tokens"), "skip": statistics.mean(skip) if skip else 0.0}
 
 
 def run_transformers(model_dir, samples, seq, steps, threads):
@@ -70,7 +70,7 @@ def run_transformers(model_dir, samples, seq, steps, threads):
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t0)
     t = statistics.median(times[2:] or times)
-    return {"step_s": t, "tokens_per_s": samples * seq / t}
+    return {"step_s": t, "tokens_per_s": samples * seq / t}  # positions/s; gmod's tokens/s counts real tokens
 
 
 def main():
@@ -89,7 +89,7 @@ def main():
                          args.micro_batch)
         mod = run_gmod(md, True, args.steps, args.threads, os.path.join(tmp, name + "-mod"), args.micro_batch,
                        args.micro_batch)
-        seq = max(1, round(dense["tokens"] / dense["samples"]))
+        seq = max(1, round(dense["padded"] / dense["samples"]))  # gmod computes padded batches: same shape
         hf = run_transformers(md, int(dense["samples"]), seq, args.steps, args.threads)
         for variant, r in (("gmod dense", dense), ("gmod γ-MoD", mod)):
             print(f"{name:9s} {variant:14s} {r['step_s']:8.3f} {r['tokens_per_s']:10.0f} {100 * r['mfu']:6.2f}% "

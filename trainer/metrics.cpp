@@ -104,6 +104,7 @@ nlohmann::json MetricsLogger::log(const StepMetrics& m, const nlohmann::json& me
                    {"lr", m.lr},
                    {"samples", m.samples},
                    {"tokens", m.tokens},
+                   {"padded_tokens", m.padded_tokens},
                    {"supervised_tokens", m.supervised_tokens},
                    {"tokens_per_s", double(m.tokens) / t},
                    {"samples_per_s", double(m.samples) / t},

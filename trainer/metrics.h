@@ -43,6 +43,7 @@ struct StepMetrics {
   double loss = 0, lm_loss = 0, routing_loss = 0;  // loss = lm_loss + λ·routing_loss (global, token-normalised)
   double grad_norm = 0, lr = 0;
   int64_t samples = 0, tokens = 0, supervised_tokens = 0;  // global, this step
+  int64_t padded_tokens = 0;  // global positions computed, padding included (B x L summed over micro-batches)
   double step_seconds = 0;     // wall time of the step on rank 0
   double data_wait_seconds = 0;  // rank 0's time blocked in the loader during the step
   double flops = 0;            // dense-equivalent model FLOPs of the step, all ranks

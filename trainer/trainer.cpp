@@ -423,10 +423,11 @@ StepMetrics Trainer::train_step() {
   at::Tensor lm_sum = at::zeros({}, opts), routing_sum = at::zeros({}, opts);
   const size_t n_mod = mod_layers_.size();
   std::vector<int64_t> processed(n_mod, 0), entered(n_mod, 0);
-  int64_t tokens = 0, samples = 0;
+  int64_t tokens = 0, samples = 0, padded = 0;
   for (const Batch& b : micro) {
     if (b.empty()) continue;  // every record of this slice was bad: contribute nothing, still join the step
     tokens += b.tokens;
+    padded += b.input_ids.numel();
     samples += b.size();
     ModelInputs in = to_model_inputs(b, device_);
     if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
@@ -449,13 +450,14 @@ StepMetrics Trainer::train_step() {
   }
 
   // One all-reduce for every reported quantity and the stop flag: [lm_sum, routing_sum, tokens, samples, stop,
-  // processed..., entered...].
-  at::Tensor packed = at::zeros({5 + 2 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
+  // processed..., entered..., padded].
+  at::Tensor packed = at::zeros({6 + 2 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
   auto acc = packed.accessor<double, 1>();
   acc[2] = double(tokens);
   acc[3] = double(samples);
   acc[4] = stop_signal_flag().load() ? 1.0 : 0.0;
   for (size_t i = 0; i < n_mod; ++i) acc[5 + i] = double(processed[i]), acc[5 + n_mod + i] = double(entered[i]);
+  acc[5 + 2 * n_mod] = double(padded);
   packed = packed.to(device_);
   packed[0] = lm_sum;
   packed[1] = routing_sum;
@@ -474,6 +476,7 @@ StepMetrics Trainer::train_step() {
   m.supervised_tokens = int64_t(n_sup);
   m.tokens = int64_t(r[2]);
   m.samples = int64_t(r[3]);
+  m.padded_tokens = int64_t(r[5 + 2 * n_mod]);
   stop_requested_ = stop_requested_ || r[4] > 0;
   for (size_t i = 0; i < n_mod; ++i)
     if (r[5 + n_mod + i] > 0) m.skip_ratio[mod_layers_[i]] = 1.0 - r[5 + i] / r[5 + n_mod + i];
