@@ -21,10 +21,7 @@
 #include "model/pretrained.h"
 #include "mod/conversion.h"
 #include "mod/mod_config.h"
-#if __has_include("mod/mod_checkpoint.h")
 #include "mod/mod_checkpoint.h"
-#define GMOD_CLI_HAS_MOD_CHECKPOINT 1
-#endif
 
 namespace gmod::cli {
 
@@ -67,11 +64,7 @@ inline CliModel load_cli_model(const Args& a) {
     m.model = std::make_shared<MultimodalLM>(load_model_config(m.dir));
     m.model->init_weights(std::stoull(*seed));
   } else {
-#ifdef GMOD_CLI_HAS_MOD_CHECKPOINT
     m.model = load_mod_pretrained(m.dir, m.dtype, at::kCPU);  // dense, or γ-MoD with config.json "mod"
-#else
-    m.model = load_pretrained(m.dir, m.dtype, at::kCPU);
-#endif
   }
   if (auto rule = a.get("mod")) {
     MoDConfig mc;
