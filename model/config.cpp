@@ -41,7 +41,9 @@ void check_positive(std::vector<std::string>& errors, const std::string& where, 
   if (!(v > 0)) errors.push_back(where + "'" + name + "' must be positive, got " + std::to_string(v));
 }
 
-LlamaConfig parse_llama(const nlohmann::json& j, const std::string& where, std::vector<std::string>& errors) {
+}  // namespace
+
+LlamaConfig parse_llama_config(const nlohmann::json& j, const std::string& where, std::vector<std::string>& errors) {
   LlamaConfig c;
   Reader r{j, where, errors};
   r.required("vocab_size", c.vocab_size);
@@ -91,7 +93,8 @@ LlamaConfig parse_llama(const nlohmann::json& j, const std::string& where, std::
   return c;
 }
 
-ClipVisionConfig parse_clip(const nlohmann::json& j, const std::string& where, std::vector<std::string>& errors) {
+ClipVisionConfig parse_clip_vision_config(const nlohmann::json& j, const std::string& where,
+                                          std::vector<std::string>& errors) {
   ClipVisionConfig c;
   Reader r{j, where, errors};
   r.required("hidden_size", c.hidden_size);
@@ -114,8 +117,6 @@ ClipVisionConfig parse_clip(const nlohmann::json& j, const std::string& where, s
   return c;
 }
 
-}  // namespace
-
 int LlavaConfig::image_seq_length() const {
   if (!vision) return 0;
   return vision->num_patches() + (vision_feature_select_strategy == "full" ? 1 : 0);
@@ -128,10 +129,10 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
   const std::string where = source + ": ";
   if (j.contains("text_config")) {  // transformers LlavaForConditionalGeneration
     if (!j["text_config"].is_object()) errors.push_back(where + "text_config is not an object");
-    else c.text = parse_llama(j["text_config"], where + "text_config: ", errors);
+    else c.text = parse_llama_config(j["text_config"], where + "text_config: ", errors);
     if (!j.contains("vision_config") || !j["vision_config"].is_object())
       errors.push_back(where + "missing object 'vision_config'");
-    else c.vision = parse_clip(j["vision_config"], where + "vision_config: ", errors);
+    else c.vision = parse_clip_vision_config(j["vision_config"], where + "vision_config: ", errors);
     Reader r{j, where, errors};
     if (j.contains("image_token_index")) r.get("image_token_index", c.image_token_id);
     else r.optional("image_token_id", c.image_token_id);
@@ -145,7 +146,7 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
         !j["text_config"].contains("tie_word_embeddings"))
       c.text.tie_word_embeddings = j["tie_word_embeddings"];
   } else {
-    c.text = parse_llama(j, where, errors);
+    c.text = parse_llama_config(j, where, errors);
     if (j.contains("mm_vision_tower") || j.contains("mm_hidden_size")) {  // original LLaVA
       Reader r{j, where, errors};
       std::string proj = "linear";
@@ -158,7 +159,7 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
       r.optional("mm_vision_select_feature", feature);
       c.vision_feature_select_strategy = feature == "patch" ? "default" : "full";
       if (j.contains("vision_config") && j["vision_config"].is_object())
-        c.vision = parse_clip(j["vision_config"], where + "vision_config: ", errors);
+        c.vision = parse_clip_vision_config(j["vision_config"], where + "vision_config: ", errors);
       else
         errors.push_back(where + "original LLaVA config without an embedded 'vision_config': add the CLIP "
                          "vision config of '" + j.value("mm_vision_tower", std::string("?")) + "'");
@@ -175,7 +176,9 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
     int n = c.vision->num_hidden_layers;
     int l = c.vision_feature_layer;
     if (l < -(n + 1) || l > n) errors.push_back(where + "vision_feature_layer " + std::to_string(l) + " out of range");
-    if (c.image_token_id < 0 || c.image_token_id >= c.text.vocab_size)
+    // == vocab_size: the placeholder id of models composed from parts (LLaVA keeps the LLM's vocabulary; image
+    // positions are never embedded, see MultimodalLM::embed_inputs).
+    if (c.image_token_id < 0 || c.image_token_id > c.text.vocab_size)
       errors.push_back(where + "image token id " + std::to_string(c.image_token_id) + " is outside the vocabulary");
   }
   if (!errors.empty()) {

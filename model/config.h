@@ -60,6 +60,11 @@ struct LlavaConfig {
   int image_seq_length() const;
 };
 
+// One part's config; problems are appended to `errors` prefixed with `where` (e.g. "llm/config.json: ").
+LlamaConfig parse_llama_config(const nlohmann::json& j, const std::string& where, std::vector<std::string>& errors);
+ClipVisionConfig parse_clip_vision_config(const nlohmann::json& j, const std::string& where,
+                                          std::vector<std::string>& errors);
+
 // Parses and validates; `source` names the file in error messages. Throws listing every problem.
 LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& source);
 LlavaConfig load_model_config(const std::string& path);  // a config.json or a directory holding one

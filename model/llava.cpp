@@ -28,11 +28,12 @@ MultimodalLM::MultimodalLM(const LlavaConfig& c) : config(c) {
   }
 }
 
-void MultimodalLM::init_weights(uint64_t seed) {
+void MultimodalLM::init_weights(uint64_t seed, const std::string& prefix) {
   at::NoGradGuard ng;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   for (auto& p : named_parameters()) {
     const auto& name = p.key();
+    if (!prefix.empty() && name.rfind(prefix, 0) != 0) continue;
     auto& t = p.value();
     const bool vision_param = name.rfind("vision.", 0) == 0;
     const double std = vision_param ? config.vision->initializer_range : config.text.initializer_range;
@@ -55,10 +56,18 @@ at::Tensor MultimodalLM::image_features(const at::Tensor& pixel_values) {
 }
 
 at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values) {
-  auto emb = llm->embed(input_ids);  // [B, L, D]
-  if (!pixel_values.defined() || pixel_values.size(0) == 0) return emb;
+  auto is_img = input_ids == config.image_token_id;  // [B, L]
+  // A model composed from parts keeps the LLM's vocabulary and uses id vocab_size as the image placeholder (as
+  // LLaVA's IMAGE_TOKEN_INDEX): those rows are looked up as id 0 and then overwritten by image features.
+  auto emb = llm->embed(config.image_token_id >= config.text.vocab_size ? input_ids.masked_fill(is_img, 0)
+                                                                           : input_ids);  // [B, L, D]
+  if (!pixel_values.defined() || pixel_values.size(0) == 0) {
+    if (config.image_token_id >= config.text.vocab_size && is_img.any().item<bool>())
+      throw std::invalid_argument("batch has image-token positions (id " + std::to_string(config.image_token_id) +
+                                  ") but no images");
+    return emb;
+  }
   auto feats = image_features(pixel_values).to(emb.scalar_type());  // [N, T, D]
-  auto is_img = input_ids == config.image_token_id;                  // [B, L]
   const int64_t n_pos = is_img.sum().item<int64_t>();
   if (n_pos != feats.size(0) * feats.size(1)) {
     std::ostringstream os;

@@ -51,8 +51,9 @@ class MultimodalLM : public torch::nn::Module {
   at::Tensor logits(const at::Tensor& hidden) const;
   const at::Tensor& lm_head_weight() const { return config.text.tie_word_embeddings ? llm->embed_tokens : lm_head; }
 
-  // Random initialisation as transformers does (normal(0, initializer_range), norms = 1, biases = 0).
-  void init_weights(uint64_t seed);
+  // Random initialisation as transformers does (normal(0, initializer_range), norms = 1, biases = 0); only the
+  // parameters whose names start with `prefix` when it is not empty.
+  void init_weights(uint64_t seed, const std::string& prefix = "");
 
   LlavaConfig config;
   std::shared_ptr<LlamaModel> llm;

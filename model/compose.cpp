@@ -1,0 +1,297 @@
+#include "model/compose.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "model/pretrained.h"
+#include "model/safetensors.h"
+#include "model/torch_save.h"
+
+namespace gmod {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+std::string shape_str(at::IntArrayRef s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+// Reads `dir`/config.json; a problem is recorded (and null returned) when it is missing or malformed.
+json read_config(const std::string& what, const std::string& dir, std::vector<std::string>& problems) {
+  const fs::path p = fs::path(dir) / "config.json";
+  std::ifstream f(p);
+  if (!f) {
+    problems.push_back(what + ": " + p.string() + " does not exist");
+    return json();
+  }
+  try {
+    return json::parse(f);
+  } catch (const std::exception& e) {
+    problems.push_back(what + ": " + p.string() + ": malformed JSON: " + e.what());
+    return json();
+  }
+}
+
+// Square crop size of a CLIPImageProcessor config (int or {"height", "width"}), 0 if absent.
+int preprocessor_crop(const json& j) {
+  if (!j.contains("crop_size")) return 0;
+  const json& c = j["crop_size"];
+  if (c.is_number_integer()) return c.get<int>();
+  if (c.is_object() && c.contains("height") && c["height"].is_number_integer()) return c["height"].get<int>();
+  return 0;
+}
+
+// Projector name (after stripping wrappers) -> gmod name.
+const std::map<std::string, std::string>& projector_names() {
+  static const std::map<std::string, std::string> m = {
+      {"mm_projector.0.weight", "projector.linear_1.weight"},
+      {"mm_projector.0.bias", "projector.linear_1.bias"},
+      {"mm_projector.2.weight", "projector.linear_2.weight"},
+      {"mm_projector.2.bias", "projector.linear_2.bias"},
+      {"multi_modal_projector.linear_1.weight", "projector.linear_1.weight"},
+      {"multi_modal_projector.linear_1.bias", "projector.linear_1.bias"},
+      {"multi_modal_projector.linear_2.weight", "projector.linear_2.weight"},
+      {"multi_modal_projector.linear_2.bias", "projector.linear_2.bias"},
+  };
+  return m;
+}
+
+struct Composition {
+  LlavaConfig config;
+  std::vector<std::pair<std::string, at::Tensor>> projector;  // gmod names
+  std::vector<std::string> problems;
+};
+
+Composition compose(const ModelParts& parts, bool read_projector_file) {
+  Composition c;
+  auto& problems = c.problems;
+  if (parts.llm.empty()) problems.push_back("model.llm: required when composing a model from parts");
+  else {
+    const json j = read_config("model.llm", parts.llm, problems);
+    if (j.is_object()) {
+      if (j.contains("text_config") || j.contains("mm_vision_tower") || j.contains("vision_config"))
+        problems.push_back("model.llm: " + parts.llm +
+                           " holds a multimodal (LLaVA) config; give a LlamaForCausalLM directory, or use model.path "
+                           "for a combined checkpoint");
+      else c.config.text = parse_llama_config(j, "model.llm: " + parts.llm + "/config.json: ", problems);
+    }
+  }
+  c.config.image_token_id = c.config.text.vocab_size;
+  c.config.vision_feature_layer = parts.vision_feature_layer;
+  c.config.vision_feature_select_strategy = parts.vision_feature_select_strategy;
+  if (!parts.vision.empty()) {
+    const json j = read_config("model.vision", parts.vision, problems);
+    const std::string where = "model.vision: " + parts.vision + "/config.json: ";
+    if (j.is_object()) {
+      if (j.contains("vision_config") && j["vision_config"].is_object())  // CLIPModel
+        c.config.vision = parse_clip_vision_config(j["vision_config"], where + "vision_config: ", problems);
+      else if (j.value("model_type", std::string("clip_vision_model")) == "clip_vision_model")
+        c.config.vision = parse_clip_vision_config(j, where, problems);
+      else
+        problems.push_back(where + "model_type '" + j.value("model_type", std::string()) +
+                           "' is not a CLIP vision model (clip_vision_model or clip)");
+    }
+    if (c.config.vision) {
+      const int n = c.config.vision->num_hidden_layers, l = parts.vision_feature_layer;
+      if (l < -(n + 1) || l > n)
+        problems.push_back("model.vision_feature_layer " + std::to_string(l) + " is out of range for a tower of " +
+                           std::to_string(n) + " layers");
+      const fs::path pre = fs::path(parts.vision) / "preprocessor_config.json";
+      if (fs::exists(pre)) {
+        try {
+          const int crop = preprocessor_crop(json::parse(std::ifstream(pre)));
+          if (crop > 0 && crop != c.config.vision->image_size)
+            problems.push_back("model.vision: " + pre.string() + " crops images to " + std::to_string(crop) +
+                               " px but the tower's image_size is " + std::to_string(c.config.vision->image_size));
+        } catch (const std::exception& e) {
+          problems.push_back("model.vision: " + pre.string() + ": malformed JSON: " + e.what());
+        }
+      }
+    }
+    if (parts.vision_feature_select_strategy != "default" && parts.vision_feature_select_strategy != "full")
+      problems.push_back("model.vision_feature_select_strategy must be 'default' or 'full', got '" +
+                         parts.vision_feature_select_strategy + "'");
+  } else if (!parts.projector.empty()) {
+    problems.push_back("model.projector is given but model.vision is not (a projector needs a vision tower)");
+  }
+  if (!parts.projector.empty() && read_projector_file) {
+    c.projector = read_projector(parts.projector, problems);
+    const int64_t dv = c.config.vision ? c.config.vision->hidden_size : -1, dt = c.config.text.hidden_size;
+    for (const auto& [name, t] : c.projector) {
+      std::vector<int64_t> want;
+      if (name == "projector.linear_1.weight") want = {dt, dv};
+      else if (name == "projector.linear_2.weight") want = {dt, dt};
+      else want = {dt};
+      if (dv > 0 && t.sizes() != at::IntArrayRef(want))
+        problems.push_back("model.projector: " + parts.projector + ": '" + name + "' has shape " +
+                           shape_str(t.sizes()) + " but the vision tower (hidden " + std::to_string(dv) +
+                           ") and the LLM (hidden " + std::to_string(dt) + ") need " + shape_str(want));
+    }
+  }
+  return c;
+}
+
+[[noreturn]] void throw_problems(const std::vector<std::string>& problems) {
+  std::ostringstream os;
+  os << "cannot compose the model from its parts (" << problems.size() << " problem"
+     << (problems.size() > 1 ? "s" : "") << "):";
+  for (const auto& p : problems) os << "\n  " << p;
+  throw std::runtime_error(os.str());
+}
+
+// The vision tower's tensors of a CLIPVisionModel/CLIPModel directory under gmod names (vision.vision_model.*);
+// the text tower and projections of a CLIPModel are skipped.
+void load_vision(MultimodalLM& model, const std::string& dir, std::vector<std::string>& problems) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  std::string file;
+  std::unique_ptr<SafetensorsCheckpoint> st;
+  const fs::path bin = fs::path(dir) / "pytorch_model.bin";
+  bool has_safetensors = false;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors" || e.path().filename() == "model.safetensors.index.json")
+      has_safetensors = true;
+  std::vector<std::string> names;
+  if (has_safetensors) {
+    st = std::make_unique<SafetensorsCheckpoint>(dir);
+    names = st->names();
+  } else if (fs::exists(bin)) {
+    tensors = read_torch_save(bin.string());
+    for (auto& [n, t] : tensors) names.push_back(n);
+  } else {
+    problems.push_back("model.vision: " + dir + " has neither *.safetensors nor pytorch_model.bin");
+    return;
+  }
+  auto params = model.named_parameters(true);
+  std::set<std::string> seen;
+  std::vector<std::string> unknown;
+  at::NoGradGuard ng;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    if (starts_with(n, "text_model.") || starts_with(n, "visual_projection.") || starts_with(n, "text_projection.") ||
+        n == "logit_scale" || n.find("position_ids") != std::string::npos)
+      continue;
+    // CLIPModel and older CLIPVisionModel saves prefix the tower with "vision_model."; transformers 5 saves a
+    // CLIPVisionModel without it.
+    const std::string g = starts_with(n, "vision_model.") ? "vision." + n : "vision.vision_model." + n;
+    if (!params.contains(g)) {
+      unknown.push_back(n);
+      continue;
+    }
+    seen.insert(g);
+    try {
+      copy_into(params[g], st ? st->tensor(n) : tensors[i].second, n, st ? st->file_of(n) : bin.string());
+    } catch (const std::exception& e) {
+      problems.push_back(std::string("model.vision: ") + e.what());
+    }
+  }
+  if (!unknown.empty()) {
+    std::string s;
+    for (size_t i = 0; i < unknown.size() && i < 6; ++i) s += (i ? ", " : "") + unknown[i];
+    problems.push_back("model.vision: " + dir + ": tensors a CLIP vision tower does not have: " + s +
+                       (unknown.size() > 6 ? ", ... (" + std::to_string(unknown.size()) + " in all)" : ""));
+  }
+  std::vector<std::string> missing;
+  for (const auto& p : params)
+    if (starts_with(p.key(), "vision.") && !seen.count(p.key())) missing.push_back(p.key().substr(7));
+  if (!missing.empty()) {
+    std::string s;
+    for (size_t i = 0; i < missing.size() && i < 6; ++i) s += (i ? ", " : "") + missing[i];
+    problems.push_back("model.vision: " + dir + " lacks " + std::to_string(missing.size()) + " tensor(s): " + s +
+                       (missing.size() > 6 ? ", ..." : ""));
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, at::Tensor>> read_projector(const std::string& path,
+                                                               std::vector<std::string>& problems) {
+  std::vector<std::pair<std::string, at::Tensor>> raw;
+  try {
+    if (fs::path(path).extension() == ".safetensors") {
+      SafetensorsCheckpoint ck(path);
+      for (const auto& n : ck.names()) raw.emplace_back(n, ck.tensor(n).clone());
+    } else {
+      raw = read_torch_save(path);
+    }
+  } catch (const std::exception& e) {
+    problems.push_back(std::string("model.projector: ") + e.what());
+    return {};
+  }
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::set<std::string> got;
+  std::vector<std::string> unknown;
+  for (auto& [name, t] : raw) {
+    std::string n = name;
+    for (const char* wrap : {"base_model.model.", "model."})  // LoRA wrapper, LlavaLlamaModel
+      if (starts_with(n, wrap)) n = n.substr(std::string(wrap).size());
+    auto it = projector_names().find(n);
+    if (it == projector_names().end()) {
+      unknown.push_back(name);
+      continue;
+    }
+    if (!got.insert(it->second).second) {
+      problems.push_back("model.projector: " + path + ": '" + name + "' gives " + it->second + " a second time");
+      continue;
+    }
+    out.emplace_back(it->second, t);
+  }
+  for (const auto& u : unknown)
+    problems.push_back("model.projector: " + path + ": unknown tensor '" + u +
+                       "' (expected model.mm_projector.{0,2}.{weight,bias} or "
+                       "multi_modal_projector.linear_{1,2}.{weight,bias}; only mlp2x_gelu projectors are supported)");
+  for (const char* need : {"projector.linear_1.weight", "projector.linear_1.bias", "projector.linear_2.weight",
+                           "projector.linear_2.bias"})
+    if (!got.count(need))
+      problems.push_back("model.projector: " + path + " lacks " + need);
+  return out;
+}
+
+LlavaConfig compose_model_config(const ModelParts& parts) {
+  Composition c = compose(parts, /*read_projector_file=*/false);
+  if (!c.problems.empty()) throw_problems(c.problems);
+  return c.config;
+}
+
+std::shared_ptr<MultimodalLM> load_composed(const ModelParts& parts, at::ScalarType dtype, at::Device device,
+                                            uint64_t init_seed) {
+  Composition c = compose(parts, /*read_projector_file=*/true);
+  if (!c.problems.empty()) throw_problems(c.problems);  // configs must be right before anything is allocated
+  auto model = std::make_shared<MultimodalLM>(c.config);
+  if (c.projector.empty() && c.config.vision) model->init_weights(init_seed, "projector.");
+  model->to(device, dtype);
+  std::vector<std::string>& problems = c.problems;
+  try {
+    LoadOptions o;
+    o.optional_prefixes = {"vision.", "projector."};
+    load_weights(*model, parts.llm, o);
+  } catch (const std::exception& e) {
+    problems.push_back(std::string("model.llm: ") + e.what());
+  }
+  if (!parts.vision.empty()) load_vision(*model, parts.vision, problems);
+  if (!c.projector.empty()) {
+    auto params = model->named_parameters(true);
+    at::NoGradGuard ng;
+    for (auto& [name, t] : c.projector) {
+      try {
+        copy_into(params[name], t, name, parts.projector);
+      } catch (const std::exception& e) {
+        problems.push_back(std::string("model.projector: ") + e.what());
+      }
+    }
+  }
+  if (!problems.empty()) throw_problems(problems);
+  return model;
+}
+
+std::string parts_preprocessor_dir(const ModelParts& parts) { return parts.vision; }
+
+}  // namespace gmod

@@ -1,0 +1,46 @@
+// A LLaVA model composed from its parts, the way LLaVA's stage 2 starts: an LLM (Hugging Face LlamaForCausalLM
+// directory, e.g. Vicuna-7B-v1.5), a CLIP vision tower (HF CLIPVisionModel or CLIPModel directory, e.g.
+// clip-vit-large-patch14-336) and the stage-1 projector (`mm_projector.bin` written by torch.save, or a
+// .safetensors file; LLaVA's `model.mm_projector.{0,2}.*` or transformers' `multi_modal_projector.linear_{1,2}.*`
+// names). The LLM keeps its vocabulary: images use the placeholder id vocab_size (LLaVA's IMAGE_TOKEN_INDEX), whose
+// positions are filled by projected image features and never embedded. Every problem of every part (missing or
+// unknown tensors, shape mismatches between projector, tower and LLM, inconsistent image sizes) is reported in one
+// error.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/llava.h"
+
+namespace gmod {
+
+struct ModelParts {
+  std::string llm;        // HF LlamaForCausalLM directory (config.json + safetensors, single or sharded)
+  std::string vision;     // HF CLIPVisionModel / CLIPModel directory ("" = a text-only LLM)
+  std::string projector;  // stage-1 projector file ("" = initialised randomly, as at the start of stage 1)
+  int vision_feature_layer = -2;                          // LLaVA-1.5: penultimate layer
+  std::string vision_feature_select_strategy = "default";  // "default" drops CLS (LLaVA "patch"), "full" keeps it
+};
+
+// The composed model's config (LLM config + vision config + LLaVA wiring). Throws listing every problem.
+LlavaConfig compose_model_config(const ModelParts& parts);
+
+// Builds the model in `dtype` on `device` and loads every part. Without a projector file the projector is
+// initialised as transformers does (normal(0, initializer_range) weights, zero biases) from `init_seed`.
+std::shared_ptr<MultimodalLM> load_composed(const ModelParts& parts, at::ScalarType dtype = at::kFloat,
+                                            at::Device device = at::kCPU, uint64_t init_seed = 0);
+
+// The projector tensors of a stage-1 file under gmod names (projector.linear_{1,2}.{weight,bias}); unknown or
+// missing names are appended to `problems`.
+std::vector<std::pair<std::string, at::Tensor>> read_projector(const std::string& path,
+                                                               std::vector<std::string>& problems);
+
+// The directory holding the image preprocessor config for a composed model (the vision part), or "".
+std::string parts_preprocessor_dir(const ModelParts& parts);
+
+}  // namespace gmod
