@@ -23,7 +23,7 @@ const char* kUsage =
     "usage: gmod export --checkpoint RUN_DIR/checkpoints/step-N|RUN_DIR [--out DIR]\n"
     "       gmod export --from-hf HF_DIR --out DIR   (re-save, e.g. official γ-MoD names -> transformers layout)\n"
     "RUN_DIR picks its newest valid checkpoint; --out defaults to RUN_DIR/export/step-N.\n"
-    "The run's model.path (its config.json) must be readable from the current directory.\n";
+    "The run's model.path (or model.llm/vision) config.json must be readable from the current directory.\n";
 
 // Tokenizer / processor files of the source model that make the export a usable Hugging Face dir.
 void copy_side_files(const std::string& from, const std::string& to) {
@@ -91,9 +91,11 @@ int run_export(const std::vector<std::string>& argv) {
   }
   CheckpointReader reader(step_dir);
   const TrainConfig cfg = train_config_from_json(reader.config(), {}, step_dir + "/trainer-state.json: config");
-  if (!fs::exists(fs::path(cfg.model.path) / "config.json"))
-    throw std::runtime_error(step_dir + ": the run's model.path '" + cfg.model.path +
-                             "' has no config.json here (run gmod export from the directory the run was started in)");
+  const std::string src = describe_model_source(cfg.model);
+  for (const std::string& dir : {cfg.model.path, cfg.model.llm, cfg.model.vision})
+    if (!dir.empty() && !fs::exists(fs::path(dir) / "config.json"))
+      throw std::runtime_error(step_dir + ": the run's model directory '" + dir +
+                               "' has no config.json here (run gmod export from the directory the run was started in)");
   const fs::path run_dir = fs::path(step_dir).parent_path().parent_path();
   const std::string out = a.get_or("out", (run_dir / "export" / fs::path(step_dir).filename()).string());
 
@@ -102,10 +104,11 @@ int run_export(const std::vector<std::string>& argv) {
   NamedTensors params;
   for (auto& item : model->named_parameters()) params.emplace_back(item.key(), item.value());
   reader.load_model_into(params, /*strict=*/true);
-  std::cout << "checkpoint " << step_dir << " (step " << reader.step() << ", model " << cfg.model.path << ", "
+  std::cout << "checkpoint " << step_dir << " (step " << reader.step() << ", model " << src << ", "
             << cfg.model.dtype << ")\n";
   save_mod_pretrained(*model, mc, out);
-  copy_side_files(cfg.model.path, out);
+  copy_side_files(default_tokenizer_source(cfg.model), out);
+  if (!preprocessor_source(cfg.model).empty()) copy_side_files(preprocessor_source(cfg.model), out);
   if (!cfg.data.tokenizer.empty() && fs::is_regular_file(cfg.data.tokenizer)) {
     const fs::path t(cfg.data.tokenizer);
     if (t.filename() == "tokenizer.model" || t.filename() == "tokenizer.json")

@@ -22,7 +22,7 @@ std::string mpi_version() {
   char buf[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
   MPI_Get_library_version(buf, &len);
-  std::string s(buf, size_t(len));
+  std::string s(buf, strnlen(buf, size_t(len)));  // len may count the terminating NUL
   if (auto nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
   return s;
 }

@@ -4,10 +4,50 @@
 
 #include <stdexcept>
 
+#include "model/compose.h"
 #include "model/config.h"
+#include "model/pretrained.h"
 #include "mod/conversion.h"
 
 namespace gmod {
+
+namespace {
+ModelParts parts_of(const ModelSection& m) {
+  ModelParts p;
+  p.llm = m.llm;
+  p.vision = m.vision;
+  p.projector = m.projector;
+  p.vision_feature_layer = m.vision_feature_layer;
+  p.vision_feature_select_strategy = m.vision_feature_select_strategy;
+  return p;
+}
+}  // namespace
+
+LlavaConfig run_model_config(const ModelSection& m) {
+  return m.llm.empty() ? load_model_config(m.path) : compose_model_config(parts_of(m));
+}
+
+std::shared_ptr<MultimodalLM> load_run_model(const ModelSection& m, at::ScalarType dtype) {
+  std::shared_ptr<MultimodalLM> model;
+  if (m.init == "random") {
+    model = std::make_shared<MultimodalLM>(run_model_config(m));
+    model->init_weights(m.init_seed);
+  } else if (m.llm.empty()) {
+    return load_pretrained(m.path, dtype, at::kCPU);
+  } else {
+    model = load_composed(parts_of(m), at::kFloat, at::kCPU, m.init_seed);
+  }
+  model->to(at::kCPU, dtype);
+  return model;
+}
+
+std::string default_tokenizer_source(const ModelSection& m) { return m.llm.empty() ? m.path : m.llm; }
+std::string preprocessor_source(const ModelSection& m) { return m.llm.empty() ? m.path : m.vision; }
+std::string describe_model_source(const ModelSection& m) {
+  if (m.llm.empty()) return m.path;
+  return "llm=" + m.llm + (m.vision.empty() ? "" : " vision=" + m.vision) +
+         (m.projector.empty() ? "" : " projector=" + m.projector);
+}
 
 MoDConfig convert_for_run(MultimodalLM& model, const ModSection& mod,
                           const std::function<std::vector<double>()>& arank_fn) {
@@ -29,7 +69,7 @@ MoDConfig convert_for_run(MultimodalLM& model, const ModSection& mod,
 }
 
 std::shared_ptr<MultimodalLM> build_run_model(const TrainConfig& cfg, MoDConfig* mod_out) {
-  auto model = std::make_shared<MultimodalLM>(load_model_config(cfg.model.path));
+  auto model = std::make_shared<MultimodalLM>(run_model_config(cfg.model));
   MoDConfig mc;
   mc.mod_layers.clear();
   if (cfg.mod.enabled) mc = convert_for_run(*model, cfg.mod, nullptr);

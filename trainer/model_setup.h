@@ -13,6 +13,18 @@
 
 namespace gmod {
 
+// The model section's architecture: model.path's config.json, or the composition of model.llm/vision/projector.
+LlavaConfig run_model_config(const ModelSection& m);
+// The model of the section with its weights (model.init = "pretrained": the combined directory, or every part;
+// "random": initialised like transformers from init_seed), parameters in `dtype` on the CPU.
+std::shared_ptr<MultimodalLM> load_run_model(const ModelSection& m, at::ScalarType dtype);
+// Where the tokenizer lives when data.tokenizer is empty (model.path or model.llm), and the directory that may hold
+// the image preprocessor_config.json (model.path or model.vision).
+std::string default_tokenizer_source(const ModelSection& m);
+std::string preprocessor_source(const ModelSection& m);
+// One line naming the model for logs ("DIR" or "llm=DIR vision=DIR projector=FILE").
+std::string describe_model_source(const ModelSection& m);
+
 // Picks the MoD layers (mod.config.mod_layers when set, else mod.rule; `arank` is called only for rules that
 // need per-layer ARank), validates and converts `model` (convert_to_mod). Returns the effective MoDConfig,
 // with mod_layers and selection filled in.

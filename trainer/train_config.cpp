@@ -113,7 +113,9 @@ json to_json(const TrainConfig& c) {
   mod_cfg.erase("mod_enable");  // `mod.enabled` is the switch
   return json{
       {"model",
-       {{"path", c.model.path}, {"dtype", c.model.dtype}, {"device", c.model.device}, {"init", c.model.init},
+       {{"path", c.model.path}, {"llm", c.model.llm}, {"vision", c.model.vision}, {"projector", c.model.projector},
+        {"vision_feature_layer", c.model.vision_feature_layer},
+        {"vision_feature_select_strategy", c.model.vision_feature_select_strategy}, {"dtype", c.model.dtype}, {"device", c.model.device}, {"init", c.model.init},
         {"init_seed", c.model.init_seed}}},
       {"data",
        {{"train", c.data.train}, {"image_folder", c.data.image_folder}, {"tokenizer", c.data.tokenizer},
@@ -140,6 +142,7 @@ json to_json(const TrainConfig& c) {
         {"llm_layers", c.freeze.llm_layers}}},
       {"mod",
        {{"enabled", c.mod.enabled}, {"rule", c.mod.rule}, {"arank_samples", c.mod.arank_samples},
+        {"arank_protocol", c.mod.arank_protocol},
         {"config", mod_cfg}}},
       {"checkpoint", {{"every", c.checkpoint.every}, {"keep_last", c.checkpoint.keep_last}}},
       {"metrics",
@@ -167,6 +170,9 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
                  &s = j["schedule"], &f = j["freeze"], &md = j["mod"], &ck = j["checkpoint"], &mt = j["metrics"];
       get(m, "path", c.model.path), get(m, "dtype", c.model.dtype), get(m, "device", c.model.device);
       get(m, "init", c.model.init), get(m, "init_seed", c.model.init_seed);
+      get(m, "llm", c.model.llm), get(m, "vision", c.model.vision), get(m, "projector", c.model.projector);
+      get(m, "vision_feature_layer", c.model.vision_feature_layer);
+      get(m, "vision_feature_select_strategy", c.model.vision_feature_select_strategy);
       get(d, "train", c.data.train), get(d, "image_folder", c.data.image_folder);
       get(d, "tokenizer", c.data.tokenizer), get(d, "template", c.data.template_name);
       get(d, "max_len", c.data.max_len), get(d, "truncation", c.data.truncation), get(d, "workers", c.data.workers);
@@ -187,6 +193,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(f, "vision", c.freeze.vision), get(f, "projector", c.freeze.projector), get(f, "llm", c.freeze.llm);
       get(f, "llm_layers", c.freeze.llm_layers);
       get(md, "enabled", c.mod.enabled), get(md, "rule", c.mod.rule), get(md, "arank_samples", c.mod.arank_samples);
+      get(md, "arank_protocol", c.mod.arank_protocol);
       get(ck, "every", c.checkpoint.every), get(ck, "keep_last", c.checkpoint.keep_last);
       get(mt, "log_every", c.metrics.log_every), get(mt, "peak_tflops", c.metrics.peak_tflops);
       get(mt, "log_sample_ids", c.metrics.log_sample_ids);
@@ -264,9 +271,25 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
     e.push_back("model.device: \"" + c.model.device + "\", expected cpu or cuda");
   if (c.model.init != "pretrained" && c.model.init != "random")
     e.push_back("model.init: \"" + c.model.init + "\", expected pretrained or random");
-  if (c.model.path.empty()) e.push_back("model.path: required");
-  else if (!fs::exists(fs::path(c.model.path) / "config.json"))
-    e.push_back("model.path: " + c.model.path + "/config.json does not exist");
+  if (c.model.path.empty() == c.model.llm.empty()) {
+    e.push_back(c.model.path.empty() ? "model.path or model.llm (+ model.vision, model.projector): one is required"
+                                     : "model.path and model.llm are both set: give either a combined model directory "
+                                       "or the parts");
+  } else if (!c.model.path.empty()) {
+    if (!fs::exists(fs::path(c.model.path) / "config.json"))
+      e.push_back("model.path: " + c.model.path + "/config.json does not exist");
+    if (!c.model.vision.empty() || !c.model.projector.empty())
+      e.push_back("model.vision / model.projector: only with model.llm (parts), not with model.path");
+  } else {
+    for (auto [key, dir] : {std::pair<const char*, const std::string*>{"model.llm", &c.model.llm},
+                            {"model.vision", &c.model.vision}})
+      if (!dir->empty() && !fs::exists(fs::path(*dir) / "config.json"))
+        e.push_back(std::string(key) + ": " + *dir + "/config.json does not exist");
+    if (!c.model.projector.empty() && !fs::is_regular_file(c.model.projector))
+      e.push_back("model.projector: " + c.model.projector + " is not a file");
+    if (!c.model.projector.empty() && c.model.vision.empty())
+      e.push_back("model.projector: needs model.vision (a projector maps vision features)");
+  }
   // data
   if (c.data.demo_records > 0) {
     const std::string name = fs::path(c.data.train).filename().string();
@@ -277,7 +300,9 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
     if (!c.data.image_folder.empty() && !fs::is_directory(c.data.image_folder))
       e.push_back("data.image_folder: " + c.data.image_folder + " is not a directory");
   }
-  need_file("data.tokenizer", c.data.tokenizer.empty() ? c.model.path : c.data.tokenizer);
+  need_file("data.tokenizer", !c.data.tokenizer.empty() ? c.data.tokenizer
+                              : !c.model.path.empty() ? c.model.path
+                                                      : c.model.llm);
   if (c.data.template_name != "vicuna_v1" && c.data.template_name != "plain" && c.data.template_name != "chatml")
     e.push_back("data.template: \"" + c.data.template_name + "\", expected vicuna_v1, plain or chatml");
   if (c.data.truncation != "turn" && c.data.truncation != "skip")
@@ -330,6 +355,8 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
     }
   }
   if (c.mod.arank_samples < 1) e.push_back("mod.arank_samples: must be >= 1");
+  if (c.mod.arank_protocol != "paper" && c.mod.arank_protocol != "training")
+    e.push_back("mod.arank_protocol: \"" + c.mod.arank_protocol + "\", expected paper or training");
   // checkpoint / metrics / run
   if (c.checkpoint.every < 0) e.push_back("checkpoint.every: must be >= 0");
   if (c.checkpoint.keep_last == 1 || c.checkpoint.keep_last < 0)

@@ -15,7 +15,15 @@
 namespace gmod {
 
 struct ModelSection {
-  std::string path;              // Hugging Face model directory (config.json + safetensors)
+  // Either one combined Hugging Face model directory (LlavaForConditionalGeneration / original LLaVA /
+  // LlamaForCausalLM: config.json + safetensors) ...
+  std::string path;
+  // ... or the parts LLaVA's stage 2 starts from (model/compose.h): an LLM directory (LlamaForCausalLM), a CLIP
+  // vision directory (CLIPVisionModel or CLIPModel) and the stage-1 projector (mm_projector.bin written by
+  // torch.save, or .safetensors; "" = random init, e.g. for stage 1). Exactly one of path and llm is set.
+  std::string llm, vision, projector;
+  int vision_feature_layer = -2;                          // parts only: CLIP layer whose features are projected
+  std::string vision_feature_select_strategy = "default";  // parts only: "default" drops CLS, "full" keeps it
   std::string dtype = "fp32";    // compute/parameter dtype: "fp32" or "bf16" (optimizer keeps fp32 master weights)
   std::string device = "cpu";    // "cpu" or "cuda" (each rank takes GPU local_rank % device_count)
   // "pretrained": load the weights from `path`; "random": only read config.json and initialise like transformers
@@ -93,6 +101,10 @@ struct ModSection {
   // Ignored when config.mod_layers_idx is non-empty.
   std::string rule = "arank_mod";
   int arank_samples = 50;
+  // Which samples ARank measures (data/arank_samples.h): "paper" = γ-MoD's protocol, the first arank_samples image
+  // samples of a seeded shuffle of data.train, each cut to its first prompt (no answer), prefill; "training" = the
+  // first arank_samples samples of the training order as trained on (whole conversations, text-only included).
+  std::string arank_protocol = "paper";
   // Router, capacity, masks, λ (= router_aux_loss_coef: loss = LM + λ Σ_l routing loss_l); see mod/mod_config.h.
   MoDConfig config;
 };

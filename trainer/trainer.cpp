@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "data/arank_samples.h"
 #include "data/demo_dataset.h"
 #include "model/config.h"
 #include "model/pretrained.h"
@@ -120,12 +121,7 @@ void Trainer::print(const std::string& msg) const {
 }
 
 void Trainer::load_model() {
-  if (cfg_.model.init == "random") {
-    model_ = std::make_shared<MultimodalLM>(load_model_config(cfg_.model.path));
-    model_->init_weights(cfg_.model.init_seed);
-  } else {
-    model_ = load_pretrained(cfg_.model.path, dtype_, at::kCPU);
-  }
+  model_ = load_run_model(cfg_.model, dtype_);
   model_->to(device_, dtype_);
 }
 
@@ -142,23 +138,48 @@ void Trainer::convert_model() {
 }
 
 std::vector<double> Trainer::run_arank() {
-  // The first arank_samples samples of the (seeded) training order, on rank 0; the result is broadcast so that
+  // On rank 0, on the samples mod.arank_protocol names; the result is broadcast so that
   // every rank converts the same layers.
   const int n_layers = model_->config.text.num_hidden_layers;
   at::Tensor means = at::zeros({n_layers}, at::TensorOptions().dtype(at::kDouble));
   if (rank_ == 0) {
-    const int mb = cfg_.batch.micro_batch;
-    DataLoader loader(*train_set_, LoaderConfig{mb, 0, 1, SamplerConfig{cfg_.seed, mb, false, 0}, 0, 1, -1, 1.0, 200,
-                                                true});
     std::vector<ModelInputs> batches;
-    int64_t n = 0;
-    while (n < cfg_.mod.arank_samples) {
-      Batch b = loader.next();
-      n += b.size();
-      if (b.empty()) continue;
-      ModelInputs in = to_model_inputs(b, device_);
-      if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
-      batches.push_back(in);
+    if (cfg_.mod.arank_protocol == "paper") {
+      // A seeded shuffle (not the first records of the file, which are often one source) of the training set.
+      const at::Tensor perm =
+          at::randperm(int64_t(train_set_->size()), at::make_generator<at::CPUGeneratorImpl>(cfg_.seed),
+                       at::TensorOptions().dtype(at::kLong));
+      std::vector<size_t> order(perm.data_ptr<int64_t>(), perm.data_ptr<int64_t>() + perm.numel());
+      ARankSampling sampling;
+      sampling.samples = cfg_.mod.arank_samples;
+      sampling.batch = cfg_.batch.micro_batch;
+      ARankSamplingStats stats;
+      for (const Batch& b : arank_batches(*train_set_, order, sampling, stats)) {
+        ModelInputs in = to_model_inputs(b, device_);
+        if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
+        batches.push_back(in);
+      }
+      print("arank: " + stats.summary() + " with images from data.train, first prompts up to the assistant turn "
+            "(γ-MoD's protocol)");
+    } else {
+      const int mb = cfg_.batch.micro_batch;
+      DataLoader loader(*train_set_, LoaderConfig{mb, 0, 1, SamplerConfig{cfg_.seed, mb, false, 0}, 0, 1, -1, 1.0,
+                                                  200, true});
+      int64_t n = 0, seen = 0;
+      while (n < cfg_.mod.arank_samples) {
+        Batch b = loader.next();
+        seen += b.size() + int64_t(b.skipped.size());
+        n += b.size();
+        if (b.empty()) {
+          if (seen >= int64_t(train_set_->size()))
+            throw std::runtime_error("arank: " + cfg_.data.train + ": no usable sample among " +
+                                     std::to_string(seen) + " records");
+          continue;
+        }
+        ModelInputs in = to_model_inputs(b, device_);
+        if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
+        batches.push_back(in);
+      }
     }
     ARankOptions o;
     o.max_samples = cfg_.mod.arank_samples;
@@ -209,7 +230,7 @@ void Trainer::freeze_and_count() {
   flops_.hidden = model_->config.text.hidden_size;
   std::string mods;
   for (int l : mod_layers_) mods += (mods.empty() ? "" : ",") + std::to_string(l);
-  print("model: " + cfg_.model.path + " (" + cfg_.model.init + "), " + std::to_string(total) + " parameters, " +
+  print("model: " + describe_model_source(cfg_.model) + " (" + cfg_.model.init + "), " + std::to_string(total) + " parameters, " +
         std::to_string(trainable) + " trainable, " + cfg_.model.dtype + " on " + device_.str() +
         (cfg_.mod.enabled ? ", MoD layers [" + mods + "] (" + cfg_.mod.config.selection + ")" : ", dense"));
 }
@@ -243,7 +264,7 @@ void Trainer::setup_data() {
     }
     comm_->barrier();
   }
-  tokenizer_ = load_tokenizer(cfg_.data.tokenizer.empty() ? cfg_.model.path : cfg_.data.tokenizer);
+  tokenizer_ = load_tokenizer(cfg_.data.tokenizer.empty() ? default_tokenizer_source(cfg_.model) : cfg_.data.tokenizer);
   if (tokenizer_->vocab_size() > model_->config.text.vocab_size)
     throw std::invalid_argument("data.tokenizer: vocabulary of " + std::to_string(tokenizer_->vocab_size()) +
                                 " ids does not fit the model's vocab_size " +
@@ -257,8 +278,8 @@ void Trainer::setup_data() {
   dc.conversation.image_seq_length = model_->config.vision ? model_->config.image_seq_length() : 0;
   dc.sample.max_len = cfg_.data.max_len;
   dc.sample.truncation = parse_truncation_mode(cfg_.data.truncation);
-  const fs::path pre = fs::path(cfg_.model.path) / "preprocessor_config.json";
-  if (fs::exists(pre)) {
+  const fs::path pre = fs::path(preprocessor_source(cfg_.model)) / "preprocessor_config.json";
+  if (!preprocessor_source(cfg_.model).empty() && fs::exists(pre)) {
     dc.image = load_preprocess_config(pre.string());
   } else if (model_->config.vision) {
     dc.image.size = dc.image.crop = model_->config.vision->image_size;

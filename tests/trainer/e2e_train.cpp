@@ -4,6 +4,7 @@
 #include "trainer/checkpoint.h"
 
 #include "data/demo_dataset.h"
+#include "model/safetensors.h"
 #include "tests/common/paths.h"
 
 #include <gtest/gtest.h>
@@ -300,4 +301,37 @@ TEST(TrainE2E, ResumeWithOtherMoDLayersIsRefused) {
   const std::string log = slurp(cfg + ".log");
   EXPECT_NE(log.find("mod_layers_idx = [3,4] but this run converts to [2,3]"), std::string::npos) << log;
   EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 1)), "");  // the checkpoint it had is untouched
+}
+
+// configs/tiny_parts.json as CI runs it: stage 2 composed from parts (LLM + CLIP + mm_projector.bin), bf16, ZeRO-2,
+// frozen tower, ARank by the paper's protocol -> keep_top:2, 2 ranks. The frozen tower and the untrained rows
+// must be the fixture's bits; the trained LLM must have moved.
+TEST(TrainE2E, TinyPartsConfigTrainsFromComposedParts) {
+  TempDir t;
+  const std::string src = gmod::test::source_dir(), run = t.str("parts");
+  const std::string cmd = std::string(GMOD_MPIEXEC) + " " + GMOD_MPIEXEC_NP + " 2 " + GMOD_MPIRUN_FLAGS + " " +
+                          GMOD_BIN + " train --threads 1 --config " + src + "/configs/tiny_parts.json" +
+                          " --set model.llm=" + src + "/tests/fixtures/parts/llm --set model.vision=" + src +
+                          "/tests/fixtures/parts/vision --set model.projector=" + src +
+                          "/tests/fixtures/parts/mm_projector.bin --set data.tokenizer=" + src +
+                          "/tests/fixtures/tokenizer/sp/tokenizer.model --set data.train=" + t.str("data/train.json") +
+                          " --set run_dir=" + run + " > " + run + ".log 2>&1";
+  const int rc = std::system(cmd.c_str());
+  const std::string log = slurp(run + ".log");
+  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << log;
+  EXPECT_NE(log.find("model: llm="), std::string::npos) << log;
+  EXPECT_NE(log.find("first prompts up to the assistant turn"), std::string::npos) << log;
+  EXPECT_NE(log.find("bf16"), std::string::npos) << log;
+  EXPECT_EQ(step_metrics(run).size(), 4u);
+  const json arank = json::parse(slurp(run + "/arank.json"));
+  EXPECT_FALSE(arank.empty());
+  gmod::CheckpointReader reader(ckpt(run, 4));
+  EXPECT_EQ(reader.config()["optimizer"]["zero_stage"], 2);
+  const auto mod_layers = reader.config()["mod"]["config"]["mod_layers_idx"];
+  EXPECT_EQ(mod_layers.size(), 2u) << mod_layers.dump();  // 4 layers, keep_top:2
+  gmod::SafetensorsCheckpoint vision(src + "/tests/fixtures/parts/vision"), llm(src + "/tests/fixtures/parts/llm");
+  const at::Tensor tower = reader.read_model_tensor("vision.vision_model.encoder.layers.1.mlp.fc1.weight");
+  EXPECT_TRUE(bit_equal(tower, vision.tensor("encoder.layers.1.mlp.fc1.weight").to(at::kBFloat16)));
+  const at::Tensor q = reader.read_model_tensor("llm.layers.0.self_attn.q_proj.weight");
+  EXPECT_FALSE(bit_equal(q, llm.tensor("model.layers.0.self_attn.q_proj.weight").to(at::kBFloat16)));
 }
