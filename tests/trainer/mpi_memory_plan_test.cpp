@@ -61,6 +61,51 @@ TEST(MemoryPlanMeasured, DenseFp32Zero0) { check(gmod::testing::small_plan_input
 TEST(MemoryPlanMeasured, DenseFp32Zero1) { check(gmod::testing::small_plan_inputs(1, 1), "dense"); }
 TEST(MemoryPlanMeasured, DenseFp32Zero2) { check(gmod::testing::small_plan_inputs(1, 2), "dense"); }
 
+TEST(MemoryPlanMeasured, DenseBf16Zero0) { check(gmod::testing::small_plan_inputs(1, 0, "bf16"), "bf16"); }
+TEST(MemoryPlanMeasured, DenseBf16Zero2) { check(gmod::testing::small_plan_inputs(1, 2, "bf16"), "bf16"); }
+
+TEST(MemoryPlanMeasured, Bf16AccumulateFp32Zero1) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1, "bf16");
+  in.accumulate_fp32 = true;
+  in.grad_accum = 2;
+  check(in, "bf16 acc32");
+}
+
+TEST(MemoryPlanMeasured, GammaModZero1) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
+  in.mod_layers = {1, 2};
+  in.mod_kept_fraction = 1.0 - 0.5 * 16.0 / 128.0;  // half of the 16 image tokens skipped
+  check(in, "γ-MoD");
+}
+
+TEST(MemoryPlanMeasured, ProjectorOnlyZero2) {  // LLaVA pre-training stage: LLM and vision frozen
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 2);
+  in.train_llm = false;
+  check(in, "projector only");
+}
+
+TEST(MemoryPlanMeasured, FrozenFirstLayersZero1) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
+  in.frozen_llm_layers = {0, 1};
+  check(in, "layers 0-1 frozen");
+}
+
+// Short batches: the peak moves to the optimizer step (fp32, AdamW temporaries) and to the end of the backward
+// (bf16 ZeRO-2: fp32 bucket copies and reduce-scatter buffers in flight).
+TEST(MemoryPlanMeasured, StatesHeavyFp32Zero0) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 0);
+  in.micro_batch = 1;
+  in.seq_len = 32;
+  check(in, "short batch");
+}
+
+TEST(MemoryPlanMeasured, StatesHeavyBf16Zero2) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 2, "bf16");
+  in.micro_batch = 1;
+  in.seq_len = 32;
+  check(in, "short batch");
+}
+
 TEST(MemoryPlanMeasured, TrackerCountsTensorBytes) {
   MemoryTracker& t = MemoryTracker::install();
   const int64_t before = t.live_bytes();
