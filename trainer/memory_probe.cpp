@@ -7,9 +7,9 @@
 #include <set>
 #include <stdexcept>
 
+#include "mod/conversion.h"
 #include "model/llava.h"
 #include "model/token_roles.h"
-#include "mod/conversion.h"
 #include "parallel/data_parallel.h"
 #include "trainer/memory_tracker.h"
 
@@ -18,14 +18,16 @@ namespace {
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 
-// One micro-batch of full-length samples: [BOS, image tokens..., text...], the first half of the text a question
-// (unsupervised), the rest the answer, no padding (the plan assumes padded length = seq_len).
-ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, at::ScalarType dtype, uint64_t seed) {
+// One micro-batch of full-length samples: [BOS, image tokens..., text...], the first half of the text a
+// question (unsupervised), the rest the answer, no padding (the plan assumes padded length = seq_len).
+ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, at::ScalarType dtype,
+                            uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const int64_t V = c.text.vocab_size;
   const int64_t T = images > 0 ? c.image_seq_length() * images : 0;
-  if (T + 4 > L) throw std::invalid_argument("memory probe: seq_len " + std::to_string(L) + " too short for " +
-                                             std::to_string(T) + " image tokens");
+  if (T + 4 > L)
+    throw std::invalid_argument("memory probe: seq_len " + std::to_string(L) + " too short for " +
+                                std::to_string(T) + " image tokens");
   const auto lopt = at::TensorOptions().dtype(at::kLong);
   ModelInputs in;
   // Text ids avoid 0..2 (pad/bos/eos) and the image token.
@@ -58,14 +60,15 @@ ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, at::
 MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::shared_ptr<Comm> comm, int steps,
                                           uint64_t seed) {
   if (comm->world_size() != in.world)
-    throw std::invalid_argument("memory probe: plan is for world " + std::to_string(in.world) + ", comm has " +
-                                std::to_string(comm->world_size()) + " ranks");
+    throw std::invalid_argument("memory probe: plan is for world " + std::to_string(in.world) +
+                                ", comm has " + std::to_string(comm->world_size()) + " ranks");
   MemoryTracker& tracker = MemoryTracker::install();
   const at::ScalarType dtype = in.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   const int64_t base = tracker.live_bytes();
   MemoryMeasurement m;
   {
-    // The model as the trainer builds it (Trainer::load_model, convert_model, freeze_and_count, setup_optimizer).
+    // The model as the trainer builds it (Trainer::load_model, convert_model, freeze_and_count,
+    // setup_optimizer).
     auto model = std::make_shared<MultimodalLM>(in.model);
     model->init_weights(seed);
     model->to(at::kCPU, dtype);
@@ -85,8 +88,10 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
     for (auto& item : model->named_parameters()) {
       const std::string& name = item.key();
       bool train;
-      if (starts_with(name, "vision.")) train = in.train_vision;
-      else if (starts_with(name, "projector.")) train = in.train_projector;
+      if (starts_with(name, "vision."))
+        train = in.train_vision;
+      else if (starts_with(name, "projector."))
+        train = in.train_projector;
       else {
         train = in.train_llm;
         if (train && starts_with(name, "llm.layers.")) train = !frozen.count(std::stoi(name.substr(11)));
@@ -114,7 +119,8 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
     for (int step = 0; step < steps; ++step) {
       // Trainer::train_step: global supervised-token count, then per micro-batch world * sum / N, backward.
       int64_t local_sup = 0;
-      for (const auto& b : micro) local_sup += b.labels.narrow(1, 1, b.labels.size(1) - 1).ne(-100).sum().item<int64_t>();
+      for (const auto& b : micro)
+        local_sup += b.labels.narrow(1, 1, b.labels.size(1) - 1).ne(-100).sum().item<int64_t>();
       const double n_sup = comm->all_reduce(double(local_sup), ReduceOp::Sum);
       for (size_t k = 0; k < micro.size(); ++k) {
         ForwardState st;

@@ -10,9 +10,9 @@
 namespace gmod {
 namespace {
 
-// Each block is [header | data]: the header keeps the requested size so the deleter can uncount it without a map.
-// 64 bytes keep c10's 64-byte alignment of the data. The context is the data pointer itself (a "simple" DataPtr, which
-// raw_allocate() requires), and the deleter finds the header just before it.
+// Each block is [header | data]: the header keeps the requested size so the deleter can uncount it without a
+// map. 64 bytes keep c10's 64-byte alignment of the data. The context is the data pointer itself (a "simple"
+// DataPtr, which raw_allocate() requires), and the deleter finds the header just before it.
 constexpr size_t kHeader = 64;
 
 std::atomic<int64_t> g_live{0}, g_peak{0}, g_count{0};
@@ -42,7 +42,9 @@ class TrackingCpuAllocator final : public c10::Allocator {
     return {data, data, &tracked_delete, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &tracked_delete; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 };
 
 TrackingCpuAllocator g_allocator;
