@@ -92,13 +92,16 @@ int64_t mod_layer_saved(const Shape& s, int64_t K, bool rg_in, bool tw, const st
   return b;
 }
 
-// Transient of one decoder layer's backward beyond its saved tensors: gradients flowing through the MLP (3
-// [B,L,I] at the product/silu backward, 2 [B,L,D]) and the largest weight-gradient before AccumulateGrad adds
-// it in place.
+// Transient of one decoder layer's backward beyond its saved tensors. The MLP's backward comes first: the
+// incoming gradient [B,T,D] stays alive (the residual branch still needs it); down_proj's backward makes the
+// product's gradient [B,T,I] and the weight gradient [D,I] (added in place by AccumulateGrad, then freed);
+// the product's backward makes the silu and up gradients while freeing the saved product, so 2 [B,T,I] on
+// top. The attention's backward comes after the MLP's saved tensors (4 [B,T,I] + 2 [B,T,D]) are gone and only
+// matters for narrow MLPs.
 int64_t layer_backward_transient(const Shape& s, int64_t T, bool tw) {
   const int64_t BT = s.B * T;
-  const int64_t mlp = 3 * BT * s.I + 2 * BT * s.D + (tw ? s.D * s.I : 0);
-  const int64_t attn = 5 * BT * s.H * s.Dh + (tw ? s.D * s.H * s.Dh : 0);
+  const int64_t mlp = BT * s.D + std::max(BT * s.I + (tw ? s.D * s.I : 0), 2 * BT * s.I);
+  const int64_t attn = 5 * BT * s.H * s.Dh + (tw ? s.D * s.H * s.Dh : 0) - 4 * BT * s.I - 2 * BT * s.D;
   return s.e * std::max(mlp, attn);
 }
 
@@ -338,7 +341,9 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                         "gradients of log_softmax / logits / lm_head"}}});
     // Layer backward: the last layers' saved tensors (all of them when nothing is checkpointed), a recomputed
     // layer, the gradient temporaries, and bucket 0 in flight.
-    std::vector<MemoryTerm> lt = {act_term, logits_term};
+    // The final norm and lm_head inputs are freed by then.
+    std::vector<MemoryTerm> lt = {
+        {"activations", A - head, "saved tensors of the decoder layers" + ckpt_note}, logits_term};
     if (max_layer > 0)
       lt.push_back({"recomputed_layer", max_layer, "one checkpointed layer's activations, recomputed"});
     lt.push_back(

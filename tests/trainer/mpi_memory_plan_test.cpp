@@ -110,6 +110,15 @@ TEST(MemoryPlanMeasured, StatesHeavyBf16Zero2) {
   check(in, "short batch");
 }
 
+// Small vocabulary, wide MLP: the peak moves into a decoder layer's backward.
+TEST(MemoryPlanMeasured, MlpHeavyFp32Zero1) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
+  in.model.text.vocab_size = 256;
+  in.model.image_token_id = 250;
+  in.model.text.intermediate_size = 1024;
+  check(in, "wide MLP");
+}
+
 TEST(MemoryPlanMeasured, TrackerCountsTensorBytes) {
   MemoryTracker& t = MemoryTracker::install();
   const int64_t before = t.live_bytes();
