@@ -1,0 +1,127 @@
+// The memory plan's bookkeeping: parameter counts equal the built model's (dense, γ-MoD, per-layer routers),
+// the optimizer and gradient terms follow the ZeRO stage and world size, the fits verdict uses budget and
+// reserve, config keys the plan reads from the JSON are honoured, and bad inputs are rejected by name. (The
+// byte terms are validated against measured peaks in mpi_memory_plan_test.cpp.)
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "mod/conversion.h"
+#include "model/llava.h"
+#include "tests/common/paths.h"
+#include "tests/trainer/memory_plan_util.h"
+#include "trainer/memory_plan.h"
+#include "trainer/train_config.h"
+
+using namespace gmod;
+
+namespace {
+
+int64_t built_params(const LlavaConfig& c, const std::vector<int>& mods, RouterKind router) {
+  MultimodalLM m(c);
+  if (!mods.empty()) {
+    MoDConfig mc;
+    mc.mod_layers = mods;
+    mc.router = router;
+    convert_to_mod(m, mc);
+  }
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace
+
+TEST(MemoryPlan, ParamCountsMatchTheBuiltModel) {
+  LlavaConfig c = gmod::testing::small_llava_config();
+  EXPECT_EQ(count_params(c, {}, "gamma_shared").total(), built_params(c, {}, RouterKind::kGammaShared));
+  EXPECT_EQ(count_params(c, {1, 3}, "gamma_shared").total(),
+            built_params(c, {1, 3}, RouterKind::kGammaShared));
+  EXPECT_EQ(count_params(c, {1, 3}, "per_layer").total(), built_params(c, {1, 3}, RouterKind::kPerLayer));
+  c.text.num_key_value_heads = 2;  // GQA
+  c.text.tie_word_embeddings = true;
+  c.text.attention_bias = true;
+  EXPECT_EQ(count_params(c, {}, "gamma_shared").total(), built_params(c, {}, RouterKind::kGammaShared));
+}
+
+TEST(MemoryPlan, LlavaOneFiveSevenBHasItsPublishedSize) {
+  LlavaConfig c = load_model_config(gmod::test::source_dir() + "/configs/llava15_7b");
+  EXPECT_EQ(count_params(c, {}, "gamma_shared").total(), 7063427072);  // llava-hf/llava-1.5-7b-hf
+}
+
+TEST(MemoryPlan, StateTermsFollowStageAndWorld) {
+  for (int world : {1, 2, 3})
+    for (int stage : {0, 1, 2}) {
+      MemoryPlanInputs in = gmod::testing::small_plan_inputs(world, stage);
+      const MemoryPlan p = plan_memory(in);
+      const int64_t padded = (p.params_trainable + world - 1) / world * world;
+      EXPECT_EQ(p.params_padded, padded);
+      const int64_t local = stage == 0 ? p.params_trainable : padded / world;
+      const MemoryPhase* step = nullptr;
+      for (const auto& ph : p.phases)
+        if (ph.name == "optimizer step") step = &ph;
+      ASSERT_NE(step, nullptr);
+      // optimizer step phase = static terms + AdamW temporaries; static optimizer state is 12 B per owned
+      // element
+      EXPECT_EQ(p.term_bytes("optimizer_states"), 12 * local) << "world " << world << " stage " << stage;
+      EXPECT_EQ(p.term_bytes("gradients"), 4 * padded);
+      EXPECT_EQ(p.term_bytes("reduced_grad_shard"), stage == 2 ? 4 * local : 0);
+      EXPECT_EQ(p.comm.size(), stage == 0 ? 1u : 2u);
+    }
+}
+
+TEST(MemoryPlan, CheckpointingShrinksActivations) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
+  const MemoryPlan none = plan_memory(in);
+  in.checkpointing = "full";
+  const MemoryPlan full = plan_memory(in);
+  in.checkpointing = "every_k";
+  in.checkpoint_every = 2;
+  const MemoryPlan half = plan_memory(in);
+  EXPECT_EQ(none.activations_saved, full.activations_saved);  // reported without checkpointing
+  EXPECT_LT(full.total, half.total);
+  EXPECT_LT(half.total, none.total);
+}
+
+TEST(MemoryPlan, FitsUsesBudgetAndReserve) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
+  const int64_t total = plan_memory(in).total;
+  in.budget_bytes = double(total) + 100;
+  EXPECT_TRUE(plan_memory(in).fits);
+  in.reserve_bytes = 101;
+  EXPECT_FALSE(plan_memory(in).fits);
+}
+
+TEST(MemoryPlan, ReadsCheckpointingAndReductionKeysFromTheJson) {
+  const nlohmann::json raw = {{"model", {{"activation_checkpointing", "full"}}},
+                              {"optimizer", {{"accumulate_fp32", true}, {"reduce_dtype", "bf16"}}}};
+  TrainConfig cfg;
+  cfg.model.dtype = "bf16";
+  cfg.mod.enabled = true;
+  cfg.mod.rule = "keep_top:1";
+  const MemoryPlanInputs in = plan_inputs_from_config(cfg, raw, gmod::testing::small_llava_config(), 2);
+  EXPECT_EQ(in.checkpointing, "full");
+  EXPECT_TRUE(in.accumulate_fp32);
+  EXPECT_EQ(in.reduce_dtype, "bf16");
+  EXPECT_EQ(in.mod_layers, (std::vector<int>{1, 2, 3}));
+  EXPECT_LT(in.mod_kept_fraction, 1.0);
+}
+
+TEST(MemoryPlan, RejectsBadInputsByName) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
+  in.checkpointing = "sometimes";
+  EXPECT_THROW(
+      {
+        try {
+          plan_memory(in);
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("checkpointing"), std::string::npos);
+          throw;
+        }
+      },
+      std::invalid_argument);
+  in = gmod::testing::small_plan_inputs(1, 3);
+  EXPECT_THROW(plan_memory(in), std::invalid_argument);
+  in = gmod::testing::small_plan_inputs(1, 1, "fp8");
+  EXPECT_THROW(plan_memory(in), std::invalid_argument);
+}

@@ -1,0 +1,536 @@
+#include "trainer/memory_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "mod/conversion.h"
+#include "trainer/train_config.h"
+
+namespace gmod {
+namespace {
+
+using json = nlohmann::json;
+
+int64_t elt(const std::string& dtype, const char* what) {
+  if (dtype == "fp32") return 4;
+  if (dtype == "bf16" || dtype == "fp16") return 2;
+  throw std::invalid_argument(std::string("memory plan: ") + what + " must be fp32, bf16 or fp16, got \"" +
+                              dtype + "\"");
+}
+
+// Shapes of one step, shared by the activation terms.
+struct Shape {
+  int64_t B, L, D, I, V, H, Hkv, Dh, e;
+  bool fp32;
+};
+
+// RMSNorm (model/layers.cpp RMSNormImpl::forward) on T tokens per sample: xf = x.to(fp32) is x itself for
+// fp32 (pow and the product save it) and a fresh fp32 copy otherwise; rsqrt [B,T,1] fp32; weight * xn saves
+// xn (in the compute dtype) when the weight is trained.
+int64_t norm_saved(const Shape& s, int64_t T, bool rg_in, bool tw) {
+  int64_t b = 0;
+  if (rg_in) b += (s.fp32 ? s.e : 4) * s.B * T * s.D + 4 * s.B * T;
+  if (tw) b += s.e * s.B * T * s.D;
+  return b;
+}
+
+// Attention + MLP of a pre-norm LLaMA layer on T tokens (model/decoder_layer.cpp, model/layers.cpp),
+// excluding the input norm. The linears save their input only for the weight gradient; rotary saves only
+// cos/sin (counted once); SDPA (fused causal kernel) saves q, k, v, its output (which o_proj reads as a view)
+// and the fp32 logsumexp [B,H,T]; the MLP saves gate (silu), silu(gate) and up (product), and the product
+// (down_proj, when trained).
+int64_t attn_mlp_saved(const Shape& s, int64_t T, bool rg, bool tw) {
+  const int64_t BT = s.B * T;
+  int64_t b = 0;
+  if (tw) b += s.e * BT * s.D;                                               // q/k/v_proj input
+  if (rg) b += s.e * BT * (2 * s.H + 2 * s.Hkv) * s.Dh + 4 * s.B * s.H * T;  // SDPA q, k, v, out, lse
+  b += norm_saved(s, T, rg, tw);                                             // post_attention_layernorm(x)
+  if (tw) b += s.e * BT * s.D;                                               // gate/up_proj input
+  if (rg) b += 3 * s.e * BT * s.I;                                           // gate, silu(gate), up
+  if (tw) b += s.e * BT * s.I;                                               // down_proj input
+  return b;
+}
+
+int64_t dense_layer_saved(const Shape& s, bool rg_in, bool tw) {
+  return norm_saved(s, s.L, rg_in, tw) + attn_mlp_saved(s, s.L, rg_in || tw, tw);
+}
+
+// MoD layer (mod/mod_layer.cpp, γ-MoD shared router, top-k training): the input norm, the router and the
+// gathers run on all L tokens; attention + MLP on the K processed ones.
+int64_t mod_layer_saved(const Shape& s, int64_t K, bool rg_in, bool tw, const std::string& router) {
+  const int64_t BL = s.B * s.L, BK = s.B * K;
+  int64_t b = 0;
+  if (router == "gamma_shared") {
+    b += norm_saved(s, s.L, rg_in, tw);
+    b += s.e * BL * s.D;                   // normed (gather_tokens' self)
+    if (!s.fp32 && tw) b += 4 * BL * s.D;  // normed.to(fp32) for the router linear
+  } else {
+    if (rg_in && s.fp32) b += s.e * BL * s.D;  // h (gather's self; router input)
+    if (!s.fp32 && tw) b += 4 * BL * s.D;      // h.to(fp32) for the router
+    b += norm_saved(s, K, rg_in, tw);          // input_layernorm on the gathered tokens
+  }
+  b += 32 * BL;             // router logits/softmax [B,L,2], routing-loss terms [B,L] (fp32)
+  b += 8 * BK;              // compaction index [B,K] int64 (gathers, scatter)
+  b += 2 * s.e * K * s.Dh;  // cos/sin of the compacted positions [1,K,Dh]
+  const bool rg = rg_in || tw;
+  if (router == "gamma_shared") {
+    if (tw) b += s.e * BK * s.D;  // gathered normed tokens (q/k/v_proj input)
+    if (rg) b += s.e * BK * (2 * s.H + 2 * s.Hkv) * s.Dh + 4 * s.B * s.H * K;
+    b += norm_saved(s, K, rg, tw);
+    if (tw) b += s.e * BK * s.D;
+    if (rg) b += 3 * s.e * BK * s.I;
+    if (tw) b += s.e * BK * s.I;
+  } else {
+    b += attn_mlp_saved(s, K, rg, tw);
+  }
+  b += s.e * BK * s.D + 4 * BK;  // combine: m and the router weight (ws * m)
+  return b;
+}
+
+// Transient of one decoder layer's backward beyond its saved tensors. The MLP's backward comes first: the
+// incoming gradient [B,T,D] stays alive (the residual branch still needs it); down_proj's backward makes the
+// product's gradient [B,T,I] and the weight gradient [D,I] (added in place by AccumulateGrad, then freed);
+// the product's backward makes the silu and up gradients while freeing the saved product, so 2 [B,T,I] on
+// top. The attention's backward comes after the MLP's saved tensors (4 [B,T,I] + 2 [B,T,D]) are gone and only
+// matters for narrow MLPs.
+int64_t layer_backward_transient(const Shape& s, int64_t T, bool tw) {
+  const int64_t BT = s.B * T;
+  const int64_t mlp = BT * s.D + std::max(BT * s.I + (tw ? s.D * s.I : 0), 2 * BT * s.I);
+  const int64_t attn = 5 * BT * s.H * s.Dh + (tw ? s.D * s.H * s.Dh : 0) - 4 * BT * s.I - 2 * BT * s.D;
+  return s.e * std::max(mlp, attn);
+}
+
+// CLIP encoder layer activations on N images x T tokens (model/clip.cpp), trained tower only.
+int64_t clip_layer_saved(int64_t NT, int64_t Dv, int64_t Iv, int64_t heads, int64_t e) {
+  // layer_norm1 (input, mean/rstd), q/k/v input, SDPA q k v out lse, out_proj input = SDPA out, layer_norm2
+  // input, fc1 input, quick_gelu (m, sigmoid), fc2 input.
+  return e * NT * (Dv * 8 + 3 * Iv) + 8 * NT * 2 + 4 * NT * heads;
+}
+
+std::set<int> layer_set(const std::vector<int>& v) { return std::set<int>(v.begin(), v.end()); }
+
+}  // namespace
+
+const MemoryTerm* MemoryPlan::term(const std::string& name) const {
+  for (const auto& t : terms)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+int64_t MemoryPlan::term_bytes(const std::string& name) const {
+  const MemoryTerm* t = term(name);
+  return t ? t->bytes : 0;
+}
+
+ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layers,
+                         const std::string& mod_router) {
+  ParamCounts p;
+  const LlamaConfig& t = c.text;
+  const int64_t D = t.hidden_size, I = t.intermediate_size, Dh = t.dim_per_head();
+  const int64_t qd = int64_t(t.num_attention_heads) * Dh, kvd = int64_t(t.num_key_value_heads) * Dh;
+  const int64_t ab = t.attention_bias ? 1 : 0, mb = t.mlp_bias ? 1 : 0;
+  const int64_t attn = D * qd + 2 * D * kvd + qd * D + ab * (qd + 2 * kvd + D);
+  const int64_t mlp = 3 * D * I + mb * (2 * I + D);
+  const std::set<int> mods = layer_set(mod_layers);
+  p.embed = int64_t(t.vocab_size) * D;
+  p.lm_head = t.tie_word_embeddings ? 0 : int64_t(t.vocab_size) * D;
+  p.llm = p.embed + p.lm_head + D;  // + final norm
+  for (int l = 0; l < t.num_hidden_layers; ++l) {
+    int64_t n = attn + mlp + 2 * D;
+    if (mods.count(l) && mod_router == "per_layer") n += D;  // llm.layers.{l}.router.weight [1, D]
+    p.llm_layer.push_back(n);
+    p.llm += n;
+  }
+  if (!mods.empty() && mod_router == "gamma_shared") p.llm += 2 * D;  // mod_router.weight [2, D]
+  if (c.vision) {
+    const ClipVisionConfig& v = *c.vision;
+    const int64_t Dv = v.hidden_size, Iv = v.intermediate_size;
+    const int64_t layer = 4 * (Dv * Dv + Dv) + (Dv * Iv + Iv) + (Iv * Dv + Dv) + 4 * Dv;
+    p.vision = Dv + Dv * v.num_channels * v.patch_size * v.patch_size + (v.num_patches() + 1) * Dv + 4 * Dv +
+               layer * v.num_hidden_layers;
+    p.projector = Dv * D + D + D * D + D;
+  }
+  return p;
+}
+
+MemoryPlan plan_memory(const MemoryPlanInputs& in) {
+  const LlamaConfig& t = in.model.text;
+  if (in.world < 1) throw std::invalid_argument("memory plan: world must be >= 1");
+  if (in.stage < 0 || in.stage > 2) throw std::invalid_argument("memory plan: ZeRO stage must be 0, 1 or 2");
+  if (in.micro_batch < 1 || in.seq_len < 2)
+    throw std::invalid_argument("memory plan: micro_batch >= 1, seq_len >= 2");
+  if (in.checkpointing != "none" && in.checkpointing != "full" && in.checkpointing != "every_k")
+    throw std::invalid_argument("memory plan: checkpointing must be none, full or every_k, got \"" +
+                                in.checkpointing + "\"");
+  if (in.checkpointing == "every_k" && in.checkpoint_every < 1)
+    throw std::invalid_argument("memory plan: checkpoint_every must be >= 1");
+  if (in.mod_kept_fraction <= 0 || in.mod_kept_fraction > 1)
+    throw std::invalid_argument("memory plan: mod_kept_fraction must be in (0, 1]");
+
+  Shape s;
+  s.e = elt(in.dtype, "dtype");
+  s.fp32 = s.e == 4;
+  s.B = in.micro_batch;
+  s.L = in.seq_len;
+  s.D = t.hidden_size;
+  s.I = t.intermediate_size;
+  s.V = t.vocab_size;
+  s.H = t.num_attention_heads;
+  s.Hkv = t.num_key_value_heads;
+  s.Dh = t.dim_per_head();
+  const int64_t r = elt(in.reduce_dtype, "reduce_dtype");
+
+  MemoryPlan p;
+  // ---- parameters and the trainable set (trainer/trainer.cpp freeze_and_count) ----
+  const ParamCounts pc = count_params(in.model, in.mod_layers, in.mod_router);
+  const std::set<int> frozen_layers = layer_set(in.frozen_llm_layers);
+  int64_t trainable = 0;
+  if (in.train_vision) trainable += pc.vision;
+  if (in.train_projector) trainable += pc.projector;
+  if (in.train_llm) {
+    trainable += pc.llm;
+    for (int l : frozen_layers)
+      if (l >= 0 && l < int(pc.llm_layer.size())) trainable -= pc.llm_layer[size_t(l)];
+  }
+  if (trainable == 0) throw std::invalid_argument("memory plan: no trainable parameter");
+  const int64_t N = in.world;
+  const int64_t padded = (trainable + N - 1) / N * N;  // FlatParamLayout::padded_total
+  const int64_t shard = padded / N;
+  const int64_t local = in.stage == 0 ? trainable : shard;  // ShardedAdamW range
+  p.params_total = pc.total();
+  p.params_trainable = trainable;
+  p.params_padded = padded;
+  p.params_frozen = pc.total() - trainable;
+
+  // ---- static terms (parallel/data_parallel.cpp constructor, parallel/sharded_adamw.cpp) ----
+  const bool acc32 = in.accumulate_fp32 && !s.fp32;
+  const int64_t src_e = acc32 ? 4 : s.e;  // dtype of the buffer the buckets reduce from
+  const bool gshard_view = in.stage < 2 && src_e == 4 && r == 4;
+  const int64_t images = in.model.vision ? int64_t(in.images_per_sample) * s.B : 0;
+  const int64_t img_px =
+      in.model.vision ? 3 * int64_t(in.model.vision->image_size) * in.model.vision->image_size : 0;
+  std::vector<MemoryTerm> statics = {
+      {"weights", s.e * padded,
+       "trainable parameters: flat compute buffer pflat_ [padded P] (data_parallel.cpp)"},
+      {"weights_frozen", s.e * p.params_frozen, "frozen parameters (vision tower etc.), compute dtype"},
+      {"gradients", s.e * padded, "flat gradient buffer gflat_ [padded P] in the parameters' dtype"},
+      {"grad_accum_fp32", acc32 ? 4 * padded : 0, "accumulate_fp32: fp32 buffer gacc_ [padded P]"},
+      {"reduced_grad_shard", gshard_view ? 0 : 4 * local,
+       "gshard_: fp32 averaged gradient of this rank's range (a view of the flat buffer when fp32 stage "
+       "0/1)"},
+      {"optimizer_states", 12 * local,
+       "fp32 master + exp_avg + exp_avg_sq over this rank's range (ShardedAdamW)"},
+      {"batch_inputs", s.B * s.L * (8 + 8 + 1 + 1) + images * img_px * (4 + (s.fp32 ? 0 : s.e)),
+       "input_ids, labels (int64), attention mask, token roles, pixel values (fp32 + compute-dtype copy)"}};
+  int64_t static_total = 0;
+  for (const auto& x : statics) static_total += x.bytes;
+
+  // ---- activations saved for backward (model/, mod/) ----
+  const bool embed_trained = in.train_llm;
+  const bool proj_rg = images > 0 && (in.train_projector || in.train_vision);
+  bool rg = embed_trained || proj_rg;  // does the decoder input require grad
+  int64_t act = 0;
+  act += 2 * s.e * s.B * s.L * s.Dh;  // rope cos/sin [B,L,Dh] (ForwardState, saved by apply_rotary)
+  act += 8 * s.B * s.L + s.B * s.L;   // shifted labels copy (nll_loss target), image-token mask
+  if (images > 0 && in.model.vision) {
+    const ClipVisionConfig& v = *in.model.vision;
+    const int64_t T = in.model.image_seq_length(), Dv = v.hidden_size;
+    if (in.train_vision) {
+      const int run = in.model.vision_feature_layer >= 0
+                          ? in.model.vision_feature_layer
+                          : v.num_hidden_layers + 1 + in.model.vision_feature_layer;
+      act += int64_t(run) * clip_layer_saved(images * (v.num_patches() + 1), Dv, v.intermediate_size,
+                                             v.num_attention_heads, s.e);
+    }
+    if (proj_rg) {
+      // projector: linear_1 input [N,T,Dv] (a copy: the CLS-dropping narrow is not contiguous), gelu input,
+      // linear_2 input [N,T,D].
+      act += s.e * images * T * (Dv + 2 * s.D);
+    }
+  }
+  const std::set<int> mods = layer_set(in.mod_layers);
+  const int64_t K = std::max<int64_t>(1, int64_t(std::llround(in.mod_kept_fraction * double(s.L))));
+  int64_t layers_full = 0, layers_ckpt = 0, max_layer = 0, max_transient = 0;
+  for (int l = 0; l < t.num_hidden_layers; ++l) {
+    const bool tw = in.train_llm && !frozen_layers.count(l);
+    const bool is_mod = mods.count(l) > 0;
+    const int64_t a = is_mod ? mod_layer_saved(s, K, rg, tw, in.mod_router) : dense_layer_saved(s, rg, tw);
+    rg = rg || tw;
+    const bool ckpt =
+        in.checkpointing == "full" || (in.checkpointing == "every_k" && l % in.checkpoint_every == 0);
+    layers_full += a;
+    // A checkpointed layer keeps only its input [B,L,D] until its backward recomputes it.
+    layers_ckpt += ckpt ? (rg ? s.e * s.B * s.L * s.D : 0) : a;
+    if (ckpt) max_layer = std::max(max_layer, a);
+    max_transient = std::max(max_transient, layer_backward_transient(s, is_mod ? K : s.L, tw));
+  }
+  const bool head_tw = in.train_llm;
+  int64_t head = norm_saved(s, s.L, rg, head_tw);  // final norm
+  if (head_tw) head += s.e * s.B * s.L * s.D;      // lm_head input
+  const bool head_rg = rg || head_tw;
+  p.activations_saved = act + layers_full + head;
+  const int64_t A = act + layers_ckpt + head;  // what is alive at the end of the forward
+
+  // ---- logits and loss (model/llava.cpp logits, causal_lm_loss_sum) ----
+  const int64_t BLV = s.B * s.L * s.V, NV = s.B * (s.L - 1) * s.V;
+  const int64_t logits = 4 * BLV;  // fp32 [B,L,V], held by the step until its backward is done
+  const int64_t reshape_copy = s.B > 1 ? 4 * NV : 0;  // narrow(1, 0, L-1).reshape: a copy unless B == 1
+  const int64_t lsm = head_rg ? 4 * NV : 0;           // log_softmax output saved for backward
+
+  // ---- gradient buckets in flight (data_parallel.cpp launch/finish_all, mpi_comm.cpp) ----
+  // Per bucket element: the reduce-dtype copy (g.to(reduce_dtype)); MpiComm also upcasts bf16 to fp32 (MPI
+  // has no bf16 sum). Per owned element (stage 2): Inflight::out, and MpiComm's receive buffer (fp32 when
+  // upcast).
+  if (in.device != "cpu" && in.device != "cuda")
+    throw std::invalid_argument("memory plan: device must be cpu or cuda, got \"" + in.device + "\"");
+  const bool mpi = in.device == "cpu";
+  const int64_t per_elem = (src_e != r ? r : 0) + (mpi && r != 4 ? 4 : 0);
+  const int64_t per_owned = in.stage == 2 ? r + (mpi ? std::max<int64_t>(r, 4) : 0) : 0;
+  const int64_t inflight = per_elem * padded + per_owned * shard;
+  // Bucket 0 (the last parameters, lm_head first) is launched as soon as its gradients are done and stays in
+  // flight during the rest of the backward.
+  int64_t first_bucket = 0;
+  {
+    const int64_t bucket = std::max<int64_t>(1, in.bucket_bytes / r);
+    int64_t b0 =
+        std::min<int64_t>(padded, std::max<int64_t>(bucket, in.train_llm ? pc.lm_head + s.D : bucket));
+    if (b0 >= padded) b0 = 0;  // one bucket: launched at the end of the backward
+    if (b0 > 0) first_bucket = per_elem * b0 + per_owned * std::min(b0, shard);
+  }
+
+  // ---- phases ----
+  struct Phase {
+    std::string name;
+    std::vector<MemoryTerm> terms;
+  };
+  std::vector<Phase> phases;
+  const std::string ckpt_note =
+      in.checkpointing == "none" ? "" : " (checkpointed layers keep only their input)";
+  const MemoryTerm act_term{"activations", A,
+                            "tensors saved for backward at the end of the forward" + ckpt_note};
+  const MemoryTerm logits_term{"logits", logits,
+                               "fp32 logits [B,L,V] (ModelOutput, alive through the backward)"};
+  {
+    // End of forward: log_softmax's output (saved) next to the shifted copy it was computed from (freed right
+    // after); bf16 briefly holds the bf16 logits next to the fp32 ones before that.
+    int64_t copy = reshape_copy;
+    if (!s.fp32) copy = std::max(copy, s.e * BLV - lsm);
+    phases.push_back({"forward (loss)",
+                      {act_term,
+                       logits_term,
+                       {"log_softmax_saved", lsm, "log_softmax output [B*(L-1),V] fp32, saved for backward"},
+                       {"loss_transient", copy, "shifted logits copy, freed once log_softmax ran"}}});
+  }
+  if (head_rg) {
+    // Loss backward: nll grad + log_softmax grad next to the saved log_softmax; then the [B,L,V] grad of the
+    // narrow; then lm_head's matmul backward (grad of the hidden states and of the lm_head weight).
+    const int64_t t1 = lsm + 4 * NV + 4 * NV;
+    const int64_t t2 = 4 * NV + 4 * BLV;
+    const int64_t t3 = s.fp32 ? 4 * BLV + 4 * s.B * s.L * s.D + (head_tw ? 4 * s.V * s.D : 0)
+                              : std::max(4 * BLV + s.e * BLV,
+                                         s.e * BLV + s.e * s.B * s.L * s.D + (head_tw ? s.e * s.V * s.D : 0));
+    phases.push_back({"loss backward",
+                      {act_term,
+                       logits_term,
+                       {"loss_backward_transient", std::max({t1, t2, t3}),
+                        "gradients of log_softmax / logits / lm_head"}}});
+    // Layer backward: the last layers' saved tensors (all of them when nothing is checkpointed), a recomputed
+    // layer, the gradient temporaries, and bucket 0 in flight.
+    // The final norm and lm_head inputs are freed by then.
+    std::vector<MemoryTerm> lt = {
+        {"activations", A - head, "saved tensors of the decoder layers" + ckpt_note}, logits_term};
+    if (max_layer > 0)
+      lt.push_back({"recomputed_layer", max_layer, "one checkpointed layer's activations, recomputed"});
+    lt.push_back(
+        {"layer_backward_transient", max_transient, "gradients inside one decoder layer's backward"});
+    if (first_bucket > 0)
+      lt.push_back({"comm_inflight", first_bucket, "gradient bucket 0 (lm_head) in flight"});
+    phases.push_back({"layer backward", lt});
+    // End of backward: every bucket in flight, the embedding's dense weight gradient.
+    phases.push_back({"end of backward",
+                      {logits_term,
+                       {"comm_inflight", inflight,
+                        "gradient buckets in flight (reduce-dtype copies, reduce-scatter buffers)"},
+                       {"embedding_grad", embed_trained ? s.e * (s.V * s.D + s.B * s.L * s.D) : 0,
+                        "dense embedding weight gradient before it is accumulated"}}});
+  }
+  // Optimizer step: AdamW's denominator temporaries (2 chunks of at most 64 Mi elements, sharded_adamw.cpp).
+  phases.push_back({"optimizer step",
+                    {{"optimizer_transient", 8 * std::min<int64_t>(local, int64_t(64) << 20),
+                      "AdamW sqrt/denominator temporaries"}}});
+
+  size_t best = 0;
+  for (size_t i = 0; i < phases.size(); ++i) {
+    int64_t tot = static_total;
+    for (const auto& x : phases[i].terms) tot += x.bytes;
+    p.phases.push_back({phases[i].name, tot, phases[i].terms});
+    if (tot > p.phases[best].bytes) best = i;
+  }
+  p.peak_phase = phases[best].name;
+  p.total = p.phases[best].bytes;
+  p.terms = statics;
+  for (const auto& x : phases[best].terms) p.terms.push_back(x);
+
+  // ---- communication per optimizer step (one reduction per step whatever grad_accum is) ----
+  const double f = N > 1 ? double(N - 1) / double(N) : 0.0;
+  if (in.stage < 2) {
+    p.comm.push_back({"all_reduce(gradients)", r * padded, "bucketed, reduce dtype"});
+    p.comm_wire_bytes += 2 * f * double(r * padded);
+  } else {
+    p.comm.push_back({"reduce_scatter(gradients)", r * padded, "bucketed, reduce dtype"});
+    p.comm_wire_bytes += f * double(r * padded);
+  }
+  if (in.stage > 0) {
+    p.comm.push_back(
+        {"all_gather(parameters)", s.e * padded, "updated shards into every rank's flat buffer"});
+    p.comm_wire_bytes += f * double(s.e * padded);
+  }
+  for (const auto& c : p.comm) p.comm_payload_bytes += c.bytes;
+
+  p.budget_bytes = in.budget_bytes;
+  p.reserve_bytes = in.reserve_bytes;
+  p.has_budget = in.budget_bytes > 0;
+  p.fits = !p.has_budget || double(p.total) + in.reserve_bytes <= in.budget_bytes;
+  return p;
+}
+
+MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw, const LlavaConfig& model,
+                                         int world) {
+  MemoryPlanInputs in;
+  in.model = model;
+  in.world = world;
+  in.stage = cfg.optimizer.zero_stage;
+  in.dtype = cfg.model.dtype;
+  in.micro_batch = cfg.batch.micro_batch;
+  in.seq_len = cfg.data.max_len;
+  in.images_per_sample = model.vision ? 1 : 0;
+  in.train_vision = !cfg.freeze.vision;
+  in.train_projector = !cfg.freeze.projector;
+  in.train_llm = !cfg.freeze.llm;
+  in.frozen_llm_layers = parse_layer_ranges(cfg.freeze.llm_layers);
+  in.bucket_bytes = int64_t(cfg.optimizer.bucket_mb) << 20;
+  in.grad_accum = grad_accum_steps(cfg, world);
+  in.device = cfg.model.device;
+  if (cfg.mod.enabled) {
+    in.mod_layers = cfg.mod.config.mod_layers;
+    if (in.mod_layers.empty()) {
+      // Chosen at run time (Trainer::convert_model); only their number matters here. ARank-based rules get a
+      // stand-in ARank that decreases with depth (keep_top:k keeps layers 0..k-1 dense); threshold rules are
+      // planned as arank_mod.
+      ConversionRule rule = parse_conversion_rule(cfg.mod.rule);
+      if (rule.kind == ConversionRule::Kind::kThreshold) rule = ConversionRule{};
+      const int n = model.text.num_hidden_layers;
+      std::vector<double> arank(static_cast<size_t>(n), 0.0);
+      for (int l = 0; l < n; ++l) arank[size_t(l)] = double(n - l);
+      in.mod_layers = select_mod_layers(rule, n, arank);
+    }
+    in.mod_router = cfg.mod.config.router == RouterKind::kGammaShared ? "gamma_shared"
+                    : cfg.mod.config.router == RouterKind::kPerLayer  ? "per_layer"
+                                                                      : "attention";
+    // Routable = image tokens (+ a short system prefix, ignored): each MoD layer skips skip_frac of them.
+    const double routable = std::min(1.0, double(model.image_seq_length()) / double(in.seq_len));
+    in.mod_kept_fraction = 1.0 - cfg.mod.config.skip_frac * routable;
+  }
+  // Keys other branches are adding; read them from the JSON when present.
+  if (raw.is_object()) {
+    if (raw.contains("model") && raw["model"].contains("activation_checkpointing")) {
+      const json& ac = raw["model"]["activation_checkpointing"];
+      if (ac.is_string())
+        in.checkpointing = ac.get<std::string>();
+      else if (ac.is_boolean())
+        in.checkpointing = ac.get<bool>() ? "full" : "none";
+    }
+    if (raw.contains("model") && raw["model"].contains("checkpoint_every"))
+      in.checkpoint_every = raw["model"]["checkpoint_every"].get<int>();
+    if (raw.contains("optimizer")) {
+      const json& o = raw["optimizer"];
+      if (o.contains("accumulate_fp32")) in.accumulate_fp32 = o["accumulate_fp32"].get<bool>();
+      if (o.contains("reduce_dtype")) in.reduce_dtype = o["reduce_dtype"].get<std::string>();
+    }
+  }
+  return in;
+}
+
+std::string format_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024.0 && u < 4) b /= 1024.0, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+json to_json(const MemoryPlan& p) {
+  json terms = json::object(), phases = json::object(), comm = json::object();
+  for (const auto& t : p.terms) terms[t.name] = t.bytes;
+  for (const auto& ph : p.phases) phases[ph.name] = ph.bytes;
+  for (const auto& c : p.comm) comm[c.name] = c.bytes;
+  json j = {
+      {"params",
+       {{"total", p.params_total},
+        {"trainable", p.params_trainable},
+        {"trainable_padded", p.params_padded},
+        {"frozen", p.params_frozen}}},
+      {"terms", terms},
+      {"total_bytes", p.total},
+      {"peak_phase", p.peak_phase},
+      {"phases", phases},
+      {"activations_saved_bytes", p.activations_saved},
+      {"comm_per_step",
+       {{"payload_bytes", p.comm_payload_bytes}, {"wire_bytes", p.comm_wire_bytes}, {"collectives", comm}}}};
+  if (p.has_budget) {
+    j["budget_bytes"] = p.budget_bytes;
+    j["reserve_bytes"] = p.reserve_bytes;
+    j["fits"] = p.fits;
+  }
+  return j;
+}
+
+std::string format_plan(const MemoryPlan& p) {
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "parameters: %lld total, %lld trainable (%lld padded), %lld frozen\n",
+                (long long)p.params_total, (long long)p.params_trainable, (long long)p.params_padded,
+                (long long)p.params_frozen);
+  os << line << "\nper-rank memory at the peak (" << p.peak_phase << "):\n";
+  for (const auto& t : p.terms) {
+    if (t.bytes == 0) continue;
+    std::snprintf(line, sizeof line, "  %-26s %12s  %s\n", t.name.c_str(),
+                  format_bytes(double(t.bytes)).c_str(), t.what.c_str());
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "  %-26s %12s\n", "total", format_bytes(double(p.total)).c_str());
+  os << line << "\nphases:\n";
+  for (const auto& ph : p.phases) {
+    std::snprintf(line, sizeof line, "  %-26s %12s%s\n", ph.name.c_str(),
+                  format_bytes(double(ph.bytes)).c_str(), ph.name == p.peak_phase ? "  <- peak" : "");
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "  (activations saved without checkpointing: %s)\n",
+                format_bytes(double(p.activations_saved)).c_str());
+  os << line << "\ncommunication per optimizer step (per rank):\n";
+  for (const auto& c : p.comm) {
+    std::snprintf(line, sizeof line, "  %-26s %12s  %s\n", c.name.c_str(),
+                  format_bytes(double(c.bytes)).c_str(), c.what.c_str());
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "  %-26s %12s  (ring estimate of what one rank sends)\n", "wire",
+                format_bytes(p.comm_wire_bytes).c_str());
+  os << line;
+  if (p.has_budget) {
+    std::snprintf(line, sizeof line, "\nbudget %s, reserve %s: %s (%s + %s %s %s)\n",
+                  format_bytes(p.budget_bytes).c_str(), format_bytes(p.reserve_bytes).c_str(),
+                  p.fits ? "fits" : "does NOT fit", format_bytes(double(p.total)).c_str(),
+                  format_bytes(p.reserve_bytes).c_str(), p.fits ? "<=" : ">",
+                  format_bytes(p.budget_bytes).c_str());
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace gmod

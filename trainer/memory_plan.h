@@ -1,0 +1,110 @@
+// MemoryPlan: per-rank bytes of one training step (weights, gradients, optimizer state, activations,
+// transients) and per-step communication volume, derived from what the code allocates, for `gmod plan` and
+// for checking a configuration before a run. Every term names the code it mirrors
+// (parallel/data_parallel.cpp, parallel/sharded_adamw.cpp, model/layers.cpp, mod/mod_layer.cpp,
+// trainer/trainer.cpp); when that code changes, change the term here. The peak is the largest of the step's
+// phases (end of forward, loss backward, layer backward, end of backward with gradient buckets in flight,
+// optimizer step), each the sum of the terms alive in it. Validated against the measured peak of real CPU
+// training steps (tests/trainer/mpi_memory_plan_test.cpp).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace gmod {
+
+struct TrainConfig;
+
+// What the plan needs; plan_inputs_from_config() fills it from a TrainConfig.
+struct MemoryPlanInputs {
+  LlavaConfig model;
+  int world = 1;
+  int stage = 1;               // ZeRO stage 0/1/2 (optimizer.zero_stage)
+  std::string dtype = "bf16";  // parameter/compute dtype: "fp32" or "bf16" (model.dtype)
+  int micro_batch = 1;         // samples per forward/backward (batch.micro_batch)
+  int seq_len = 2048;         // padded tokens per sample (data.max_len: the plan assumes full-length batches)
+  int images_per_sample = 1;  // 0 = text-only batches
+  bool train_vision = false, train_projector = true, train_llm = true;  // freeze.* negated
+  std::vector<int> frozen_llm_layers;                                   // freeze.llm_layers
+  // Activation checkpointing of decoder layers: "none", "full" (every layer keeps only its input and is
+  // recomputed in backward) or "every_k" (layers 0, k, 2k, ... are checkpointed).
+  std::string checkpointing = "none";
+  int checkpoint_every = 2;                 // k of "every_k"
+  std::vector<int> mod_layers;              // MoD decoder layers (empty = dense)
+  std::string mod_router = "gamma_shared";  // "gamma_shared" | "per_layer" | "attention"
+  // Fraction of a sample's tokens a MoD layer processes in training (k_b / L): 1 - skip_frac * routable / L.
+  double mod_kept_fraction = 1.0;
+  bool accumulate_fp32 = false;       // fp32 gradient accumulation buffer for bf16 params
+  std::string reduce_dtype = "fp32";  // gradient communication dtype
+  int64_t bucket_bytes = int64_t(25) << 20;
+  int grad_accum = 1;  // micro-batches per optimizer step (communication happens once per step)
+  // "cpu" (MpiComm: fp32 upcast of bf16 reductions, a receive buffer per reduce-scatter) or "cuda"
+  // (NcclComm).
+  std::string device = "cpu";
+  double budget_bytes = 0;  // per-rank memory (0 = none: no fits verdict)
+  double reserve_bytes =
+      0;  // allowance outside the plan (CUDA context, NCCL/cuBLAS workspaces, fragmentation)
+};
+
+struct MemoryTerm {
+  std::string name;
+  int64_t bytes = 0;
+  std::string what;  // what it is and which code allocates it
+};
+
+struct MemoryPhase {
+  std::string name;
+  int64_t bytes = 0;              // total live bytes in this phase (static terms included)
+  std::vector<MemoryTerm> terms;  // the non-static terms alive in it
+};
+
+struct MemoryPlan {
+  int64_t params_total = 0, params_trainable = 0, params_padded = 0, params_frozen = 0;
+  // Terms alive at the peak (static ones first). Their sum is `total`.
+  std::vector<MemoryTerm> terms;
+  std::vector<MemoryPhase> phases;  // every phase's total; `peak_phase` is the largest
+  std::string peak_phase;
+  int64_t total = 0;
+  // Activations saved for backward at the end of the forward (decoder layers, final norm, projector, rope),
+  // for reference whether or not they are part of the peak phase.
+  int64_t activations_saved = 0;
+  // Per optimizer step, per rank: bytes each collective works on and the ring estimate of what one rank
+  // sends.
+  int64_t comm_payload_bytes = 0;
+  double comm_wire_bytes = 0;
+  std::vector<MemoryTerm> comm;  // per collective (payload bytes)
+  double budget_bytes = 0, reserve_bytes = 0;
+  bool has_budget = false, fits = true;
+
+  const MemoryTerm* term(const std::string& name) const;  // nullptr if absent
+  int64_t term_bytes(const std::string& name) const;      // 0 if absent
+};
+
+// Parameter counts of the model as MultimodalLM builds it (model/llava.cpp, model/clip.cpp, mod routers).
+struct ParamCounts {
+  int64_t vision = 0, projector = 0, llm = 0;  // llm: embeddings, layers, norm, lm_head, MoD routers
+  std::vector<int64_t> llm_layer;              // per decoder layer (inside `llm`)
+  int64_t embed = 0, lm_head = 0;
+  int64_t total() const { return vision + projector + llm; }
+};
+ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layers,
+                         const std::string& mod_router);
+
+MemoryPlan plan_memory(const MemoryPlanInputs& in);
+
+// Inputs from a training config (model config read separately, e.g. with load_model_config). Reads
+// `model.activation_checkpointing` and `optimizer.accumulate_fp32|reduce_dtype` from `raw` (the config JSON)
+// when present, since those keys may not be part of TrainConfig yet.
+MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const nlohmann::json& raw,
+                                         const LlavaConfig& model, int world);
+
+nlohmann::json to_json(const MemoryPlan& p);
+// Human table: one line per term, the phases, communication, budget verdict.
+std::string format_plan(const MemoryPlan& p);
+std::string format_bytes(double bytes);  // "1.23 GiB"
+
+}  // namespace gmod

@@ -1,0 +1,142 @@
+#include "trainer/memory_probe.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+#include "mod/conversion.h"
+#include "model/llava.h"
+#include "model/token_roles.h"
+#include "parallel/data_parallel.h"
+#include "trainer/memory_tracker.h"
+
+namespace gmod {
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+
+// One micro-batch of full-length samples: [BOS, image tokens..., text...], the first half of the text a
+// question (unsupervised), the rest the answer, no padding (the plan assumes padded length = seq_len).
+ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, at::ScalarType dtype,
+                            uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const int64_t V = c.text.vocab_size;
+  const int64_t T = images > 0 ? c.image_seq_length() * images : 0;
+  if (T + 4 > L)
+    throw std::invalid_argument("memory probe: seq_len " + std::to_string(L) + " too short for " +
+                                std::to_string(T) + " image tokens");
+  const auto lopt = at::TensorOptions().dtype(at::kLong);
+  ModelInputs in;
+  // Text ids avoid 0..2 (pad/bos/eos) and the image token.
+  at::Tensor ids = at::randint(3, std::max<int64_t>(4, V - 1), {B, L}, gen, lopt);
+  ids.masked_fill_(ids == c.image_token_id, 3);
+  at::Tensor roles = at::full({B, L}, int64_t(TokenRole::kQuestion), lopt);
+  ids.select(1, 0).fill_(c.text.bos_token_id);
+  roles.select(1, 0).fill_(int64_t(TokenRole::kSystem));
+  if (T > 0) {
+    ids.narrow(1, 1, T).fill_(c.image_token_id);
+    roles.narrow(1, 1, T).fill_(int64_t(TokenRole::kImage));
+  }
+  const int64_t answer = 1 + T + (L - 1 - T) / 2;
+  roles.narrow(1, answer, L - answer).fill_(int64_t(TokenRole::kAnswer));
+  in.labels = ids.clone();
+  in.labels.narrow(1, 0, answer).fill_(-100);
+  in.input_ids = ids;
+  in.token_roles = roles.to(at::kChar);
+  in.attention_mask = at::ones({B, L}, at::TensorOptions().dtype(at::kBool));
+  if (T > 0) {
+    const int S = c.vision->image_size;
+    in.pixel_values = at::randn({int64_t(B) * images, 3, S, S}, gen, at::TensorOptions().dtype(at::kFloat));
+    if (dtype != at::kFloat) in.pixel_values = in.pixel_values.to(dtype);
+  }
+  return in;
+}
+
+}  // namespace
+
+MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::shared_ptr<Comm> comm, int steps,
+                                          uint64_t seed) {
+  if (comm->world_size() != in.world)
+    throw std::invalid_argument("memory probe: plan is for world " + std::to_string(in.world) +
+                                ", comm has " + std::to_string(comm->world_size()) + " ranks");
+  MemoryTracker& tracker = MemoryTracker::install();
+  const at::ScalarType dtype = in.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  const int64_t base = tracker.live_bytes();
+  MemoryMeasurement m;
+  {
+    // The model as the trainer builds it (Trainer::load_model, convert_model, freeze_and_count,
+    // setup_optimizer).
+    auto model = std::make_shared<MultimodalLM>(in.model);
+    model->init_weights(seed);
+    model->to(at::kCPU, dtype);
+    if (!in.mod_layers.empty()) {
+      MoDConfig mc;
+      mc.mod_layers = in.mod_layers;
+      mc.router = in.mod_router == "per_layer" ? RouterKind::kPerLayer : RouterKind::kGammaShared;
+      // kept fraction = 1 - skip_frac * routable / L with routable = the image tokens (the probe's batches).
+      const double routable = double(in.model.image_seq_length() * in.images_per_sample) / double(in.seq_len);
+      mc.skip_frac = routable > 0 ? std::min(1.0, (1.0 - in.mod_kept_fraction) / routable) : 0.0;
+      convert_to_mod(*model, mc);
+      model->to(at::kCPU, dtype);
+    }
+    model->train();
+    const std::set<int> frozen(in.frozen_llm_layers.begin(), in.frozen_llm_layers.end());
+    DataParallelOptimizer::NamedParams trainable;
+    for (auto& item : model->named_parameters()) {
+      const std::string& name = item.key();
+      bool train;
+      if (starts_with(name, "vision."))
+        train = in.train_vision;
+      else if (starts_with(name, "projector."))
+        train = in.train_projector;
+      else {
+        train = in.train_llm;
+        if (train && starts_with(name, "llm.layers.")) train = !frozen.count(std::stoi(name.substr(11)));
+      }
+      item.value().set_requires_grad(train);
+      if (train) trainable.emplace_back(name, item.value());
+    }
+    DataParallelOptions o;
+    o.stage = in.stage;
+    o.bucket_bytes = in.bucket_bytes;
+    o.accumulate_fp32 = in.accumulate_fp32;
+    o.reduce_dtype = in.reduce_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+    o.max_grad_norm = 1.0;
+    o.lr = 1e-4;
+    DataParallelOptimizer opt(trainable, comm, o);
+    trainable.clear();
+    opt.broadcast_params(0);
+
+    std::vector<ModelInputs> micro;
+    for (int k = 0; k < in.grad_accum; ++k)
+      micro.push_back(synthetic_batch(in.model, in.micro_batch, in.seq_len, in.images_per_sample, dtype,
+                                      seed + 1000 * uint64_t(comm->rank()) + uint64_t(k)));
+    m.steady_bytes = tracker.live_bytes() - base;
+    tracker.reset_peak();
+    for (int step = 0; step < steps; ++step) {
+      // Trainer::train_step: global supervised-token count, then per micro-batch world * sum / N, backward.
+      int64_t local_sup = 0;
+      for (const auto& b : micro)
+        local_sup += b.labels.narrow(1, 1, b.labels.size(1) - 1).ne(-100).sum().item<int64_t>();
+      const double n_sup = comm->all_reduce(double(local_sup), ReduceOp::Sum);
+      for (size_t k = 0; k < micro.size(); ++k) {
+        ForwardState st;
+        ModelOutput out = model->forward(micro[k], st);
+        at::Tensor loss = out.lm_loss_sum * (double(in.world) / std::max(1.0, n_sup));
+        if (!st.aux_losses.empty()) loss = loss + total_routing_loss(st, MoDConfig{}) / double(micro.size());
+        m.after_forward_bytes = tracker.live_bytes() - base;
+        if (k + 1 == micro.size()) opt.set_last_micro_batch();
+        loss.backward();
+      }
+      opt.step(1e-4);
+      opt.zero_grad();
+    }
+    m.peak_bytes = tracker.peak_bytes() - base;
+  }
+  return m;
+}
+
+}  // namespace gmod
