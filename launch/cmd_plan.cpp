@@ -10,6 +10,7 @@
 #include "launch/args.h"
 #include "model/config.h"
 #include "trainer/memory_plan.h"
+#include "trainer/model_setup.h"
 #include "trainer/train_config.h"
 
 namespace gmod::cli {
@@ -39,7 +40,7 @@ int run_plan(const std::vector<std::string>& argv) {
   if (!f) throw std::runtime_error(path + ": cannot open the training config");
   json raw;
   try {
-    raw = json::parse(f);
+    raw = json::parse(f, nullptr, true, /*ignore_comments=*/true);
   } catch (const json::exception& e) {
     throw std::runtime_error(path + ": not valid JSON: " + e.what());
   }
@@ -47,10 +48,13 @@ int run_plan(const std::vector<std::string>& argv) {
   for (const auto& [section, key] : kPlanKeys)
     if (rest.contains(section) && rest[section].is_object()) rest[section].erase(key);
   TrainConfig cfg = train_config_from_json(rest, a.all("set"), path);
-  if (auto m = a.get("model")) cfg.model.path = *m;
-  if (cfg.model.path.empty())
-    throw std::invalid_argument(path + ": model.path is empty (or pass --model DIR)");
-  const LlavaConfig model = load_model_config(cfg.model.path);
+  if (auto m = a.get("model")) {  // a combined HF-style config dir instead of the config's model
+    cfg.model.path = *m;
+    cfg.model.llm.clear(), cfg.model.vision.clear(), cfg.model.projector.clear();
+  }
+  if (cfg.model.path.empty() && cfg.model.llm.empty())
+    throw std::invalid_argument(path + ": neither model.path nor model.llm is set (or pass --model DIR)");
+  const LlavaConfig model = run_model_config(cfg.model);  // the combined dir's config, or the parts' composition
   const int world = std::stoi(a.get_or("world", "1"));
   if (world < 1) throw std::invalid_argument("--world must be >= 1");
 
@@ -69,7 +73,7 @@ int run_plan(const std::vector<std::string>& argv) {
   }
   const MemoryPlan p = plan_memory(in);
 
-  std::cout << "plan: " << path << " (model " << cfg.model.path << "), world " << world << ", ZeRO-"
+  std::cout << "plan: " << path << " (model " << describe_model_source(cfg.model) << "), world " << world << ", ZeRO-"
             << in.stage << ", " << in.dtype << ", micro-batch " << in.micro_batch << " x " << in.seq_len
             << " tokens"
             << (in.images_per_sample > 0 ? " (" + std::to_string(in.images_per_sample) + " image/sample)"
@@ -85,7 +89,7 @@ int run_plan(const std::vector<std::string>& argv) {
   if (auto j = a.get("json")) {
     json out = to_json(p);
     out["inputs"] = {{"config", path},
-                     {"model", cfg.model.path},
+                     {"model", describe_model_source(cfg.model)},
                      {"world", world},
                      {"zero_stage", in.stage},
                      {"dtype", in.dtype},
