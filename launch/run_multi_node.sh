@@ -26,6 +26,7 @@ if [[ $(id -u) -eq 0 ]]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   mpi+=(--allow-run-as-root -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM)
 fi
+# Preemption: SIGUSR1 to mpirun (forwarded to every rank: save at the next step boundary, exit 0), not SIGTERM.
 for v in $(env | grep -oE '^(NCCL|CUDA|GMOD)_[A-Za-z0-9_]*' || true); do mpi+=(-x "$v"); done
 # shellcheck disable=SC2206
 [[ -n ${GMOD_MPIRUN_ARGS:-} ]] && mpi+=($GMOD_MPIRUN_ARGS)

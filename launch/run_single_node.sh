@@ -33,6 +33,8 @@ if [[ $(id -u) -eq 0 ]]; then
   mpi+=(--allow-run-as-root)
 fi
 (( nproc > cores )) && mpi+=(--oversubscribe)
+# Preemption: send SIGUSR1 to mpirun (Open MPI forwards it to every rank; gmod saves at the next step boundary and
+# exits 0). Not SIGTERM: Open MPI 4.1 then tears its runtime down at once and kills the ranks (docs/launch.md).
 # Shared-memory transport without CMA (which needs ptrace rights most containers do not grant).
 mpi+=(--mca btl_vader_single_copy_mechanism none)
 for v in $(env | grep -oE '^(NCCL|CUDA|GMOD)_[A-Za-z0-9_]*' || true); do mpi+=(-x "$v"); done

@@ -520,18 +520,22 @@ StepMetrics Trainer::train_step() {
 }
 
 TrainResult Trainer::run() {
-  struct sigaction sa {}, old_term {}, old_int {};
+  // SIGUSR1 is what schedulers send ahead of preemption (Slurm --signal) and what mpirun forwards without killing;
+  // SIGTERM/SIGINT mean the same here. Either way: finish the step, agree across ranks, save, exit 0.
+  struct sigaction sa {}, old_term {}, old_int {}, old_usr1 {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGUSR1, &sa, &old_usr1);
   struct Restore {
-    struct sigaction t, i;
+    struct sigaction t, i, u;
     ~Restore() {
       sigaction(SIGTERM, &t, nullptr);
       sigaction(SIGINT, &i, nullptr);
+      sigaction(SIGUSR1, &u, nullptr);
     }
-  } restore{old_term, old_int};
+  } restore{old_term, old_int, old_usr1};
 
   TrainResult result;
   const int64_t exit_at = cfg_.schedule.exit_at_step > 0 ? cfg_.schedule.exit_at_step : total_steps_;

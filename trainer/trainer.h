@@ -1,6 +1,6 @@
 // The trainer: one class that sets a run up (model, MoD conversion, freezing, data-parallel optimizer, this rank's
 // data stream, resume) and runs the loop (gradient accumulation, optimizer step, LR schedule, metrics, evaluation,
-// checkpoints, SIGTERM/SIGINT handling). Parallelism comes from parallel/ (Comm + DataParallelOptimizer); the model
+// checkpoints, SIGTERM/SIGINT/SIGUSR1 handling). Parallelism comes from parallel/ (Comm + DataParallelOptimizer); the model
 // knows nothing about it.
 //
 // Loss normalisation (so that results do not depend on the world size or on how a step is cut into micro-batches):
@@ -49,7 +49,7 @@ class Trainer {
   Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm);
   ~Trainer();
 
-  // Trains until max_steps / epochs / exit_at_step or a SIGTERM/SIGINT (then finishes the step, saves and returns).
+  // Trains until max_steps / epochs / exit_at_step or a SIGTERM/SIGINT/SIGUSR1 (then finishes the step, saves and returns).
   TrainResult run();
 
   // Evaluation on eval.data: {"loss", "supervised_tokens", "samples", "exact_match"?, "exact_match_samples"?,
@@ -106,7 +106,7 @@ class Trainer {
   bool stop_requested_ = false;
 };
 
-// Set by the SIGTERM/SIGINT handler Trainer::run installs; the loop agrees on it across ranks after every step.
+// Set by the SIGTERM/SIGINT/SIGUSR1 handler Trainer::run installs; the loop agrees on it across ranks after every step.
 std::atomic<bool>& stop_signal_flag();
 
 }  // namespace gmod

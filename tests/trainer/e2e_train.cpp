@@ -335,3 +335,44 @@ TEST(TrainE2E, TinyPartsConfigTrainsFromComposedParts) {
   const at::Tensor q = reader.read_model_tensor("llm.layers.0.self_attn.q_proj.weight");
   EXPECT_FALSE(bit_equal(q, llm.tensor("model.layers.0.self_attn.q_proj.weight").to(at::kBFloat16)));
 }
+
+// A signal to mpirun (as a scheduler or an operator sends it) on a 2-rank job: Open MPI forwards SIGUSR1 to every
+// rank. Every rank stops at the same step boundary, the checkpoint of that step is written and the job exits 0;
+// resuming from it gives bitwise the weights of an uninterrupted run. (SIGTERM to mpirun is not usable: Open MPI 4.1
+// tears its runtime down at once, see docs/launch.md.)
+void signal_to_mpirun_saves_and_resumes_exactly(int sig, const std::string& name) {
+  TempDir t;
+  const json extra = {{"schedule", {{"max_steps", 100000}}}};
+  const std::string run = t.str(name), cfg = write_config(run, extra);
+  const std::string cmd = std::string("exec ") + GMOD_MPIEXEC + " " + GMOD_MPIEXEC_NP + " 2 " + GMOD_MPIRUN_FLAGS +
+                          " " + GMOD_BIN + " train --threads 1 --config " + cfg +
+                          " >> " + cfg + ".log 2>&1";
+  std::vector<std::string> args{"/bin/sh", "-c", cmd};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, argv.data(), environ), 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (step_metrics(run).size() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GE(step_metrics(run).size(), 3u) << slurp(cfg + ".log");
+  ASSERT_EQ(kill(pid, sig), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const std::string log = slurp(cfg + ".log");
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+  const int64_t last = step_metrics(run).rbegin()->first;
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, last)), "") << log;
+  EXPECT_NE(log.find("stopped by signal at step " + std::to_string(last)), std::string::npos) << log;
+
+  const std::string stop = "schedule.exit_at_step=" + std::to_string(last + 2);
+  ASSERT_EQ(gmod_train(2, cfg, {stop}), 0) << slurp(cfg + ".log");
+  const std::string ref = t.str(name + "-ref"), ref_cfg = write_config(ref, extra);
+  ASSERT_EQ(gmod_train(2, ref_cfg, {stop}), 0) << slurp(ref_cfg + ".log");
+  expect_same_model(ckpt(run, last + 2), ckpt(ref, last + 2));
+  EXPECT_EQ(step_metrics(run).at(last + 2)["loss"].dump(), step_metrics(ref).at(last + 2)["loss"].dump());
+}
+
+TEST(TrainE2E, SigusrToMpirunSavesAndResumesExactly) { signal_to_mpirun_saves_and_resumes_exactly(SIGUSR1, "usr1"); }
