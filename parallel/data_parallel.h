@@ -2,10 +2,13 @@
 //   stage 0: gradients all-reduced (averaged) in buckets; every rank runs AdamW on the whole vector.
 //   stage 1: gradients all-reduced; each rank keeps fp32 master + moments for its shard only, updates it, and the
 //            updated shards are all-gathered into every rank's compute parameters.
-//   stage 2: gradients reduce-scattered, so each rank only receives its shard's averaged gradient.
-// The trainable parameters become views into one flat compute buffer [padded P] and their .grad views into one flat
-// gradient buffer, so backward accumulates in place (gradient accumulation = several backward() calls, then step();
-// nothing is communicated per micro-batch but the last) and the all-gather writes parameters in place.
+//   stage 2: gradients reduce-scattered, so each rank only receives its shard's averaged gradient; once a bucket's
+//            reduce-scatter has completed (and its owned part is in the fp32 shard) the bucket's gradient memory is
+//            released, and re-allocated (zeroed) when the next backward first writes into it.
+// The trainable parameters become views into one flat compute buffer [padded P] and their .grad views into the
+// gradient storage of their bucket (stage 0/1: every bucket is a view of one flat buffer; stage 2: one allocation per
+// bucket), so backward accumulates in place (gradient accumulation = several backward() calls, then step(); nothing
+// is communicated per micro-batch but the last) and the all-gather writes parameters in place.
 // Buckets: the flat gradient is cut into buckets of whole parameters in reverse parameter order (~bucket_bytes each,
 // the order in which backward finishes them). With overlap_comm, set_last_micro_batch() arms per-parameter
 // post-accumulate-grad hooks for the next backward: once every parameter of bucket k has its gradient and buckets
@@ -13,9 +16,25 @@
 // dedicated CUDA stream) while backward continues; step() launches whatever is left (parameters that got no
 // gradient) in bucket order and waits. The same bucket collectives run without overlap, so results are bitwise
 // identical either way. accumulate_fp32 (bf16/fp16 params): hooks fold every micro-batch's gradient into an fp32
-// flat buffer and reset the param's grad, so long accumulation windows keep fp32 precision. Gradient clipping uses
+// buffer and reset the param's grad, so long accumulation windows keep fp32 precision. Gradient clipping uses
 // the global norm (equal to the unsharded one); a non-finite gradient on any rank makes every rank skip the step.
+// Weight decay applies to the parameters flagged in DataParallelOptions::decay (the caller decides, e.g. by name).
 // No model knowledge: it only sees (name, tensor) pairs; frozen parameters are simply not passed.
+//
+// Memory per rank besides the compute parameters. P = padded parameter count, P_real = unpadded, N = world size,
+// S = P / N = ceil(P_real / N) the shard, b = bytes per element of the params' dtype (2 bf16, 4 fp32), acc32 =
+// accumulate_fp32 with non-fp32 params. Bytes:
+//   buffer                               | stage 0        | stage 1    | stage 2, backward | stage 2, in step()
+//   gradient (params' dtype)             | b·P            | b·P        | b·P               | 0 (released)
+//   fp32 accumulation (acc32 only)       | 4·P            | 4·P        | 4·P               | 0 (released)
+//   fp32 averaged gradient (*)           | 4·P_real or 0  | 4·S or 0   | 4·S               | 4·S
+//   fp32 master + exp_avg + exp_avg_sq   | 12·P_real      | 12·S       | 12·S              | 12·S
+//   (*) 0 when it aliases one of the buffers above: fp32 (or acc32) gradients reduced in fp32 at stage 0/1.
+// Transient during the reduction: reduce_dtype copies of the chunks in flight when reduce_dtype differs from the
+// gradient buffer's dtype (step() keeps at most kMaxInflight chunks of bucket_bytes in flight; with overlap, buckets
+// launched during backward stay in flight until they complete), and stage 2 receives into a buffer of the chunk's
+// owned part when reduce_dtype is not fp32. AdamW's temporaries are bounded by its chunk (sharded_adamw.cpp).
+// memory_plan() gives this table for a configuration, memory_held() the live buffers.
 #pragma once
 
 #include "parallel/comm.h"
@@ -25,6 +44,7 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,7 +61,18 @@ struct DataParallelOptions {
   int64_t bucket_bytes = int64_t(25) << 20;  // per collective, in reduce_dtype bytes
   at::ScalarType reduce_dtype = at::kFloat;  // gradient communication dtype (fp32 or the params' dtype)
   bool overlap_comm = true;      // reduce buckets during the backward after set_last_micro_batch()
-  bool accumulate_fp32 = false;  // low-precision params: accumulate gradients in an fp32 flat buffer
+  bool accumulate_fp32 = false;  // low-precision params: accumulate gradients in an fp32 buffer
+  // Per parameter, in the order passed: true = weight_decay applies to it. Empty = every parameter.
+  std::vector<bool> decay;
+};
+
+// Bytes of the optimizer's buffers on one rank (see the table at the top of this file); compute params excluded.
+struct DpMemory {
+  int64_t grad_buffer = 0;      // gradients in the params' dtype
+  int64_t fp32_accum = 0;       // accumulate_fp32 buffer
+  int64_t reduced_grad = 0;     // fp32 averaged gradient of the owned range (0 when it aliases a buffer above)
+  int64_t optimizer_state = 0;  // fp32 master + exp_avg + exp_avg_sq
+  int64_t total() const { return grad_buffer + fp32_accum + reduced_grad + optimizer_state; }
 };
 
 class DpGradHook;
@@ -75,15 +106,22 @@ class DataParallelOptimizer {
   StepResult step(double lr);
   StepResult step() { return step(opts_.lr); }
   // This rank's averaged fp32 gradient for owned_range() (valid after reduce_gradients()/before the next step's
-  // clipping; aliases live state).
+  // clipping; aliases live state). Stage 2: after the reduction the parameters' .grad are undefined (released).
   const at::Tensor& reduced_gradient() const { return gshard_; }
-  // Zeroes the flat gradient buffer (gradients stay attached as views).
+  // Zeroes the gradients (they stay attached as views). Stage 2 after a step: the released buckets stay released
+  // and their parameters' .grad undefined (= zero) until the next backward writes into them.
   void zero_grad();
   // Copies rank root's parameters to every rank (and refreshes the fp32 master from them).
   void broadcast_params(int root = 0);
 
   // Bytes allocated for fp32 master + exp_avg + exp_avg_sq on this rank: 12 * P (stage 0) or 12 * ceil(P/N).
   int64_t optimizer_state_bytes() const { return adam_->state_bytes(); }
+  // What the buffers take for `num_params` (unpadded) parameters of `param_dtype` at world size `world`: during
+  // backward (at_step = false) or while step() updates (at_step = true; differs for stage 2 only).
+  static DpMemory memory_plan(int64_t num_params, int world, at::ScalarType param_dtype,
+                              const DataParallelOptions& opts, bool at_step);
+  // Storage bytes of the buffers alive now (each storage counted once).
+  DpMemory memory_held() const;
   // This rank's optimizer state (tensors alias the live state; copy before mutating).
   AdamWShardState state_dict() const;
   // Loads a state covering exactly this rank's range (see reshard_state for other world sizes or stages) and
@@ -106,19 +144,29 @@ class DataParallelOptimizer {
   std::pair<int64_t, int64_t> owned_range() const { return {adam_->begin(), adam_->end()}; }
 
  private:
-  void attach_grads();     // make every param.grad our view again (copying a replaced grad in)
+  static constexpr size_t kMaxInflight = 4;  // chunks step() keeps in flight while it launches the rest
+
+  void attach_grads();     // every param.grad our view again (copying a replaced grad in; buckets allocated)
   void write_params();     // master -> compute params of the owned range -> all_gather (stage 1/2)
   friend class DpGradHook;
   struct CudaState;
   struct Inflight {
     std::unique_ptr<CommRequest> req;
     at::Tensor red;         // stage 0/1: the reduced chunk (reduce_dtype)
-    at::Tensor out;         // stage 2: our block of the chunk
+    at::Tensor out;         // stage 2: our block of the chunk (a view of gshard_ when `direct`)
     int64_t begin = 0;      // flat start of red (stage 0/1) or out (stage 2)
+    int bucket = 0;
+    bool last = false;      // the bucket's last chunk
+    bool direct = false;    // out is gshard_'s storage: nothing to copy
   };
   void on_grad_ready(size_t index, const at::Tensor& param);  // post-accumulate-grad hook
   void launch(int bucket, bool flush);  // start bucket's collectives (mu_ held)
+  void retire_front();                  // wait for the oldest collective, copy into gshard_, release (mu_ held)
   void finish_all();                    // launch the rest in order, wait, copy into gshard_ (mu_ held)
+  void ensure_bucket(int bucket);       // stage 2: (re)allocate a released bucket's storage, zeroed
+  void release_bucket(int bucket);      // stage 2: drop the bucket's storage and its parameters' .grad
+  at::Tensor grad_view(size_t index) const;  // [numel] the parameter's part of its bucket's gradient storage
+  at::Tensor acc_view(size_t index) const;   // same in the fp32 accumulation storage
   void reset_readiness();
   void install_hooks();
   void remove_hooks();
@@ -127,27 +175,30 @@ class DataParallelOptimizer {
   std::shared_ptr<Comm> comm_;
   DataParallelOptions opts_;
   FlatParamLayout layout_;
-  at::Tensor pflat_;   // [padded P] compute params (params' dtype)
-  at::Tensor gflat_;   // [padded P] gradients (params' dtype)
-  at::Tensor gacc_;    // [padded P] fp32 accumulated gradients (accumulate_fp32 with low-precision params only)
+  bool acc32_ = false;  // accumulate_fp32 with non-fp32 params
+  at::Tensor pflat_;    // [padded P] compute params (params' dtype)
+  at::Tensor gflat_;    // stage 0/1: [padded P] gradients (params' dtype); stage 2: undefined (per bucket)
+  at::Tensor gacc_;     // stage 0/1 with acc32: [padded P] fp32 accumulated gradients
+  std::vector<at::Tensor> bucket_grad_;  // per bucket [hi - lo] (views of gflat_ at stage 0/1; undefined = released)
+  std::vector<at::Tensor> bucket_acc_;   // per bucket [hi - lo] fp32 (acc32 only)
   std::shared_ptr<Comm> gcomm_;
-  at::Tensor gshard_;  // [owned] fp32 averaged gradient (a view into gflat_ when no conversion is needed)
+  at::Tensor gshard_;  // [owned] fp32 averaged gradient (a view into gflat_/gacc_ when no conversion is needed)
   bool gshard_is_view_ = false;
   std::unique_ptr<ShardedAdamW> adam_;
   bool reduced_ = false;
   int64_t skipped_ = 0;
 
   std::vector<std::pair<int64_t, int64_t>> bucket_ranges_;
-  std::vector<int> bucket_of_;      // per parameter
-  std::vector<int> bucket_params_;  // parameter count per bucket
+  std::vector<int> bucket_of_;                       // per parameter
+  std::vector<std::vector<size_t>> bucket_members_;  // parameter indices per bucket
   std::vector<int> pending_;        // parameters still without gradient, per bucket (armed backward)
   std::vector<char> ready_;         // per parameter
   int next_launch_ = 0;
   int launched_early_ = 0;
   bool hooks_installed_ = false;
   std::atomic<bool> armed_{false};
-  std::mutex mu_;  // bucket state and every collective on gcomm_ issued from hooks
-  std::vector<Inflight> inflight_;
+  std::mutex mu_;  // bucket state, bucket storage and every collective on gcomm_ issued from hooks
+  std::deque<Inflight> inflight_;
   std::unique_ptr<CudaState> cuda_;
 };
 

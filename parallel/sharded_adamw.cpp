@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -56,6 +57,25 @@ ShardedAdamW::ShardedAdamW(int64_t begin, int64_t end, const at::Tensor& master0
   master_ = master0.reshape({-1}).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true).contiguous();
   exp_avg_ = at::zeros_like(master_);
   exp_avg_sq_ = at::zeros_like(master_);
+  if (end > begin) decay_ = {{begin, end}};
+}
+
+void ShardedAdamW::set_decay_ranges(std::vector<std::pair<int64_t, int64_t>> ranges) {
+  decay_.clear();
+  int64_t last = std::numeric_limits<int64_t>::min();
+  for (auto [b, e] : ranges) {
+    if (e < b || b < last)
+      throw std::runtime_error("parallel/sharded_adamw: decay range [" + std::to_string(b) + ", " + std::to_string(e) +
+                               ") is reversed or starts before the previous one ends (sorted, disjoint ranges)");
+    last = e;
+    b = std::max(b, begin_);
+    e = std::min(e, end_);
+    if (b >= e) continue;
+    if (!decay_.empty() && decay_.back().second == b)
+      decay_.back().second = e;  // adjacent parameters merge: fewer kernels per step
+    else
+      decay_.emplace_back(b, e);
+  }
 }
 
 void ShardedAdamW::step(const at::Tensor& grad, double lr) {
@@ -72,7 +92,13 @@ void ShardedAdamW::step(const at::Tensor& grad, double lr) {
     const int64_t len = std::min(kChunk, n - off);
     at::Tensor p = master_.narrow(0, off, len), g = grad.narrow(0, off, len);
     at::Tensor m = exp_avg_.narrow(0, off, len), v = exp_avg_sq_.narrow(0, off, len);
-    p.mul_(1.0 - lr * hyper_.weight_decay);
+    if (hyper_.weight_decay != 0.0) {
+      const int64_t c0 = begin_ + off, c1 = c0 + len;
+      for (const auto& [b, e] : decay_) {
+        const int64_t lo = std::max(b, c0), hi = std::min(e, c1);
+        if (lo < hi) p.narrow(0, lo - c0, hi - lo).mul_(1.0 - lr * hyper_.weight_decay);
+      }
+    }
     m.lerp_(g, 1.0 - b1);
     v.mul_(b2).addcmul_(g, g, 1.0 - b2);
     at::Tensor denom = (v.sqrt() / bias_correction2_sqrt).add_(hyper_.eps);

@@ -1,7 +1,9 @@
 // ShardedAdamW: torch.optim.AdamW (decoupled weight decay, bias correction) on one contiguous range of the flat
 // parameter vector, holding fp32 master weights and both moments for that range only (ZeRO-1/2 optimizer state; the
-// whole unpadded vector for stage 0). AdamWShardState is its checkpointable form (this rank's range + the layout),
-// and reshard_state rebuilds exactly the state any rank would own at another world size or stage.
+// whole unpadded vector for stage 0). Weight decay applies only inside the decay ranges (default: the whole range),
+// i.e. torch.optim.AdamW with two parameter groups (weight_decay = wd and 0) and otherwise identical settings.
+// AdamWShardState is its checkpointable form (this rank's range + the layout), and reshard_state rebuilds exactly the
+// state any rank would own at another world size or stage.
 #pragma once
 
 #include "parallel/flat_params.h"
@@ -10,6 +12,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace gmod {
@@ -42,6 +45,11 @@ class ShardedAdamW {
   // One AdamW update of the range with its fp32 gradient [end - begin]; increments the step count.
   void step(const at::Tensor& grad, double lr);
 
+  // Elements that get weight decay: sorted, disjoint [b, e) in flat coordinates (clipped to [begin, end); the rest
+  // of the range is updated without decay). Default: the whole range. Not part of the checkpointed state.
+  void set_decay_ranges(std::vector<std::pair<int64_t, int64_t>> ranges);
+  const std::vector<std::pair<int64_t, int64_t>>& decay_ranges() const { return decay_; }
+
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
   int64_t step_count() const { return step_; }
@@ -62,6 +70,7 @@ class ShardedAdamW {
   int64_t step_ = 0;
   AdamWHyper hyper_;
   at::Tensor master_, exp_avg_, exp_avg_sq_;
+  std::vector<std::pair<int64_t, int64_t>> decay_;  // flat coordinates, inside [begin_, end_)
 };
 
 // The state that rank `new_rank` of a `new_world`-rank job at `new_stage` owns, rebuilt exactly from the states
