@@ -331,6 +331,7 @@ void DataParallelOptimizer::finish_all() {
 
 void DataParallelOptimizer::attach_grads() {
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (bucket_of_[i] < next_launch_) continue;  // already launched by the hooks (stage 2: maybe released)
     const FlatParamEntry& e = layout_.entries()[i];
     at::Tensor& p = params_[i].second;
     ensure_bucket(bucket_of_[i]);

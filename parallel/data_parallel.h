@@ -146,7 +146,7 @@ class DataParallelOptimizer {
  private:
   static constexpr size_t kMaxInflight = 4;  // chunks step() keeps in flight while it launches the rest
 
-  void attach_grads();     // every param.grad our view again (copying a replaced grad in; buckets allocated)
+  void attach_grads();     // param.grad our view again for unlaunched buckets (copying a replaced grad in)
   void write_params();     // master -> compute params of the owned range -> all_gather (stage 1/2)
   friend class DpGradHook;
   struct CudaState;

@@ -61,7 +61,7 @@ ShardedAdamW::ShardedAdamW(int64_t begin, int64_t end, const at::Tensor& master0
 }
 
 void ShardedAdamW::set_decay_ranges(std::vector<std::pair<int64_t, int64_t>> ranges) {
-  decay_.clear();
+  std::vector<std::pair<int64_t, int64_t>> out;  // assigned only when every range is valid
   int64_t last = std::numeric_limits<int64_t>::min();
   for (auto [b, e] : ranges) {
     if (e < b || b < last)
@@ -71,11 +71,12 @@ void ShardedAdamW::set_decay_ranges(std::vector<std::pair<int64_t, int64_t>> ran
     b = std::max(b, begin_);
     e = std::min(e, end_);
     if (b >= e) continue;
-    if (!decay_.empty() && decay_.back().second == b)
-      decay_.back().second = e;  // adjacent parameters merge: fewer kernels per step
+    if (!out.empty() && out.back().second == b)
+      out.back().second = e;  // adjacent parameters merge: fewer kernels per step
     else
-      decay_.emplace_back(b, e);
+      out.emplace_back(b, e);
   }
+  decay_ = std::move(out);
 }
 
 void ShardedAdamW::step(const at::Tensor& grad, double lr) {

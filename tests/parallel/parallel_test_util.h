@@ -79,6 +79,7 @@ struct RefAdamW {
   RefAdamW(AdamWHyper hyper, double max_grad_norm) : h(hyper), max_norm(max_grad_norm) {}
   AdamWHyper h;
   double max_norm = 0;
+  std::vector<bool> decay;  // per tensor (torch.optim.AdamW param groups with weight_decay h.weight_decay / 0); empty = all
   std::vector<at::Tensor> m, v;
   int64_t step = 0;
 
@@ -107,7 +108,7 @@ struct RefAdamW {
     const double bc1 = 1 - std::pow(h.beta1, double(step)), bc2 = 1 - std::pow(h.beta2, double(step));
     for (size_t i = 0; i < params.size(); ++i) {
       at::Tensor p = params[i].detach();
-      p.mul_(1 - lr * h.weight_decay);
+      if (decay.empty() || decay[i]) p.mul_(1 - lr * h.weight_decay);
       m[i].lerp_(g[i], 1 - h.beta1);
       v[i].mul_(h.beta2).addcmul_(g[i], g[i], 1 - h.beta2);
       at::Tensor denom = (v[i].sqrt() / std::sqrt(bc2)).add_(h.eps);

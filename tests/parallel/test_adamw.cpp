@@ -43,6 +43,48 @@ TEST(ShardedAdamW, MatchesHandWrittenFormula) {
   }
 }
 
+// Two parameter groups as in torch.optim.AdamW([{"params": decayed, "weight_decay": wd}, {"params": rest,
+// "weight_decay": 0}]): elements outside the decay ranges follow the same formulas without the decay factor.
+TEST(ShardedAdamW, DecayOnlyInsideDecayRanges) {
+  const int64_t n = 37, b0 = 10;
+  AdamWHyper h{0.9, 0.999, 1e-8, 0.3};
+  at::manual_seed(4);
+  at::Tensor p0 = at::randn({n});
+  ShardedAdamW opt(b0, b0 + n, p0, h);
+  EXPECT_EQ(opt.decay_ranges(), (std::vector<std::pair<int64_t, int64_t>>{{b0, b0 + n}})) << "default: all";
+  // Ranges in flat coordinates, partly outside [10, 47); adjacent ones merge.
+  opt.set_decay_ranges({{0, 15}, {20, 25}, {25, 30}, {45, 60}});
+  EXPECT_EQ(opt.decay_ranges(), (std::vector<std::pair<int64_t, int64_t>>{{10, 15}, {20, 30}, {45, 47}}));
+  EXPECT_THROW(opt.set_decay_ranges({{20, 30}, {25, 35}}), std::runtime_error);
+  auto decayed = [&](int64_t i) {
+    const int64_t f = b0 + i;
+    return f < 15 || (f >= 20 && f < 30) || f >= 45;
+  };
+  std::vector<double> p(n), m(n, 0), v(n, 0);
+  for (int64_t i = 0; i < n; ++i) p[i] = p0[i].item<float>();
+  for (int t = 1; t <= 4; ++t) {
+    const double lr = 0.05;
+    at::Tensor g = at::randn({n});
+    opt.step(g, lr);
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = g[i].item<float>();
+      if (decayed(i)) p[i] *= 1 - lr * h.weight_decay;
+      m[i] = h.beta1 * m[i] + (1 - h.beta1) * gi;
+      v[i] = h.beta2 * v[i] + (1 - h.beta2) * gi * gi;
+      const double mhat = m[i] / (1 - std::pow(h.beta1, t)), vhat = v[i] / (1 - std::pow(h.beta2, t));
+      p[i] -= lr * mhat / (std::sqrt(vhat) + h.eps);
+    }
+  }
+  int differ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(opt.master()[i].item<float>(), p[i], 1e-5 * std::max(1.0, std::abs(p[i]))) << i;
+    // The decay factor is visible: 4 steps of 1.5% shrink differ from no decay by far more than the tolerance.
+    const double undecayed_shift = std::abs(p[i]) * (1 - std::pow(1 - 0.05 * 0.3, 4));
+    differ += decayed(i) && undecayed_shift > 1e-3;
+  }
+  EXPECT_GT(differ, 5);
+}
+
 TEST(DataParallelOptimizer, LocalMatchesReferenceAllStages) {
   for (int stage : {0, 1, 2}) {
     DataParallelOptions o;
