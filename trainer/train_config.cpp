@@ -130,7 +130,9 @@ json to_json(const TrainConfig& c) {
         {"weight_decay", c.optimizer.weight_decay}, {"warmup_ratio", c.optimizer.warmup_ratio},
         {"warmup_steps", c.optimizer.warmup_steps}, {"min_lr", c.optimizer.min_lr},
         {"max_grad_norm", c.optimizer.max_grad_norm}, {"zero_stage", c.optimizer.zero_stage},
-        {"bucket_mb", c.optimizer.bucket_mb}}},
+        {"bucket_mb", c.optimizer.bucket_mb}, {"no_decay", c.optimizer.no_decay},
+        {"reduce_dtype", c.optimizer.reduce_dtype}, {"overlap_comm", c.optimizer.overlap_comm},
+        {"accumulate_fp32", c.optimizer.accumulate_fp32}}},
       {"batch",
        {{"micro_batch", c.batch.micro_batch}, {"grad_accum", c.batch.grad_accum},
         {"global_batch", c.batch.global_batch}}},
@@ -186,6 +188,8 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(o, "warmup_ratio", c.optimizer.warmup_ratio), get(o, "warmup_steps", c.optimizer.warmup_steps);
       get(o, "min_lr", c.optimizer.min_lr), get(o, "max_grad_norm", c.optimizer.max_grad_norm);
       get(o, "zero_stage", c.optimizer.zero_stage), get(o, "bucket_mb", c.optimizer.bucket_mb);
+      get(o, "no_decay", c.optimizer.no_decay), get(o, "reduce_dtype", c.optimizer.reduce_dtype);
+      get(o, "overlap_comm", c.optimizer.overlap_comm), get(o, "accumulate_fp32", c.optimizer.accumulate_fp32);
       get(b, "micro_batch", c.batch.micro_batch), get(b, "grad_accum", c.batch.grad_accum);
       get(b, "global_batch", c.batch.global_batch);
       get(s, "epochs", c.schedule.epochs), get(s, "max_steps", c.schedule.max_steps);
@@ -251,6 +255,12 @@ std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges) {
     }
   }
   return {out.begin(), out.end()};
+}
+
+bool decays_weight(const std::string& name, const std::vector<std::string>& no_decay) {
+  for (const auto& sub : no_decay)
+    if (name.find(sub) != std::string::npos) return false;
+  return true;
 }
 
 int grad_accum_steps(const TrainConfig& c, int world) {
@@ -325,6 +335,14 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
   if (o.warmup_steps < 0) e.push_back("optimizer.warmup_steps: must be >= 0");
   if (o.zero_stage < 0 || o.zero_stage > 2) e.push_back("optimizer.zero_stage: " + std::to_string(o.zero_stage) + ", expected 0, 1 or 2");
   if (o.bucket_mb < 1) e.push_back("optimizer.bucket_mb: must be >= 1");
+  for (size_t i = 0; i < o.no_decay.size(); ++i)
+    if (o.no_decay[i].empty())
+      e.push_back("optimizer.no_decay[" + std::to_string(i) + "]: empty substring would exclude every parameter");
+  if (o.reduce_dtype != "fp32" && o.reduce_dtype != "bf16" && o.reduce_dtype != "param")
+    e.push_back("optimizer.reduce_dtype: \"" + o.reduce_dtype + "\", expected fp32, bf16 or param");
+  else if (o.accumulate_fp32 && c.model.dtype == "bf16" && o.reduce_dtype != "fp32")
+    e.push_back("optimizer.reduce_dtype: \"" + o.reduce_dtype + "\" rounds the fp32-accumulated gradients "
+                "(optimizer.accumulate_fp32 = true) to bf16 before averaging; use fp32");
   // batch
   if (c.batch.micro_batch < 1) e.push_back("batch.micro_batch: must be >= 1");
   if (c.batch.global_batch < 0) e.push_back("batch.global_batch: must be >= 0");

@@ -62,13 +62,24 @@ struct EvalSection {
 struct OptimizerSection {
   double lr = 2e-5;              // peak learning rate
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double weight_decay = 0.0;     // decoupled (AdamW), applied to every trainable parameter
+  double weight_decay = 0.0;     // decoupled (AdamW), on every trainable parameter not matched by no_decay
+  // Parameters whose name contains any of these substrings get no weight decay. Default as HF Trainer / LLaVA:
+  // biases and every LayerNorm/RMSNorm weight ("norm" matches layernorm, layer_norm, pre_layrnorm, model.norm).
+  // [] = decay every trainable parameter.
+  std::vector<std::string> no_decay = {"bias", "norm"};
   double warmup_ratio = 0.03;    // linear warmup over ceil(ratio * total_steps) steps, unless warmup_steps > 0
   int warmup_steps = 0;
   double min_lr = 0.0;           // cosine decay ends here
   double max_grad_norm = 1.0;    // global-norm clipping (<= 0: off)
   int zero_stage = 1;            // 0: replicated AdamW; 1: sharded optimizer state; 2: + reduce-scattered gradients
   int bucket_mb = 25;            // gradient communication bucket size
+  // Gradient communication dtype: "fp32" (default; bf16 gradients are upcast per bucket), "bf16" (half the traffic,
+  // averages rounded to bf16), or "param" (= model.dtype: no conversion).
+  std::string reduce_dtype = "fp32";
+  bool overlap_comm = true;      // start bucket reductions during the last micro-batch's backward (bitwise same result)
+  // bf16 params: accumulate micro-batch gradients in an fp32 buffer (+4 bytes/param until the reduction) instead of
+  // the bf16 .grad; no effect with fp32 params.
+  bool accumulate_fp32 = false;
 };
 
 struct BatchSection {
@@ -152,6 +163,9 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::vector<st
 std::vector<std::string> check_train_config(const TrainConfig& c, int world);
 // Throws std::invalid_argument listing everything check_train_config found.
 void validate_train_config(const TrainConfig& c, int world);
+
+// True when optimizer.weight_decay applies to the parameter `name` (it contains none of `no_decay`).
+bool decays_weight(const std::string& name, const std::vector<std::string>& no_decay);
 
 // Micro-batches per optimizer step for this world size.
 int grad_accum_steps(const TrainConfig& c, int world);

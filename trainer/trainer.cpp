@@ -236,19 +236,36 @@ void Trainer::freeze_and_count() {
 }
 
 void Trainer::setup_optimizer() {
+  const OptimizerSection& c = cfg_.optimizer;
   DataParallelOptions o;
-  o.stage = cfg_.optimizer.zero_stage;
-  o.lr = cfg_.optimizer.lr;
-  o.beta1 = cfg_.optimizer.beta1;
-  o.beta2 = cfg_.optimizer.beta2;
-  o.eps = cfg_.optimizer.eps;
-  o.weight_decay = cfg_.optimizer.weight_decay;
-  o.max_grad_norm = cfg_.optimizer.max_grad_norm;
-  o.bucket_bytes = int64_t(cfg_.optimizer.bucket_mb) << 20;
+  o.stage = c.zero_stage;
+  o.lr = c.lr;
+  o.beta1 = c.beta1;
+  o.beta2 = c.beta2;
+  o.eps = c.eps;
+  o.weight_decay = c.weight_decay;
+  o.max_grad_norm = c.max_grad_norm;
+  o.bucket_bytes = int64_t(c.bucket_mb) << 20;
+  o.reduce_dtype = c.reduce_dtype == "fp32" ? at::kFloat : c.reduce_dtype == "bf16" ? at::kBFloat16 : dtype_;
+  o.overlap_comm = c.overlap_comm;
+  o.accumulate_fp32 = c.accumulate_fp32;
+  // Weight decay by name (HF Trainer / LLaVA: not on biases and norm weights); parallel/ only sees the flags.
+  int64_t decayed = 0, excluded = 0;
+  int excluded_tensors = 0;
+  for (const auto& [name, p] : trainable_) {
+    const bool d = decays_weight(name, c.no_decay);
+    o.decay.push_back(d);
+    (d ? decayed : excluded) += p.numel();
+    excluded_tensors += d ? 0 : 1;
+  }
   opt_ = std::make_unique<DataParallelOptimizer>(trainable_, comm_, o);
   opt_->broadcast_params(0);
   // Frozen parameters are not in the optimizer; they are identical on every rank by construction (same files or
   // same init seed).
+  if (c.weight_decay > 0)
+    print("optimizer: weight decay " + std::to_string(c.weight_decay) + " on " + std::to_string(decayed) +
+          " parameters; " + std::to_string(excluded) + " in " + std::to_string(excluded_tensors) +
+          " tensors excluded (optimizer.no_decay)");
 }
 
 void Trainer::setup_data() {

@@ -69,7 +69,8 @@ struct Params {
   static Params make(at::ScalarType dtype) {
     at::manual_seed(5);
     Params p;
-    for (int64_t numel : {4099, 1000, 4099, 7, 4099}) p.w.push_back((at::randn({numel}) * 0.3).to(dtype).requires_grad_());
+    for (int64_t numel : {4099, 1000, 4099, 7, 4099})
+      p.w.push_back((at::randn({numel}) * 0.3).to(dtype).requires_grad_());
     return p;
   }
   static constexpr int64_t kParams = 3 * 4099 + 1000 + 7;

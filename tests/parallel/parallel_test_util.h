@@ -79,7 +79,7 @@ struct RefAdamW {
   RefAdamW(AdamWHyper hyper, double max_grad_norm) : h(hyper), max_norm(max_grad_norm) {}
   AdamWHyper h;
   double max_norm = 0;
-  std::vector<bool> decay;  // per tensor (torch.optim.AdamW param groups with weight_decay h.weight_decay / 0); empty = all
+  std::vector<bool> decay;  // per tensor: torch.optim.AdamW groups with weight_decay h.weight_decay / 0 (empty: all)
   std::vector<at::Tensor> m, v;
   int64_t step = 0;
 

@@ -96,6 +96,60 @@ TEST(TrainConfig, ValidationReportsAllProblemsAtOnce) {
     EXPECT_TRUE(has(msg, part)) << "missing \"" << part << "\" in:\n" << msg;
 }
 
+TEST(TrainConfig, OptimizerCommunicationKeysAreReadAndValidated) {
+  TrainConfig d;
+  EXPECT_EQ(d.optimizer.reduce_dtype, "fp32");
+  EXPECT_TRUE(d.optimizer.overlap_comm);
+  EXPECT_FALSE(d.optimizer.accumulate_fp32);
+  TrainConfig c = gmod::train_config_from_json(
+      json{{"optimizer", {{"reduce_dtype", "param"}, {"overlap_comm", false}}}}, {"optimizer.accumulate_fp32=true"});
+  EXPECT_EQ(c.optimizer.reduce_dtype, "param");
+  EXPECT_FALSE(c.optimizer.overlap_comm);
+  EXPECT_TRUE(c.optimizer.accumulate_fp32);
+  // Saved with the run config.
+  EXPECT_EQ(gmod::to_json(c)["optimizer"]["reduce_dtype"], "param");
+  EXPECT_EQ(gmod::to_json(c)["optimizer"]["accumulate_fp32"], true);
+  EXPECT_EQ(gmod::to_json(c)["optimizer"]["overlap_comm"], false);
+  EXPECT_TRUE(has(error_of([] { gmod::train_config_from_json(json{{"optimizer", {{"overlap_comm", 1}}}}); }),
+                  "optimizer.overlap_comm: expected boolean"));
+
+  TrainConfig v = valid_config();
+  v.optimizer.reduce_dtype = "fp16";
+  v.optimizer.no_decay = {"bias", ""};
+  const std::string msg = error_of([&] { gmod::validate_train_config(v, 1); });
+  for (const char* part : {"optimizer.reduce_dtype: \"fp16\", expected fp32, bf16 or param",
+                           "optimizer.no_decay[1]: empty substring", "2 problem(s)"})
+    EXPECT_TRUE(has(msg, part)) << "missing \"" << part << "\" in:\n" << msg;
+  // bf16 reduction of fp32-accumulated gradients throws away what accumulate_fp32 keeps.
+  v = valid_config();
+  v.model.dtype = "bf16";
+  v.optimizer.accumulate_fp32 = true;
+  EXPECT_TRUE(gmod::check_train_config(v, 1).empty());
+  v.optimizer.reduce_dtype = "param";
+  auto errs = gmod::check_train_config(v, 1);
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_TRUE(has(errs[0], "optimizer.reduce_dtype: \"param\" rounds the fp32-accumulated gradients")) << errs[0];
+}
+
+// HF Trainer / LLaVA: no weight decay on biases and LayerNorm/RMSNorm weights, by name.
+TEST(TrainConfig, WeightDecayExcludesBiasesAndNormsByName) {
+  const auto dflt = TrainConfig{}.optimizer.no_decay;
+  for (const char* name : {"llm.layers.0.input_layernorm.weight", "llm.layers.3.post_attention_layernorm.weight",
+                           "llm.norm.weight", "vision.pre_layrnorm.weight", "vision.post_layernorm.bias",
+                           "vision.encoder.layers.0.layer_norm1.weight", "projector.linear_1.bias",
+                           "vision.encoder.layers.0.self_attn.q_proj.bias"})
+    EXPECT_FALSE(gmod::decays_weight(name, dflt)) << name;
+  for (const char* name : {"llm.layers.0.self_attn.q_proj.weight", "llm.layers.0.mlp.down_proj.weight",
+                           "llm.embed_tokens.weight", "lm_head.weight", "projector.linear_1.weight",
+                           "llm.layers.2.router.weight"})
+    EXPECT_TRUE(gmod::decays_weight(name, dflt)) << name;
+  EXPECT_TRUE(gmod::decays_weight("llm.norm.weight", {})) << "[] decays everything";
+  TrainConfig c = gmod::train_config_from_json(json::object(), {"optimizer.no_decay=[\"bias\"]"});
+  EXPECT_EQ(c.optimizer.no_decay, (std::vector<std::string>{"bias"}));
+  EXPECT_TRUE(gmod::decays_weight("llm.norm.weight", c.optimizer.no_decay));
+  EXPECT_FALSE(gmod::decays_weight("fc.bias", c.optimizer.no_decay));
+}
+
 TEST(TrainConfig, GlobalBatchMustSplitOverRanks) {
   TrainConfig c = valid_config();
   c.batch.global_batch = 6;
