@@ -262,10 +262,19 @@ void Trainer::setup_optimizer() {
   opt_->broadcast_params(0);
   // Frozen parameters are not in the optimizer; they are identical on every rank by construction (same files or
   // same init seed).
+  std::ostringstream wd;
+  wd << c.weight_decay;
   if (c.weight_decay > 0)
-    print("optimizer: weight decay " + std::to_string(c.weight_decay) + " on " + std::to_string(decayed) +
-          " parameters; " + std::to_string(excluded) + " in " + std::to_string(excluded_tensors) +
+    print("optimizer: weight decay " + wd.str() + " on " + std::to_string(decayed) + " parameters; " +
+          std::to_string(excluded) + " in " + std::to_string(excluded_tensors) +
           " tensors excluded (optimizer.no_decay)");
+  const int64_t n = decayed + excluded;
+  auto mib = [](int64_t b) { return std::to_string((b + (1 << 19)) >> 20) + " MiB"; };
+  const DpMemory during = DataParallelOptimizer::memory_plan(n, world_, dtype_, o, false);
+  const DpMemory at_step = DataParallelOptimizer::memory_plan(n, world_, dtype_, o, true);
+  print("optimizer: ZeRO-" + std::to_string(o.stage) + ", gradients + optimizer state per rank " +
+        mib(during.total()) + " during backward, " + mib(at_step.total()) + " in step() (fp32 state " +
+        mib(at_step.optimizer_state) + ", fp32 averaged gradient " + mib(at_step.reduced_grad) + ")");
 }
 
 void Trainer::setup_data() {
