@@ -21,10 +21,7 @@ using json = nlohmann::json;
 // Keys the plan reads itself (other branches add them to TrainConfig); removed before TrainConfig parses the
 // rest, so a config that already uses them plans on a build whose TrainConfig does not know them yet.
 const std::vector<std::pair<std::string, std::string>> kPlanKeys = {{"model", "activation_checkpointing"},
-                                                                    {"model", "checkpoint_every"},
-                                                                    {"optimizer", "accumulate_fp32"},
-                                                                    {"optimizer", "reduce_dtype"},
-                                                                    {"optimizer", "overlap_comm"}};
+                                                                    {"model", "checkpoint_every"}};
 
 int run_plan(const std::vector<std::string>& argv) {
   Args a(argv);

@@ -114,7 +114,7 @@ DataParallelOptimizer::DataParallelOptimizer(NamedParams params, std::shared_ptr
       if (acc32_) bucket_acc_[b] = gacc_.narrow(0, lo, hi2 - lo);
     }
   }
-  attach_grads();  // allocates the stage-2 buckets and keeps any existing .grad values
+  attach_grads();  // keeps any existing .grad values (stage 2: allocates only the buckets that have one)
 
   int64_t begin = 0, end = layout_.total();
   if (opts_.stage > 0) std::tie(begin, end) = layout_.shard_range(rank);
@@ -235,8 +235,9 @@ void DataParallelOptimizer::on_grad_ready(size_t index, const at::Tensor& param)
     launch(next_launch_++, false);
     ++launched_early_;
   }
-  // MPI progresses only inside MPI calls; completed buckets are retired (stage 2: released) right away.
-  while (!inflight_.empty() && inflight_.front().req->test()) retire_front();
+  // MPI progresses only inside MPI calls. Completed buckets are retired (stage 2: released) in step(), so that what
+  // a backward holds does not depend on how fast the network is.
+  for (auto& f : inflight_) f.req->test();
 }
 
 void DataParallelOptimizer::launch(int b, bool flush) {
@@ -334,6 +335,8 @@ void DataParallelOptimizer::attach_grads() {
     if (bucket_of_[i] < next_launch_) continue;  // already launched by the hooks (stage 2: maybe released)
     const FlatParamEntry& e = layout_.entries()[i];
     at::Tensor& p = params_[i].second;
+    // Stage 2: a bucket stays unallocated until a gradient needs it (launch() allocates zeros to reduce).
+    if (!bucket_grad_[bucket_of_[i]].defined() && !p.grad().defined()) continue;
     ensure_bucket(bucket_of_[i]);
     at::Tensor view = grad_view(i).view(e.shape);
     const at::Tensor& g = p.grad();

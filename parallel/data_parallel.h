@@ -4,7 +4,8 @@
 //            updated shards are all-gathered into every rank's compute parameters.
 //   stage 2: gradients reduce-scattered, so each rank only receives its shard's averaged gradient; once a bucket's
 //            reduce-scatter has completed (and its owned part is in the fp32 shard) the bucket's gradient memory is
-//            released, and re-allocated (zeroed) when the next backward first writes into it.
+//            released, and re-allocated (zeroed) when the next backward first writes into it (buckets exist only
+//            from a window's first backward until their reduction; none during the forward after a step).
 // The trainable parameters become views into one flat compute buffer [padded P] and their .grad views into the
 // gradient storage of their bucket (stage 0/1: every bucket is a view of one flat buffer; stage 2: one allocation per
 // bucket), so backward accumulates in place (gradient accumulation = several backward() calls, then step(); nothing
@@ -24,6 +25,8 @@
 // Memory per rank besides the compute parameters. P = padded parameter count, P_real = unpadded, N = world size,
 // S = P / N = ceil(P_real / N) the shard, b = bytes per element of the params' dtype (2 bf16, 4 fp32), acc32 =
 // accumulate_fp32 with non-fp32 params. Bytes:
+// Stage 2's buckets are allocated by the first backward of a window that writes into them (so the forward after a
+// step holds no gradient buffer) and released in step() as each bucket's reduction completes.
 //   buffer                               | stage 0        | stage 1    | stage 2, backward | stage 2, in step()
 //   gradient (params' dtype)             | b·P            | b·P        | b·P               | 0 (released)
 //   fp32 accumulation (acc32 only)       | 4·P            | 4·P        | 4·P               | 0 (released)
@@ -32,8 +35,8 @@
 //   (*) 0 when it aliases one of the buffers above: fp32 (or acc32) gradients reduced in fp32 at stage 0/1.
 // Transient during the reduction: reduce_dtype copies of the chunks in flight when reduce_dtype differs from the
 // gradient buffer's dtype (step() keeps at most kMaxInflight chunks of bucket_bytes in flight; with overlap, buckets
-// launched during backward stay in flight until they complete), and stage 2 receives into a buffer of the chunk's
-// owned part when reduce_dtype is not fp32. AdamW's temporaries are bounded by its chunk (sharded_adamw.cpp).
+// launched during backward stay in flight until step()), and stage 2 receives into a buffer of the chunk's owned
+// part when reduce_dtype is not fp32. AdamW's temporaries are bounded by its chunk (sharded_adamw.cpp).
 // memory_plan() gives this table for a configuration, memory_held() the live buffers.
 #pragma once
 

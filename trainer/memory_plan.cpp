@@ -211,6 +211,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const bool acc32 = in.accumulate_fp32 && !s.fp32;
   const int64_t src_e = acc32 ? 4 : s.e;  // dtype of the buffer the buckets reduce from
   const bool gshard_view = in.stage < 2 && src_e == 4 && r == 4;
+  // ZeRO-2 (parallel/data_parallel.h): a bucket's gradient (+ fp32 accumulation) storage exists from the first
+  // backward of a window that writes into it until its reduce-scatter in step(); none in the forward after a step.
+  const bool stage2_grads = in.stage == 2;
+  const int64_t grad_elem_bytes = s.e + (acc32 ? 4 : 0);
   const int64_t images = in.model.vision ? int64_t(in.images_per_sample) * s.B : 0;
   const int64_t img_px =
       in.model.vision ? 3 * int64_t(in.model.vision->image_size) * in.model.vision->image_size : 0;
@@ -218,8 +222,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
       {"weights", s.e * padded,
        "trainable parameters: flat compute buffer pflat_ [padded P] (data_parallel.cpp)"},
       {"weights_frozen", s.e * p.params_frozen, "frozen parameters (vision tower etc.), compute dtype"},
-      {"gradients", s.e * padded, "flat gradient buffer gflat_ [padded P] in the parameters' dtype"},
-      {"grad_accum_fp32", acc32 ? 4 * padded : 0, "accumulate_fp32: fp32 buffer gacc_ [padded P]"},
+      {"gradients", stage2_grads ? 0 : s.e * padded,
+       stage2_grads ? "ZeRO-2: per-bucket gradient storage, counted in the phases (released in step())"
+                    : "flat gradient buffer gflat_ [padded P] in the parameters' dtype"},
+      {"grad_accum_fp32", acc32 && !stage2_grads ? 4 * padded : 0, "accumulate_fp32: fp32 buffer gacc_ [padded P]"},
       {"reduced_grad_shard", gshard_view ? 0 : 4 * local,
        "gshard_: fp32 averaged gradient of this rank's range (a view of the flat buffer when fp32 stage "
        "0/1)"},
@@ -290,7 +296,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     throw std::invalid_argument("memory plan: device must be cpu or cuda, got \"" + in.device + "\"");
   const bool mpi = in.device == "cpu";
   const int64_t per_elem = (src_e != r ? r : 0) + (mpi && r != 4 ? 4 : 0);
-  const int64_t per_owned = in.stage == 2 ? r + (mpi ? std::max<int64_t>(r, 4) : 0) : 0;
+  // (Inflight::out is a view of the fp32 shard when the reduce dtype is fp32: no buffer of its own.)
+  const int64_t per_owned = in.stage == 2 ? (r == 4 ? 0 : r) + (mpi ? std::max<int64_t>(r, 4) : 0) : 0;
   const int64_t inflight = per_elem * padded + per_owned * shard;
   // Bucket 0 (the last parameters, lm_head first) is launched as soon as its gradients are done and stays in
   // flight during the rest of the backward.
@@ -325,6 +332,9 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                        logits_term,
                        {"log_softmax_saved", lsm, "log_softmax output [B*(L-1),V] fp32, saved for backward"},
                        {"loss_transient", copy, "shifted logits copy, freed once log_softmax ran"}}});
+    if (stage2_grads && in.grad_accum > 1)
+      phases.back().terms.push_back({"gradients_zero2", grad_elem_bytes * padded,
+                                     "ZeRO-2 gradient buckets written by the window's earlier backwards"});
   }
   if (head_rg) {
     // Loss backward: nll grad + log_softmax grad next to the saved log_softmax; then the [B,L,V] grad of the
@@ -339,6 +349,11 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                        logits_term,
                        {"loss_backward_transient", std::max({t1, t2, t3}),
                         "gradients of log_softmax / logits / lm_head"}}});
+    // ZeRO-2, one micro-batch: bucket 0 is allocated only when lm_head's gradient is accumulated, after these
+    // transients are gone (measured), so no gradient storage counts here.
+    if (stage2_grads && in.grad_accum > 1)
+      phases.back().terms.push_back(
+          {"gradients_zero2", grad_elem_bytes * padded, "ZeRO-2 gradient buckets (written by earlier backwards)"});
     // Layer backward: the last layers' saved tensors (all of them when nothing is checkpointed), a recomputed
     // layer, the gradient temporaries, and bucket 0 in flight.
     // The final norm and lm_head inputs are freed by then.
@@ -350,6 +365,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
         {"layer_backward_transient", max_transient, "gradients inside one decoder layer's backward"});
     if (first_bucket > 0)
       lt.push_back({"comm_inflight", first_bucket, "gradient bucket 0 (lm_head) in flight"});
+    if (stage2_grads)  // upper bound: the buckets of the layers not yet reached are still unallocated
+      lt.push_back({"gradients_zero2", grad_elem_bytes * padded, "ZeRO-2 gradient buckets (at most all)"});
     phases.push_back({"layer backward", lt});
     // End of backward: every bucket in flight, the embedding's dense weight gradient.
     phases.push_back({"end of backward",
@@ -358,6 +375,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                         "gradient buckets in flight (reduce-dtype copies, reduce-scatter buffers)"},
                        {"embedding_grad", embed_trained ? s.e * (s.V * s.D + s.B * s.L * s.D) : 0,
                         "dense embedding weight gradient before it is accumulated"}}});
+    if (stage2_grads)
+      phases.back().terms.push_back({"gradients_zero2", grad_elem_bytes * padded, "ZeRO-2 gradient buckets, all"});
   }
   // Optimizer step: AdamW's denominator temporaries (2 chunks of at most 64 Mi elements, sharded_adamw.cpp).
   phases.push_back({"optimizer step",
@@ -447,12 +466,9 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw
     }
     if (raw.contains("model") && raw["model"].contains("checkpoint_every"))
       in.checkpoint_every = raw["model"]["checkpoint_every"].get<int>();
-    if (raw.contains("optimizer")) {
-      const json& o = raw["optimizer"];
-      if (o.contains("accumulate_fp32")) in.accumulate_fp32 = o["accumulate_fp32"].get<bool>();
-      if (o.contains("reduce_dtype")) in.reduce_dtype = o["reduce_dtype"].get<std::string>();
-    }
   }
+  in.accumulate_fp32 = cfg.optimizer.accumulate_fp32;
+  in.reduce_dtype = cfg.optimizer.reduce_dtype == "param" ? cfg.model.dtype : cfg.optimizer.reduce_dtype;
   return in;
 }
 

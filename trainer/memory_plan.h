@@ -97,8 +97,8 @@ ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layer
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 
 // Inputs from a training config (model config read separately, e.g. with load_model_config). Reads
-// `model.activation_checkpointing` and `optimizer.accumulate_fp32|reduce_dtype` from `raw` (the config JSON)
-// when present, since those keys may not be part of TrainConfig yet.
+// `model.activation_checkpointing` from `raw` (the config JSON) when present, since that key may not be part of
+// TrainConfig yet.
 MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const nlohmann::json& raw,
                                          const LlavaConfig& model, int world);
 

@@ -64,7 +64,19 @@ TEST(MemoryPlan, StateTermsFollowStageAndWorld) {
       // optimizer step phase = static terms + AdamW temporaries; static optimizer state is 12 B per owned
       // element
       EXPECT_EQ(p.term_bytes("optimizer_states"), 12 * local) << "world " << world << " stage " << stage;
-      EXPECT_EQ(p.term_bytes("gradients"), 4 * padded);
+      // ZeRO-2 counts its gradient buckets per phase: all of them at the end of the backward, none in step().
+      EXPECT_EQ(p.term_bytes("gradients"), stage == 2 ? 0 : 4 * padded);
+      auto phase_term = [](const MemoryPhase& ph, const std::string& name) {
+        int64_t b = 0;
+        for (const auto& t : ph.terms) b += t.name == name ? t.bytes : 0;
+        return b;
+      };
+      for (const auto& ph : p.phases) {
+        if (ph.name == "end of backward") {
+          EXPECT_EQ(phase_term(ph, "gradients_zero2"), stage == 2 ? 4 * padded : 0);
+        }
+      }
+      EXPECT_EQ(phase_term(*step, "gradients_zero2"), 0);
       EXPECT_EQ(p.term_bytes("reduced_grad_shard"), stage == 2 ? 4 * local : 0);
       EXPECT_EQ(p.comm.size(), stage == 0 ? 1u : 2u);
     }
@@ -92,11 +104,13 @@ TEST(MemoryPlan, FitsUsesBudgetAndReserve) {
   EXPECT_FALSE(plan_memory(in).fits);
 }
 
-TEST(MemoryPlan, ReadsCheckpointingAndReductionKeysFromTheJson) {
-  const nlohmann::json raw = {{"model", {{"activation_checkpointing", "full"}}},
-                              {"optimizer", {{"accumulate_fp32", true}, {"reduce_dtype", "bf16"}}}};
+// Checkpointing from the JSON (not a TrainConfig key yet); the reduction keys from optimizer.* ("param" = model dtype).
+TEST(MemoryPlan, ReadsCheckpointingAndReductionKeys) {
+  const nlohmann::json raw = {{"model", {{"activation_checkpointing", "full"}}}};
   TrainConfig cfg;
   cfg.model.dtype = "bf16";
+  cfg.optimizer.accumulate_fp32 = true;
+  cfg.optimizer.reduce_dtype = "param";
   cfg.mod.enabled = true;
   cfg.mod.rule = "keep_top:1";
   const MemoryPlanInputs in = plan_inputs_from_config(cfg, raw, gmod::testing::small_llava_config(), 2);
