@@ -407,6 +407,11 @@ CheckpointReader::CheckpointReader(std::string step_dir) : dir_(std::move(step_d
   try {
     step_ = manifest_.at("step").get<int64_t>();
     world_size_ = manifest_.at("world_size").get<int>();
+    const int64_t version = manifest_.at("format_version").get<int64_t>();
+    if (version != kCheckpointFormatVersion)
+      throw std::runtime_error("format_version " + std::to_string(version) + ", this gmod reads format_version " +
+                               std::to_string(kCheckpointFormatVersion) +
+                               (version > kCheckpointFormatVersion ? " (written by a newer gmod)" : ""));
     for (const char* k : {"config", "trainer_state", "data_position", "shard_layout"})
       if (!state_.contains(k)) throw std::runtime_error(std::string("missing key ") + k);
   } catch (const std::exception& e) {

@@ -154,6 +154,7 @@ json to_json(const TrainConfig& c) {
       {"deterministic", c.deterministic},
       {"run_dir", c.run_dir},
       {"resume", c.resume},
+      {"resume_allow_changes", c.resume_allow_changes},
       {"max_consecutive_skipped", c.max_consecutive_skipped},
   };
 }
@@ -203,6 +204,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(mt, "log_sample_ids", c.metrics.log_sample_ids);
       get(j, "seed", c.seed), get(j, "deterministic", c.deterministic), get(j, "run_dir", c.run_dir);
       get(j, "resume", c.resume), get(j, "max_consecutive_skipped", c.max_consecutive_skipped);
+      get(j, "resume_allow_changes", c.resume_allow_changes);
     } catch (const std::exception& ex) {
       errs.push_back(std::string("conversion: ") + ex.what());
     }

@@ -149,6 +149,9 @@ struct TrainConfig {
   bool deterministic = false;
   std::string run_dir = "runs/default";  // metrics.jsonl, config.json, checkpoints/
   std::string resume = "auto";   // "auto" (newest valid checkpoint of run_dir, if any), "none", or a step directory
+  // Resume even when seed, data.train (path or record count), grouping, template, max_len, micro/global batch or
+  // the model's files differ from the checkpoint's (the sample order then no longer continues exactly).
+  bool resume_allow_changes = false;
   int max_consecutive_skipped = 10;  // non-finite-gradient steps in a row before the run is aborted
 };
 

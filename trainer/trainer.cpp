@@ -321,6 +321,39 @@ void Trainer::setup_data() {
   }
 }
 
+void Trainer::check_resume_compatible(const std::string& dir, const json& saved_cfg, const json& saved_state) const {
+  // What decides which samples come next and what is being trained: a change silently breaks "no sample skipped or
+  // repeated" (seed, data, grouping, batch) or continues another model's optimizer state (model parts).
+  const json now = to_json(cfg_);
+  std::vector<std::string> diffs;
+  auto compare = [&](const std::string& key, const json& was, const json& is) {
+    if (!was.is_null() && was != is) diffs.push_back(key + ": checkpoint " + was.dump() + ", now " + is.dump());
+  };
+  auto at = [](const json& j, const char* a, const char* b = nullptr) -> json {
+    if (!j.contains(a)) return json();
+    if (!b) return j[a];
+    return j[a].is_object() && j[a].contains(b) ? j[a][b] : json();
+  };
+  compare("seed", at(saved_cfg, "seed"), now["seed"]);
+  for (const char* k : {"train", "group_by_modality_length", "template", "max_len"})
+    compare(std::string("data.") + k, at(saved_cfg, "data", k), now["data"][k]);
+  compare("batch.micro_batch", at(saved_cfg, "batch", "micro_batch"), now["batch"]["micro_batch"]);
+  compare("global batch", saved_state.value("global_batch", json()), json(global_batch_));
+  compare("data.train records", saved_state.value("dataset_records", json()), json(int64_t(train_set_->size())));
+  for (const char* k : {"path", "llm", "vision", "projector"})
+    if (!at(saved_cfg, "model", k).is_null() || !now["model"][k].get<std::string>().empty())
+      compare(std::string("model.") + k, at(saved_cfg, "model", k).is_null() ? json("") : at(saved_cfg, "model", k),
+              now["model"][k]);
+  if (diffs.empty()) return;
+  std::string msg = "resume: " + dir + " belongs to another run setup (" + std::to_string(diffs.size()) + " change" +
+                    (diffs.size() > 1 ? "s" : "") + "):";
+  for (const auto& d : diffs) msg += "\n  " + d;
+  if (!cfg_.resume_allow_changes)
+    throw std::runtime_error(msg + "\nresuming would skip or repeat samples or continue another model; start a new "
+                             "run_dir, or set resume_allow_changes=true to resume anyway");
+  print("warning: " + msg + "\n(resume_allow_changes=true: resuming anyway)");
+}
+
 void Trainer::resume_if_requested() {
   if (cfg_.resume == "none") return;
   std::string dir = cfg_.resume;
@@ -346,6 +379,7 @@ void Trainer::resume_if_requested() {
   CheckpointReader reader(dir);
   const int saved_world = reader.world_size();
   const json& saved_cfg = reader.config();
+  check_resume_compatible(dir, saved_cfg, reader.trainer_state());
   if (saved_cfg.contains("mod") && saved_cfg["mod"].value("enabled", false) != cfg_.mod.enabled)
     throw std::runtime_error("resume: " + dir + " was trained with mod.enabled = " +
                              (cfg_.mod.enabled ? "false" : "true") + "; the config says otherwise");
@@ -514,7 +548,9 @@ StepMetrics Trainer::train_step() {
 
   const StepResult res = opt_->step(m.lr);
   opt_->zero_grad();
-  sched_->advance();
+  // A skipped (non-finite) step does not advance the LR schedule, as Megatron and DeepSpeed hold it: the next
+  // applied update gets the learning rate the skipped one would have had.
+  if (!res.skipped) sched_->advance();
   ++step_;
 
   m.lm_loss = r[0] / std::max(1.0, n_sup);
@@ -599,6 +635,7 @@ std::string Trainer::save_checkpoint() {
   c.trainer_state = {{"lr_schedule", sched_->state()},
                      {"skipped_total", skipped_total_},
                      {"global_batch", global_batch_},
+                     {"dataset_records", int64_t(train_set_->size())},
                      {"world_size", world_},
                      {"grad_accum", accum_}};
   c.data_position = to_json(loader_->position());

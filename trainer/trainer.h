@@ -72,6 +72,9 @@ class Trainer {
   void setup_optimizer();
   void setup_data();
   void resume_if_requested();
+  // Throws (or warns with resume_allow_changes) when seed, data, batch or model parts differ from the checkpoint's.
+  void check_resume_compatible(const std::string& dir, const nlohmann::json& saved_cfg,
+                               const nlohmann::json& saved_state) const;
   StepMetrics train_step();
   void print(const std::string& msg) const;  // rank 0
 

@@ -394,3 +394,31 @@ void signal_to_mpirun_saves_and_resumes_exactly(int sig, const std::string& name
 }
 
 TEST(TrainE2E, SigusrToMpirunSavesAndResumesExactly) { signal_to_mpirun_saves_and_resumes_exactly(SIGUSR1, "usr1"); }
+
+// Resuming with another seed, batch or dataset would silently break "no sample skipped or repeated": refused with
+// every difference named, unless resume_allow_changes; a checkpoint of another format_version is refused by name.
+TEST(TrainE2E, ResumeWithChangedSetupIsRefused) {
+  TempDir t;
+  const std::string run = t.str("guard");
+  const std::string cfg = write_config(run, {{"checkpoint", {{"every", 1}, {"keep_last", 2}}}});
+  ASSERT_EQ(gmod_train(0, cfg, {"schedule.exit_at_step=1"}), 0) << slurp(cfg + ".log");
+  EXPECT_NE(gmod_train(0, cfg, {"schedule.exit_at_step=2", "seed=12", "batch.global_batch=8"}), 0);
+  std::string log = slurp(cfg + ".log");
+  EXPECT_NE(log.find("belongs to another run setup (2 changes)"), std::string::npos) << log;
+  EXPECT_NE(log.find("seed: checkpoint 11, now 12"), std::string::npos) << log;
+  EXPECT_NE(log.find("global batch: checkpoint 4, now 8"), std::string::npos) << log;
+  EXPECT_FALSE(std::filesystem::exists(ckpt(run, 2)));
+  ASSERT_EQ(gmod_train(0, cfg, {"schedule.exit_at_step=2", "seed=12", "resume_allow_changes=true"}), 0)
+      << slurp(cfg + ".log");
+  EXPECT_NE(slurp(cfg + ".log").find("resume_allow_changes=true: resuming anyway"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(ckpt(run, 2)));
+
+  const std::string manifest = ckpt(run, 2) + "/manifest.json";
+  json m = json::parse(slurp(manifest));
+  m["format_version"] = 99;
+  std::ofstream(manifest) << m.dump();
+  EXPECT_NE(gmod_train(0, cfg, {"schedule.exit_at_step=3", "seed=12", "resume=" + ckpt(run, 2)}), 0);
+  log = slurp(cfg + ".log");
+  EXPECT_NE(log.find("format_version 99, this gmod reads format_version 1 (written by a newer gmod)"),
+            std::string::npos) << log;
+}
