@@ -1,29 +1,77 @@
-// gmod: the command-line entry point. `gmod <command> [args]`; `gmod help` lists the commands.
+// gmod: the command-line entry point. `gmod <command> [options]`; `gmod help` (or --help) lists the commands,
+// `gmod <command> --help` (or `gmod help <command>`) its options, `gmod --version` the version.
 #include <algorithm>
 #include <cstring>
 #include <iostream>
+#include <map>
 
 #include "launch/args.h"
 
+namespace {
+
+const char* kRunHelp = "Run 'gmod <command> --help' for a command's options (type, default, meaning).\n";
+const char* kExitCodes =
+    "Exit codes: 0 success; 1 error while working (a file, model or dataset problem; gmod data check: records\n"
+    "with problems); 2 usage error (unknown command or option, missing or bad value); 3 gmod plan: does not fit.";
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  using gmod::cli::commands;
+  using namespace gmod::cli;
   auto& cmds = commands();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return std::strcmp(a.name, b.name) < 0; });
-  if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help")) {
-    std::cout << "usage: gmod <command> [options]\n\ncommands:\n";
-    for (auto& c : cmds) std::cout << "  " << c.name << std::string(12 - std::min<size_t>(11, strlen(c.name)), ' ') << c.summary << "\n";
-    return argc < 2 ? 2 : 0;
+
+  CLI::App app("gmod: instruction tuning of LLaVA-style multimodal LLMs with data parallelism and γ-MoD.", "gmod");
+  app.get_formatter()->column_width(36);
+  app.set_version_flag("--version", version_string(), "print the version (gmod and LibTorch) and exit");
+  app.require_subcommand(0, 1);
+  std::map<std::string, Runner> runners;
+  std::map<std::string, CLI::App*> subs;
+  for (const auto& c : cmds) {
+    CLI::App* sub = app.add_subcommand(c.name, c.summary);
+    sub->formatter(app.get_formatter());
+    runners[c.name] = c.setup(*sub);
+    subs[c.name] = sub;
+    sub->footer(sub->get_footer().empty() ? std::string(kExitCodes) : sub->get_footer() + "\n" + kExitCodes);
   }
-  for (auto& c : cmds) {
-    if (std::strcmp(c.name, argv[1]) != 0) continue;
-    std::vector<std::string> args(argv + 2, argv + argc);
-    try {
-      return c.run(args);
-    } catch (const std::exception& e) {
-      std::cerr << "gmod " << c.name << ": error: " << e.what() << "\n";
-      return 1;
+  app.footer(std::string(kRunHelp) + kExitCodes);
+
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (argc < 2 || first == "help") {  // `gmod help [command]`
+    if (argc > 2 && subs.count(argv[2])) {
+      std::cout << subs[argv[2]]->help();
+      return kExitOk;
     }
+    if (argc > 2) {
+      std::cerr << "gmod help: unknown command '" << argv[2] << "'\n";
+      return kExitUsage;
+    }
+    (argc < 2 ? std::cerr : std::cout) << app.help();
+    return argc < 2 ? kExitUsage : kExitOk;
   }
-  std::cerr << "gmod: unknown command '" << argv[1] << "' (see gmod help)\n";
-  return 2;
+  if (!first.empty() && first[0] != '-' && !subs.count(first)) {
+    std::cerr << "gmod: unknown command '" << first << "' (see gmod help)\n";
+    return kExitUsage;
+  }
+  const std::string who = subs.count(first) ? "gmod " + first : "gmod";
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::cerr << who << ": error: " << e.what() << "\n(see '" << who << " --help')\n";
+    return kExitUsage;
+  }
+  if (app.get_subcommands().empty()) {
+    std::cerr << "gmod: no command given (see gmod help)\n";
+    return kExitUsage;
+  }
+  try {
+    return runners.at(app.get_subcommands().front()->get_name())();
+  } catch (const UsageError& e) {
+    std::cerr << who << ": error: " << e.what() << "\n(see '" << who << " --help')\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << who << ": error: " << e.what() << "\n";
+    return kExitRuntime;
+  }
 }
