@@ -66,7 +66,8 @@ CLI::Validator between(double lo, double hi) {
   return bound(lo, hi, false, "in [" + num(lo) + ", " + num(hi) + "]");
 }
 
-CLI::Option* add(CLI::App& app, const std::string& name, std::vector<std::string>& v, const std::string& help) {
+CLI::Option* add(CLI::App& app, const std::string& name, std::vector<std::string>& v,
+                 const std::string& help) {
   return app.add_option(name, v, help)->allow_extra_args(false)->type_name("TEXT");
 }
 

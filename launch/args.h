@@ -1,7 +1,7 @@
 // The gmod command line on CLI11: the registry of subcommands (each cmd_*.cpp registers one) and the helpers
-// they declare their options with, so that every subcommand's `--help` lists each option with its type, default
-// and meaning, and every usage error (unknown option, missing value, bad or out-of-range value) is one message
-// that names the option, exit code 2 (main.cpp).
+// they declare their options with, so that every subcommand's `--help` lists each option with its type,
+// default and meaning, and every usage error (unknown option, missing value, bad or out-of-range value) is
+// one message that names the option, exit code 2 (main.cpp).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -67,9 +67,9 @@ CLI::Validator integer_in_range() {
 }
 
 // Validators of a number's range, with messages that say the bound: "--steps: must be > 0, not 0".
-CLI::Validator positive();                             // > 0
-CLI::Validator non_negative();                         // >= 0
-CLI::Validator between(double lo, double hi);          // lo <= x <= hi
+CLI::Validator positive();                     // > 0
+CLI::Validator non_negative();                 // >= 0
+CLI::Validator between(double lo, double hi);  // lo <= x <= hi
 
 // Validator: a device LibTorch understands (cpu, cuda, cuda:1, ...).
 CLI::Validator torch_device();
@@ -97,12 +97,14 @@ CLI::Option* add(CLI::App& app, const std::string& name, T& v, const std::string
 }
 
 // A repeatable `--name VALUE` (one value per occurrence), every value kept in order.
-CLI::Option* add(CLI::App& app, const std::string& name, std::vector<std::string>& v, const std::string& help);
+CLI::Option* add(CLI::App& app, const std::string& name, std::vector<std::string>& v,
+                 const std::string& help);
 
 // `--name VALUE` whose absence means something (`v` stays empty).
 template <class T>
 CLI::Option* add(CLI::App& app, const std::string& name, std::optional<T>& v, const std::string& help) {
-  return detail::typed<T>(app.add_option_function<T>(name, [&v](const T& x) { v = x; }, help));
+  return detail::typed<T>(app.add_option_function<T>(
+      name, [&v](const T& x) { v = x; }, help));
 }
 
 // `--name` (takes no value).

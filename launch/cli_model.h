@@ -1,7 +1,7 @@
 // Helpers shared by the inference-side subcommands (arank, generate, eval): the model options
-// (--model, --dtype, --device, --threads, --routing, and --random-init SEED and --mod RULE for demos and tests),
-// the text options (--tokenizer, --template, --max-len) and the dataset options (--data, --images), declared once
-// on CLI11 and loaded here. Header-only so the launch/ glob stays one file per subcommand.
+// (--model, --dtype, --device, --threads, --routing, and --random-init SEED and --mod RULE for demos and
+// tests), the text options (--tokenizer, --template, --max-len) and the dataset options (--data, --images),
+// declared once on CLI11 and loaded here. Header-only so the launch/ glob stays one file per subcommand.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -16,11 +16,11 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "launch/args.h"
+#include "mod/conversion.h"
+#include "mod/mod_checkpoint.h"
+#include "mod/mod_config.h"
 #include "model/config.h"
 #include "model/pretrained.h"
-#include "mod/conversion.h"
-#include "mod/mod_config.h"
-#include "mod/mod_checkpoint.h"
 
 namespace gmod::cli {
 
@@ -47,10 +47,12 @@ inline void add_model_options(CLI::App& app, ModelOptions& o) {
       "capacity) or threshold; default: the model's")
       ->check(CLI::IsMember({"auto", "topk", "threshold"}));
   const char* g = "Options for demos and tests";
-  add(app, "--random-init", o.random_init, "build the model from DIR/config.json with random weights of this seed")
+  add(app, "--random-init", o.random_init,
+      "build the model from DIR/config.json with random weights of this seed")
       ->type_name("SEED")
       ->group(g);
-  add(app, "--mod", o.mod, "convert to γ-MoD by this rule (e.g. layers:2,3 or arank_mod), fresh shared router")
+  add(app, "--mod", o.mod,
+      "convert to γ-MoD by this rule (e.g. layers:2,3 or arank_mod), fresh shared router")
       ->type_name("RULE")
       ->group(g);
 }
@@ -63,7 +65,8 @@ struct TextOptions {
 };
 
 inline void add_text_options(CLI::App& app, TextOptions& o, bool with_max_len = true) {
-  add(app, "--tokenizer", o.tokenizer, "tokenizer.model / tokenizer.json or a dir holding one (default: --model)")
+  add(app, "--tokenizer", o.tokenizer,
+      "tokenizer.model / tokenizer.json or a dir holding one (default: --model)")
       ->type_name("PATH");
   // Checked by data/conversation.cpp, which owns the list of templates.
   add(app, "--template", o.template_name, "conversation template: vicuna_v1, plain or chatml");
@@ -92,11 +95,11 @@ struct CliModel {
 };
 
 // --model DIR (a Hugging Face model dir, dense or γ-MoD), --dtype fp32|bf16, --device cpu|cuda[:i].
-// For demos and tests (their own group in --help): --random-init SEED builds the model from DIR/config.json with init_weights
-// instead of loading weights; --mod RULE (a conversion rule, e.g. "layers:2,3" or "arank_mod") converts the
-// model to γ-MoD with a freshly initialised shared router.
-// --routing auto|topk|threshold: the MoD layers' full-sequence routing rule (auto = thresholds in eval mode, as
-// γ-MoD inference; topk = the training capacity, skip_frac of the routable tokens).
+// For demos and tests (their own group in --help): --random-init SEED builds the model from DIR/config.json
+// with init_weights instead of loading weights; --mod RULE (a conversion rule, e.g. "layers:2,3" or
+// "arank_mod") converts the model to γ-MoD with a freshly initialised shared router.
+// --routing auto|topk|threshold: the MoD layers' full-sequence routing rule (auto = thresholds in eval mode,
+// as γ-MoD inference; topk = the training capacity, skip_frac of the routable tokens).
 inline CliModel load_cli_model(const ModelOptions& o) {
   CliModel m;
   m.dir = o.model;
@@ -117,12 +120,17 @@ inline CliModel load_cli_model(const ModelOptions& o) {
     validate(mc, n, "--mod");
     convert_to_mod(*m.model, mc);
   }
-  if (const auto layers = mod_layers(*m.model); !layers.empty()) m.mod_layers = layers.front()->cfg.mod_layers;
+  if (const auto layers = mod_layers(*m.model); !layers.empty())
+    m.mod_layers = layers.front()->cfg.mod_layers;
   if (!o.routing.empty()) {
-    if (m.mod_layers.empty()) throw UsageError("--routing " + o.routing + ": the model at " + m.dir + " has no MoD layer");
-    if (o.routing == "auto") set_routing_mode(*m.model, RoutingMode::kAuto);
-    else if (o.routing == "topk") set_routing_mode(*m.model, RoutingMode::kTopK);
-    else set_routing_mode(*m.model, RoutingMode::kThreshold);
+    if (m.mod_layers.empty())
+      throw UsageError("--routing " + o.routing + ": the model at " + m.dir + " has no MoD layer");
+    if (o.routing == "auto")
+      set_routing_mode(*m.model, RoutingMode::kAuto);
+    else if (o.routing == "topk")
+      set_routing_mode(*m.model, RoutingMode::kTopK);
+    else
+      set_routing_mode(*m.model, RoutingMode::kThreshold);
   }
   m.model->to(m.device, m.dtype);
   m.model->eval();
@@ -147,14 +155,16 @@ inline DatasetConfig cli_dataset_config(const TextOptions& t, const CliModel& m)
   // Default: the model's context (LLaVA-1.5 trains at 2048).
   dc.sample.max_len = t.max_len.value_or(m.model->config.text.max_position_embeddings);
   const auto pre = std::filesystem::path(m.dir) / "preprocessor_config.json";
-  if (std::filesystem::exists(pre)) dc.image = load_preprocess_config(pre.string());
-  else if (m.model->config.vision) dc.image.size = dc.image.crop = m.model->config.vision->image_size;
+  if (std::filesystem::exists(pre))
+    dc.image = load_preprocess_config(pre.string());
+  else if (m.model->config.vision)
+    dc.image.size = dc.image.crop = m.model->config.vision->image_size;
   return dc;
 }
 
 // --data JSON --images DIR (default: the data file's folder).
-inline std::unique_ptr<Dataset> make_cli_dataset(const DataOptions& d, const TextOptions& t, const CliModel& m,
-                                                 std::shared_ptr<const Tokenizer> tok) {
+inline std::unique_ptr<Dataset> make_cli_dataset(const DataOptions& d, const TextOptions& t,
+                                                 const CliModel& m, std::shared_ptr<const Tokenizer> tok) {
   DatasetConfig dc = cli_dataset_config(t, m);
   dc.data_path = d.data;
   dc.image_folder = d.images.empty() ? std::filesystem::path(d.data).parent_path().string() : d.images;

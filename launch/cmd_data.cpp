@@ -1,5 +1,6 @@
 // `gmod data check DATA --tokenizer T ...`: validate a dataset before a long job (data/check.h).
-// `gmod data demo --out DIR [--train N] [--heldout N] [--image-size S] [--seed S]`: write the shapes demo set.
+// `gmod data demo --out DIR [--train N] [--heldout N] [--image-size S] [--seed S]`: write the shapes demo
+// set.
 #include <iostream>
 #include <memory>
 
@@ -22,13 +23,20 @@ struct DataCliOptions {
 int run_check(const DataCliOptions& o) {
   const DataCheckOptions& c = o.check;
   std::vector<std::string> args = {c.data,
-                                   "--tokenizer", c.tokenizer,
-                                   "--template", c.template_name,
-                                   "--max-len", std::to_string(c.max_len),
-                                   "--image-tokens", std::to_string(c.image_tokens),
-                                   "--image-token-id", std::to_string(c.image_token_id),
-                                   "--truncation", c.truncation,
-                                   "--workers", std::to_string(c.workers)};
+                                   "--tokenizer",
+                                   c.tokenizer,
+                                   "--template",
+                                   c.template_name,
+                                   "--max-len",
+                                   std::to_string(c.max_len),
+                                   "--image-tokens",
+                                   std::to_string(c.image_tokens),
+                                   "--image-token-id",
+                                   std::to_string(c.image_token_id),
+                                   "--truncation",
+                                   c.truncation,
+                                   "--workers",
+                                   std::to_string(c.workers)};
   if (!c.images.empty()) args.insert(args.end(), {"--images", c.images});
   if (o.no_image_first) args.push_back("--no-image-first");
   if (o.no_decode) args.push_back("--no-decode");
@@ -37,15 +45,16 @@ int run_check(const DataCliOptions& o) {
 
 int run_demo(const DataCliOptions& o) {
   make_demo_dataset(o.out, o.demo);
-  std::cout << "wrote " << o.demo.num_train << " train and " << o.demo.num_heldout << " held-out records to " << o.out
-            << "\n";
+  std::cout << "wrote " << o.demo.num_train << " train and " << o.demo.num_heldout << " held-out records to "
+            << o.out << "\n";
   return 0;
 }
 
 Runner setup(CLI::App& app) {
   auto o = std::make_shared<DataCliOptions>();
   app.require_subcommand(1);
-  CLI::App* check = app.add_subcommand("check", "validate every record as training would use it; report each problem");
+  CLI::App* check =
+      app.add_subcommand("check", "validate every record as training would use it; report each problem");
   check->footer("Exit code 1 when records have problems, 2 on a usage error or an unreadable dataset.");
   DataCheckOptions& c = o->check;
   add(*check, "data", c.data, "LLaVA-format records (.json or .jsonl)")->type_name("DATA")->required();
@@ -64,11 +73,13 @@ Runner setup(CLI::App& app) {
   add_flag(*check, "--no-image-first", o->no_image_first, "keep <image> where the text puts it");
   add_flag(*check, "--no-decode", o->no_decode, "only check that image files exist (faster)");
 
-  CLI::App* demo = app.add_subcommand("demo", "write the generated shapes dataset (train.json, heldout.json, images/)");
+  CLI::App* demo =
+      app.add_subcommand("demo", "write the generated shapes dataset (train.json, heldout.json, images/)");
   add(*demo, "--out", o->out, "folder to write")->type_name("DIR")->required();
   add(*demo, "--train", o->demo.num_train, "training records")->check(non_negative());
   add(*demo, "--heldout", o->demo.num_heldout, "held-out records")->check(non_negative());
-  add(*demo, "--image-size", o->demo.image_size, "square image side, pixels (>= 32)")->check(between(32, 1 << 16));
+  add(*demo, "--image-size", o->demo.image_size, "square image side, pixels (>= 32)")
+      ->check(between(32, 1 << 16));
   add(*demo, "--seed", o->demo.seed, "random seed");
   return [o, check] { return check->parsed() ? run_check(*o) : run_demo(*o); };
 }

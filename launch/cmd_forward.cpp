@@ -1,7 +1,8 @@
-// `gmod forward`: load a Hugging Face (LLaVA or LLaMA, dense or MoD) checkpoint, run forward+backward on a sample
-// and print loss and timing. The sample is the checkpoint's `reference.safetensors` inputs when
-// present (the shipped fixtures have one), else random tokens. --check-reference TOL compares the first step's
-// loss with the reference's "loss" (written by transformers) and fails when they differ by more than TOL.
+// `gmod forward`: load a Hugging Face (LLaVA or LLaMA, dense or MoD) checkpoint, run forward+backward on a
+// sample and print loss and timing. The sample is the checkpoint's `reference.safetensors` inputs when
+// present (the shipped fixtures have one), else random tokens. --check-reference TOL compares the first
+// step's loss with the reference's "loss" (written by transformers) and fails when they differ by more than
+// TOL.
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -12,9 +13,9 @@
 #include <optional>
 
 #include "launch/args.h"
+#include "mod/mod_checkpoint.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
-#include "mod/mod_checkpoint.h"
 
 namespace gmod::cli {
 namespace {
@@ -59,9 +60,11 @@ int run_forward(const ForwardOptions& o) {
     throw std::runtime_error("--check-reference: " + ref_path + " is missing or has no \"loss\" tensor");
   int64_t n_params = 0;
   for (auto& p : model->parameters()) n_params += p.numel();
-  std::cout << "model " << dir << ": " << n_params << " parameters, " << o.dtype << ", loaded in " << t_load * 1e3
-            << " ms\nbatch " << in.input_ids.size(0) << " x " << in.input_ids.size(1) << " tokens"
-            << (in.pixel_values.defined() ? ", " + std::to_string(in.pixel_values.size(0)) + " images" : "") << "\n";
+  std::cout << "model " << dir << ": " << n_params << " parameters, " << o.dtype << ", loaded in "
+            << t_load * 1e3 << " ms\nbatch " << in.input_ids.size(0) << " x " << in.input_ids.size(1)
+            << " tokens"
+            << (in.pixel_values.defined() ? ", " + std::to_string(in.pixel_values.size(0)) + " images" : "")
+            << "\n";
   double first_loss = NAN;
   for (int s = 0; s < o.steps; ++s) {
     for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
@@ -75,8 +78,8 @@ int run_forward(const ForwardOptions& o) {
       if (p.grad().defined()) gn += p.grad().to(at::kDouble).pow(2).sum().item<double>();
     const double loss = out.lm_loss.item<double>();
     if (s == 0) first_loss = loss;
-    std::printf("step %d  loss %.6f  grad-norm %.6f  forward %.2f ms  backward %.2f ms\n", s, loss, std::sqrt(gn),
-                std::chrono::duration<double, std::milli>(t2 - t1).count(),
+    std::printf("step %d  loss %.6f  grad-norm %.6f  forward %.2f ms  backward %.2f ms\n", s, loss,
+                std::sqrt(gn), std::chrono::duration<double, std::milli>(t2 - t1).count(),
                 std::chrono::duration<double, std::milli>(t3 - t2).count());
   }
   if (o.check_reference) {
@@ -91,7 +94,8 @@ int run_forward(const ForwardOptions& o) {
 
 Runner setup(CLI::App& app) {
   auto o = std::make_shared<ForwardOptions>();
-  add(app, "--model", o->model, "Hugging Face model dir (dense, or γ-MoD with \"mod\" in config.json)")->type_name("DIR");
+  add(app, "--model", o->model, "Hugging Face model dir (dense, or γ-MoD with \"mod\" in config.json)")
+      ->type_name("DIR");
   add(app, "--dtype", o->dtype, "weights and compute dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   add(app, "--device", o->device, "cpu, cuda or cuda:N")->check(torch_device());
   add(app, "--steps", o->steps, "forward+backward steps")->check(positive());

@@ -11,8 +11,16 @@ namespace {
 
 const char* kRunHelp = "Run 'gmod <command> --help' for a command's options (type, default, meaning).\n";
 const char* kExitCodes =
-    "Exit codes: 0 success; 1 error while working (a file, model or dataset problem; gmod data check: records\n"
-    "with problems); 2 usage error (unknown command or option, missing or bad value); 3 gmod plan: does not fit.";
+    "Exit codes: 0 success; 1 error while working (a file, model or dataset problem; gmod data check: "
+    "records\n"
+    "with problems); 2 usage error (unknown command or option, missing or bad value); 3 gmod plan: does not "
+    "fit.";
+
+// Every (nested) subcommand's --help ends with the exit codes.
+void add_exit_codes(CLI::App* app) {
+  app->footer(app->get_footer().empty() ? std::string(kExitCodes) : app->get_footer() + "\n" + kExitCodes);
+  for (CLI::App* sub : app->get_subcommands({})) add_exit_codes(sub);
+}
 
 }  // namespace
 
@@ -21,7 +29,8 @@ int main(int argc, char** argv) {
   auto& cmds = commands();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return std::strcmp(a.name, b.name) < 0; });
 
-  CLI::App app("gmod: instruction tuning of LLaVA-style multimodal LLMs with data parallelism and γ-MoD.", "gmod");
+  CLI::App app("gmod: instruction tuning of LLaVA-style multimodal LLMs with data parallelism and γ-MoD.",
+               "gmod");
   app.get_formatter()->column_width(36);
   app.set_version_flag("--version", version_string(), "print the version (gmod and LibTorch) and exit");
   app.require_subcommand(0, 1);
@@ -32,14 +41,14 @@ int main(int argc, char** argv) {
     sub->formatter(app.get_formatter());
     runners[c.name] = c.setup(*sub);
     subs[c.name] = sub;
-    sub->footer(sub->get_footer().empty() ? std::string(kExitCodes) : sub->get_footer() + "\n" + kExitCodes);
+    add_exit_codes(sub);
   }
   app.footer(std::string(kRunHelp) + kExitCodes);
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (argc < 2 || first == "help") {  // `gmod help [command]`
     if (argc > 2 && subs.count(argv[2])) {
-      std::cout << subs[argv[2]]->help();
+      std::cout << subs[argv[2]]->help("gmod");
       return kExitOk;
     }
     if (argc > 2) {
