@@ -4,6 +4,8 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "launch/args.h"
 
@@ -20,6 +22,26 @@ const char* kExitCodes =
 void add_exit_codes(CLI::App* app) {
   app->footer(app->get_footer().empty() ? std::string(kExitCodes) : app->get_footer() + "\n" + kExitCodes);
   for (CLI::App* sub : app->get_subcommands({})) add_exit_codes(sub);
+}
+
+// "unknown option --modle; unexpected argument x" from the words CLI11 could not place (in command-line
+// order).
+std::string describe_extras(const std::vector<std::string>& extras, const std::string& fallback) {
+  std::string options, words;
+  for (const auto& x : extras) {
+    std::string& to = x.size() > 1 && x[0] == '-' ? options : words;
+    to += (to.empty() ? "" : ", ") + x;
+  }
+  if (options.empty() && words.empty()) return fallback;
+  std::string msg;
+  if (!options.empty())
+    msg = (options.find(',') == std::string::npos ? "unknown option " : "unknown options ") + options;
+  if (!words.empty())
+    msg +=
+        (msg.empty() ? "" : "; ") +
+        std::string(words.find(',') == std::string::npos ? "unexpected argument " : "unexpected arguments ") +
+        words;
+  return msg;
 }
 
 }  // namespace
@@ -62,9 +84,16 @@ int main(int argc, char** argv) {
     std::cerr << "gmod: unknown command '" << first << "' (see gmod help)\n";
     return kExitUsage;
   }
-  const std::string who = subs.count(first) ? "gmod " + first : "gmod";
+  std::string who = subs.count(first) ? "gmod " + first : "gmod";  // the command that errors name
+  if (subs.count(first) && argc > 2)
+    for (CLI::App* nested : subs[first]->get_subcommands({}))
+      if (nested->get_name() == argv[2]) who += " " + nested->get_name();
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    std::cerr << who << ": error: " << describe_extras(app.remaining(/*recurse=*/true), e.what())
+              << "\n(see '" << who << " --help')\n";
+    return kExitUsage;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::cerr << who << ": error: " << e.what() << "\n(see '" << who << " --help')\n";
