@@ -10,6 +10,7 @@ err() { echo "FAIL: $*" >&2; fail=1; }
 # Options each command must list (flags marked with a trailing !).
 options() {
   case $1 in
+    completion) echo "" ;;
     arank) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template --max-len
                  --data --images --samples --batch --out --full-conversations!" ;;
     convert) echo "--model --out --rule --arank --skip-frac --router --forced --router-init --router-seed --dtype" ;;
