@@ -115,7 +115,13 @@ inline CliModel load_cli_model(const ModelOptions& o) {
   if (!o.mod.empty()) {
     MoDConfig mc;
     const int n = m.model->config.text.num_hidden_layers;
-    mc.mod_layers = select_mod_layers(parse_conversion_rule(o.mod), n);
+    ConversionRule rule;
+    try {
+      rule = parse_conversion_rule(o.mod);
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("--mod: ") + e.what());
+    }
+    mc.mod_layers = select_mod_layers(rule, n);
     mc.selection = o.mod;
     validate(mc, n, "--mod");
     convert_to_mod(*m.model, mc);
