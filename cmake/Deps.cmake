@@ -2,6 +2,7 @@
 find_package(MPI REQUIRED COMPONENTS C)
 find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(nlohmann_json 3 REQUIRED)
+find_package(CLI11 2 REQUIRED)  # libcli11-dev: the gmod command line (header-only)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)

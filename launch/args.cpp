@@ -1,62 +1,78 @@
 #include "launch/args.h"
 
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+
+#include <cmath>
 #include <sstream>
 
 namespace gmod::cli {
 
-Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& flags) {
-  for (size_t i = 0; i < argv.size(); ++i) {
-    const auto& a = argv[i];
-    if (a.rfind("--", 0) != 0 || a == "--") {
-      positional_.push_back(a);
-      continue;
-    }
-    auto eq = a.find('=');
-    std::string key = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    if (eq != std::string::npos) {
-      values_.emplace(key, a.substr(eq + 1));
-    } else if (flags.count(key)) {
-      flags_set_.insert(key);
-    } else {
-      if (i + 1 >= argv.size()) throw std::invalid_argument("option --" + key + " needs a value");
-      values_.emplace(key, argv[++i]);
-    }
-  }
-}
-
-bool Args::flag(const std::string& name) const { return flags_set_.count(name) != 0; }
-
-std::optional<std::string> Args::get(const std::string& name) const {
-  auto r = values_.equal_range(name);
-  if (r.first == r.second) return std::nullopt;
-  return std::prev(r.second)->second;  // the last one wins
-}
-
-std::string Args::get_or(const std::string& name, const std::string& dflt) const {
-  auto v = get(name);
-  return v ? *v : dflt;
-}
-
-std::vector<std::string> Args::all(const std::string& name) const {
-  std::vector<std::string> out;
-  auto r = values_.equal_range(name);
-  for (auto it = r.first; it != r.second; ++it) out.push_back(it->second);
-  return out;
-}
-
-void Args::check_known(const std::set<std::string>& known) const {
-  std::ostringstream os;
-  int n = 0;
-  for (auto& [k, v] : values_)
-    if (!known.count(k)) os << (n++ ? ", " : "") << "--" << k;
-  for (auto& k : flags_set_)
-    if (!known.count(k)) os << (n++ ? ", " : "") << "--" << k;
-  if (n) throw std::invalid_argument("unknown option" + std::string(n > 1 ? "s: " : ": ") + os.str());
-}
-
 std::vector<Command>& commands() {
   static std::vector<Command> c;
   return c;
+}
+
+std::string version_string() {
+  return std::string("gmod ") + GMOD_VERSION + " (LibTorch " + TORCH_VERSION + ")";
+}
+
+CLI::Validator torch_device() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          c10::Device d(s);
+          (void)d;
+        } catch (const c10::Error&) {
+          return "'" + s + "' is not a device (cpu, cuda, cuda:N)";
+        }
+        return {};
+      },
+      "", "device");
+}
+
+namespace {
+
+CLI::Validator bound(double lo, double hi, bool lo_open, const std::string& desc) {
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        double x = 0;
+        try {
+          size_t used = 0;
+          x = std::stod(s, &used);
+          if (used != s.size()) throw std::invalid_argument(s);
+        } catch (const std::exception&) {
+          return "'" + s + "' is not a number";
+        }
+        if (lo_open ? !(x > lo) : !(x >= lo)) return "must be " + desc + ", not " + s;
+        if (!(x <= hi)) return "must be " + desc + ", not " + s;
+        return {};
+      },
+      desc, "bound");
+}
+
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+CLI::Validator positive() { return bound(0, HUGE_VAL, true, "> 0"); }
+CLI::Validator non_negative() { return bound(0, HUGE_VAL, false, ">= 0"); }
+CLI::Validator between(double lo, double hi) {
+  return bound(lo, hi, false, "in [" + num(lo) + ", " + num(hi) + "]");
+}
+
+CLI::Option* add(CLI::App& app, const std::string& name, std::vector<std::string>& v,
+                 const std::string& help) {
+  return app.add_option(name, v, help)->allow_extra_args(false)->type_name("TEXT");
+}
+
+CLI::Option* add_flag(CLI::App& app, const std::string& name, bool& v, const std::string& help) {
+  return app.add_flag(name, v, help);
 }
 
 }  // namespace gmod::cli

@@ -1,39 +1,89 @@
 // Helpers shared by the inference-side subcommands (arank, generate, eval): the model options
-// (--model, --dtype, --device, the hidden --random-init SEED and --mod RULE used by demos and tests)
-// and the dataset options (--data, --images, --tokenizer, --template, --max-len). Header-only so the
-// launch/ glob stays one file per subcommand.
+// (--model, --dtype, --device, --threads, --routing, and --random-init SEED and --mod RULE for demos and
+// tests), the text options (--tokenizer, --template, --max-len) and the dataset options (--data, --images),
+// declared once on CLI11 and loaded here. Header-only so the launch/ glob stays one file per subcommand.
 #pragma once
 
 #include <ATen/Parallel.h>
 
 #include <filesystem>
-#include <initializer_list>
 #include <iostream>
 #include <memory>
-#include <set>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "launch/args.h"
+#include "mod/conversion.h"
+#include "mod/mod_checkpoint.h"
+#include "mod/mod_config.h"
 #include "model/config.h"
 #include "model/pretrained.h"
-#include "mod/conversion.h"
-#include "mod/mod_config.h"
-#include "mod/mod_checkpoint.h"
 
 namespace gmod::cli {
 
-// Options read by load_cli_model.
-inline const std::set<std::string> kModelOptions = {"model", "dtype", "device", "random-init", "mod", "routing", "threads"};
-// Options read by make_cli_dataset.
-inline const std::set<std::string> kDataOptions = {"data", "images", "tokenizer", "template", "max-len"};
+// --model, --dtype, --device, --threads, --routing and, for demos and tests, --random-init and --mod.
+struct ModelOptions {
+  std::string model;
+  std::string dtype = "fp32";
+  std::string device = "cpu";
+  int threads = 0;  // 0: LibTorch's default
+  std::string routing;
+  std::optional<uint64_t> random_init;
+  std::string mod;
+};
 
-inline std::set<std::string> known_options(std::initializer_list<std::set<std::string>> groups) {
-  std::set<std::string> out;
-  for (const auto& g : groups) out.insert(g.begin(), g.end());
-  return out;
+inline void add_model_options(CLI::App& app, ModelOptions& o) {
+  add(app, "--model", o.model, "Hugging Face model dir (dense, or γ-MoD with \"mod\" in config.json)")
+      ->type_name("DIR")
+      ->required();
+  add(app, "--dtype", o.dtype, "weights and compute dtype")->check(CLI::IsMember({"fp32", "bf16"}));
+  add(app, "--device", o.device, "cpu, cuda or cuda:N")->check(torch_device());
+  add(app, "--threads", o.threads, "CPU threads (0: LibTorch's default)")->check(non_negative());
+  add(app, "--routing", o.routing,
+      "MoD layers' full-sequence routing: auto (thresholds in eval, as γ-MoD inference), topk (the training "
+      "capacity) or threshold; default: the model's")
+      ->check(CLI::IsMember({"auto", "topk", "threshold"}));
+  const char* g = "Options for demos and tests";
+  add(app, "--random-init", o.random_init,
+      "build the model from DIR/config.json with random weights of this seed")
+      ->type_name("SEED")
+      ->group(g);
+  add(app, "--mod", o.mod,
+      "convert to γ-MoD by this rule (e.g. layers:2,3 or arank_mod), fresh shared router")
+      ->type_name("RULE")
+      ->group(g);
+}
+
+// --tokenizer, --template, --max-len: how records become tokens.
+struct TextOptions {
+  std::string tokenizer;  // empty: the model dir
+  std::string template_name = "vicuna_v1";
+  std::optional<int> max_len;  // empty: the model's max_position_embeddings
+};
+
+inline void add_text_options(CLI::App& app, TextOptions& o, bool with_max_len = true) {
+  add(app, "--tokenizer", o.tokenizer,
+      "tokenizer.model / tokenizer.json or a dir holding one (default: --model)")
+      ->type_name("PATH");
+  // Checked by data/conversation.cpp, which owns the list of templates.
+  add(app, "--template", o.template_name, "conversation template: vicuna_v1, plain or chatml");
+  if (with_max_len)
+    add(app, "--max-len", o.max_len, "tokens per sample after truncation (default: the model's context)")
+        ->check(positive());
+}
+
+// --data, --images: a LLaVA-format dataset.
+struct DataOptions {
+  std::string data;
+  std::string images;  // empty: the data file's folder
+};
+
+inline void add_data_options(CLI::App& app, DataOptions& o) {
+  add(app, "--data", o.data, "LLaVA-format records (.json or .jsonl)")->type_name("JSON")->required();
+  add(app, "--images", o.images, "image folder (default: the data file's folder)")->type_name("DIR");
 }
 
 struct CliModel {
@@ -45,50 +95,56 @@ struct CliModel {
 };
 
 // --model DIR (a Hugging Face model dir, dense or γ-MoD), --dtype fp32|bf16, --device cpu|cuda[:i].
-// Hidden, for demos and tests: --random-init SEED builds the model from DIR/config.json with init_weights
-// instead of loading weights; --mod RULE (a conversion rule, e.g. "layers:2,3" or "arank_mod") converts the
-// model to γ-MoD with a freshly initialised shared router.
-// --routing auto|topk|threshold: the MoD layers' full-sequence routing rule (auto = thresholds in eval mode, as
-// γ-MoD inference; topk = the training capacity, skip_frac of the routable tokens).
-inline CliModel load_cli_model(const Args& a) {
+// For demos and tests (their own group in --help): --random-init SEED builds the model from DIR/config.json
+// with init_weights instead of loading weights; --mod RULE (a conversion rule, e.g. "layers:2,3" or
+// "arank_mod") converts the model to γ-MoD with a freshly initialised shared router.
+// --routing auto|topk|threshold: the MoD layers' full-sequence routing rule (auto = thresholds in eval mode,
+// as γ-MoD inference; topk = the training capacity, skip_frac of the routable tokens).
+inline CliModel load_cli_model(const ModelOptions& o) {
   CliModel m;
-  auto dir = a.get("model");
-  if (!dir) throw std::invalid_argument("--model DIR is required");
-  m.dir = *dir;
-  const std::string dtype_s = a.get_or("dtype", "fp32");
-  if (dtype_s != "fp32" && dtype_s != "bf16") throw std::invalid_argument("--dtype must be fp32 or bf16");
-  m.dtype = dtype_s == "bf16" ? at::kBFloat16 : at::kFloat;
-  m.device = at::Device(a.get_or("device", "cpu"));
-  if (auto t = a.get("threads")) at::set_num_threads(std::stoi(*t));
-  if (auto seed = a.get("random-init")) {
+  m.dir = o.model;
+  m.dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  m.device = at::Device(o.device);
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  if (o.random_init) {
     m.model = std::make_shared<MultimodalLM>(load_model_config(m.dir));
-    m.model->init_weights(std::stoull(*seed));
+    m.model->init_weights(*o.random_init);
   } else {
     m.model = load_mod_pretrained(m.dir, m.dtype, at::kCPU);  // dense, or γ-MoD with config.json "mod"
   }
-  if (auto rule = a.get("mod")) {
+  if (!o.mod.empty()) {
     MoDConfig mc;
     const int n = m.model->config.text.num_hidden_layers;
-    mc.mod_layers = select_mod_layers(parse_conversion_rule(*rule), n);
-    mc.selection = *rule;
+    ConversionRule rule;
+    try {
+      rule = parse_conversion_rule(o.mod);
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("--mod: ") + e.what());
+    }
+    mc.mod_layers = select_mod_layers(rule, n);
+    mc.selection = o.mod;
     validate(mc, n, "--mod");
     convert_to_mod(*m.model, mc);
   }
-  if (const auto layers = mod_layers(*m.model); !layers.empty()) m.mod_layers = layers.front()->cfg.mod_layers;
-  if (auto r = a.get("routing")) {
-    if (m.mod_layers.empty()) throw std::invalid_argument("--routing: the model has no MoD layer");
-    if (*r == "auto") set_routing_mode(*m.model, RoutingMode::kAuto);
-    else if (*r == "topk") set_routing_mode(*m.model, RoutingMode::kTopK);
-    else if (*r == "threshold") set_routing_mode(*m.model, RoutingMode::kThreshold);
-    else throw std::invalid_argument("--routing must be auto, topk or threshold, not " + *r);
+  if (const auto layers = mod_layers(*m.model); !layers.empty())
+    m.mod_layers = layers.front()->cfg.mod_layers;
+  if (!o.routing.empty()) {
+    if (m.mod_layers.empty())
+      throw UsageError("--routing " + o.routing + ": the model at " + m.dir + " has no MoD layer");
+    if (o.routing == "auto")
+      set_routing_mode(*m.model, RoutingMode::kAuto);
+    else if (o.routing == "topk")
+      set_routing_mode(*m.model, RoutingMode::kTopK);
+    else
+      set_routing_mode(*m.model, RoutingMode::kThreshold);
   }
   m.model->to(m.device, m.dtype);
   m.model->eval();
   return m;
 }
 
-inline std::shared_ptr<const Tokenizer> load_cli_tokenizer(const Args& a, const CliModel& m) {
-  std::shared_ptr<const Tokenizer> tok = load_tokenizer(a.get_or("tokenizer", m.dir));
+inline std::shared_ptr<const Tokenizer> load_cli_tokenizer(const TextOptions& t, const CliModel& m) {
+  std::shared_ptr<const Tokenizer> tok = load_tokenizer(t.tokenizer.empty() ? m.dir : t.tokenizer);
   if (tok->vocab_size() > m.model->config.text.vocab_size)
     throw std::invalid_argument("--tokenizer: vocabulary of " + std::to_string(tok->vocab_size()) +
                                 " ids does not fit the model's vocab_size " +
@@ -97,27 +153,27 @@ inline std::shared_ptr<const Tokenizer> load_cli_tokenizer(const Args& a, const 
 }
 
 // Conversation and image settings that follow the model (image tokens, crop size, preprocessor_config.json).
-inline DatasetConfig cli_dataset_config(const Args& a, const CliModel& m) {
+inline DatasetConfig cli_dataset_config(const TextOptions& t, const CliModel& m) {
   DatasetConfig dc;
-  dc.conversation.template_name = a.get_or("template", "vicuna_v1");
+  dc.conversation.template_name = t.template_name;
   dc.conversation.image_token_id = m.model->config.image_token_id;
   dc.conversation.image_seq_length = m.model->config.vision ? m.model->config.image_seq_length() : 0;
   // Default: the model's context (LLaVA-1.5 trains at 2048).
-  dc.sample.max_len = std::stoi(a.get_or("max-len", std::to_string(m.model->config.text.max_position_embeddings)));
+  dc.sample.max_len = t.max_len.value_or(m.model->config.text.max_position_embeddings);
   const auto pre = std::filesystem::path(m.dir) / "preprocessor_config.json";
-  if (std::filesystem::exists(pre)) dc.image = load_preprocess_config(pre.string());
-  else if (m.model->config.vision) dc.image.size = dc.image.crop = m.model->config.vision->image_size;
+  if (std::filesystem::exists(pre))
+    dc.image = load_preprocess_config(pre.string());
+  else if (m.model->config.vision)
+    dc.image.size = dc.image.crop = m.model->config.vision->image_size;
   return dc;
 }
 
 // --data JSON --images DIR (default: the data file's folder).
-inline std::unique_ptr<Dataset> make_cli_dataset(const Args& a, const CliModel& m,
-                                                 std::shared_ptr<const Tokenizer> tok) {
-  auto data = a.get("data");
-  if (!data) throw std::invalid_argument("--data JSON is required");
-  DatasetConfig dc = cli_dataset_config(a, m);
-  dc.data_path = *data;
-  dc.image_folder = a.get_or("images", std::filesystem::path(*data).parent_path().string());
+inline std::unique_ptr<Dataset> make_cli_dataset(const DataOptions& d, const TextOptions& t,
+                                                 const CliModel& m, std::shared_ptr<const Tokenizer> tok) {
+  DatasetConfig dc = cli_dataset_config(t, m);
+  dc.data_path = d.data;
+  dc.image_folder = d.images.empty() ? std::filesystem::path(d.data).parent_path().string() : d.images;
   return std::make_unique<Dataset>(dc, std::move(tok));
 }
 

@@ -13,31 +13,31 @@
 namespace gmod::cli {
 namespace {
 
-const char* kUsage =
-    "usage: gmod arank --model DIR --data JSON [--images DIR] [--tokenizer T] [--samples 50] [--batch 4]\n"
-    "                  [--template vicuna_v1] [--max-len N] [--out arank.json] [--dtype fp32|bf16] [--device D]\n"
-    "                  [--full-conversations]\n"
+const char* kFooter =
     "Default (γ-MoD's protocol): the first image records, each cut to its first prompt (system + question up to the\n"
-    "assistant turn, no answer), prefill only. --full-conversations: whole conversations (the earlier default).\n";
+    "assistant turn, no answer), prefill only. --full-conversations: whole conversations (the earlier default).";
 
-int run_arank(const std::vector<std::string>& argv) {
-  Args a(argv, {"full-conversations"});
-  if (argv.empty()) {
-    std::cerr << kUsage;
-    return 2;
-  }
-  a.check_known(known_options({kModelOptions, kDataOptions, {"samples", "batch", "out", "full-conversations"}}));
-  const int64_t samples = std::stoll(a.get_or("samples", "50"));
-  const int batch = std::stoi(a.get_or("batch", "4"));
-  if (samples <= 0 || batch <= 0) throw std::invalid_argument("--samples and --batch must be positive");
-  CliModel m = load_cli_model(a);
-  auto tok = load_cli_tokenizer(a, m);
-  auto ds = make_cli_dataset(a, m, tok);
+struct ARankCliOptions {
+  ModelOptions model;
+  TextOptions text;
+  DataOptions data;
+  int64_t samples = 50;
+  int batch = 4;
+  std::string out;
+  bool full_conversations = false;
+};
+
+int run_arank(const ARankCliOptions& o) {
+  const int64_t samples = o.samples;
+  const int batch = o.batch;
+  CliModel m = load_cli_model(o.model);
+  auto tok = load_cli_tokenizer(o.text, m);
+  auto ds = make_cli_dataset(o.data, o.text, m, tok);
 
   ARankSampling sampling;
   sampling.samples = samples;
   sampling.batch = batch;
-  sampling.prompt_only = !a.flag("full-conversations");
+  sampling.prompt_only = !o.full_conversations;
   ARankSamplingStats stats;
   std::vector<size_t> order(ds->size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -50,19 +50,33 @@ int run_arank(const std::vector<std::string>& argv) {
   std::cout << "arank: " << stats.summary() << " with images from " << ds->config().data_path << ", "
             << (sampling.prompt_only ? "first prompt up to the assistant turn (prefill)" : "whole conversations")
             << "\n";
-  ARankOptions o;
-  o.max_samples = samples;
+  ARankOptions ao;
+  ao.max_samples = samples;
   torch::NoGradGuard no_grad;
-  const ARankResult r = compute_arank(*m.model, batches, o);
+  const ARankResult r = compute_arank(*m.model, batches, ao);
   std::cout << r.table();
-  if (auto out = a.get("out")) {
-    write_arank_json(r, *out);
-    std::cout << "wrote " << *out << "\n";
+  if (!o.out.empty()) {
+    write_arank_json(r, o.out);
+    std::cout << "wrote " << o.out << "\n";
   }
   return 0;
 }
 
-Register reg({"arank", "per-layer attention rank (ARank) of a dense model on dataset samples", run_arank});
+Runner setup(CLI::App& app) {
+  auto o = std::make_shared<ARankCliOptions>();
+  app.footer(kFooter);
+  add_model_options(app, o->model);
+  add_text_options(app, o->text);
+  add_data_options(app, o->data);
+  add(app, "--samples", o->samples, "image records to sample")->check(positive());
+  add(app, "--batch", o->batch, "samples per forward")->check(positive());
+  add(app, "--out", o->out, "write {mean, std, samples} per layer as JSON here (for gmod convert --arank)")
+      ->type_name("JSON");
+  add_flag(app, "--full-conversations", o->full_conversations, "whole conversations instead of the first prompt");
+  return [o] { return run_arank(*o); };
+}
+
+Register reg({"arank", "per-layer attention rank (ARank) of a dense model on dataset samples", setup});
 
 }  // namespace
 }  // namespace gmod::cli

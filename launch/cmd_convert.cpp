@@ -18,12 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* kUsage =
-    "usage: gmod convert --model DENSE_HF_DIR --out DIR --rule keep_top:4|threshold:T|layers:a,b|arank_mod\n"
-    "                    [--arank arank.json] [--skip-frac 0.5] [--router gamma_shared|per_layer|attention]\n"
-    "                    [--forced questions|questions_answers] [--router-init kaiming_uniform|xavier_uniform|zero]\n"
-    "                    [--router-seed N] [--dtype fp32|bf16]\n";
-
 // Per-layer ARank means from write_arank_json's file: {"layers": [{"layer": i, "mean": m, ...}, ...]}.
 std::vector<double> read_arank(const std::string& path, int n_layers) {
   std::ifstream f(path);
@@ -48,59 +42,86 @@ std::vector<double> read_arank(const std::string& path, int n_layers) {
   return v;
 }
 
-int run_convert(const std::vector<std::string>& argv) {
-  Args a(argv);
-  a.check_known({"model", "out", "rule", "arank", "skip-frac", "router", "forced", "router-init", "router-seed", "dtype"});
-  const auto dir = a.get("model"), out = a.get("out"), rule_s = a.get("rule");
-  if (!dir || !out || !rule_s) throw std::invalid_argument(std::string("--model, --out and --rule are required\n") + kUsage);
-  if (read_mod_config(*dir)) throw std::invalid_argument(*dir + ": already a MoD model (its config.json has \"mod\")");
-  const std::string dtype_s = a.get_or("dtype", "fp32");
-  if (dtype_s != "fp32" && dtype_s != "bf16") throw std::invalid_argument("--dtype must be fp32 or bf16");
+struct ConvertOptions {
+  std::string model, out, rule, arank;
+  double skip_frac = 0.5;
+  std::string router = "gamma_shared";
+  std::string forced = "questions_answers";
+  std::string router_init = "kaiming_uniform";
+  uint64_t router_seed = 0;
+  std::string dtype = "fp32";
+};
 
-  nlohmann::json j = {{"router", a.get_or("router", "gamma_shared")},
-                      {"forced_keep", a.get_or("forced", "questions_answers")},
-                      {"skip_frac", std::stod(a.get_or("skip-frac", "0.5"))},
-                      {"router_init", a.get_or("router-init", "kaiming_uniform")},
-                      {"router_init_seed", std::stoull(a.get_or("router-seed", "0"))}};
-  MoDConfig mc = mod_config_from_json(j, "gmod convert options");
-
-  auto model = load_pretrained(*dir, at::kFloat, at::kCPU);
-  const int n = model->config.text.num_hidden_layers;
-  const ConversionRule rule = parse_conversion_rule(*rule_s);
-  std::vector<double> arank;
-  if (rule.kind == ConversionRule::Kind::kThreshold || rule.kind == ConversionRule::Kind::kKeepTop) {
-    const auto path = a.get("arank");
-    if (!path)
-      throw std::invalid_argument("--rule " + *rule_s +
-                                  " selects layers by ARank: compute it with `gmod arank --model " + *dir +
-                                  " --data DATA.json --out arank.json` and pass --arank arank.json "
-                                  "(or use --rule layers:a,b or arank_mod, which need none)");
-    arank = read_arank(*path, n);
+int run_convert(const ConvertOptions& o) {
+  nlohmann::json j = {{"router", o.router},
+                      {"forced_keep", o.forced},
+                      {"skip_frac", o.skip_frac},
+                      {"router_init", o.router_init},
+                      {"router_init_seed", o.router_seed}};
+  MoDConfig mc;
+  ConversionRule rule;
+  try {  // only the options feed these: their errors are usage errors
+    mc = mod_config_from_json(j, "gmod convert options");
+    rule = parse_conversion_rule(o.rule);
+  } catch (const std::exception& e) {
+    throw UsageError(e.what());
   }
+  if (read_mod_config(o.model)) throw UsageError(o.model + ": already a MoD model (its config.json has \"mod\")");
+
+  const bool by_arank = rule.kind == ConversionRule::Kind::kThreshold || rule.kind == ConversionRule::Kind::kKeepTop;
+  if (by_arank && o.arank.empty())
+    throw UsageError("--rule " + o.rule + " selects layers by ARank: compute it with `gmod arank --model " + o.model +
+                     " --data DATA.json --out arank.json` and pass --arank arank.json "
+                     "(or use --rule layers:a,b or arank_mod, which need none)");
+  auto model = load_pretrained(o.model, at::kFloat, at::kCPU);
+  const int n = model->config.text.num_hidden_layers;
+  std::vector<double> arank;
+  if (by_arank) arank = read_arank(o.arank, n);
   mc.mod_layers = select_mod_layers(rule, n, arank);
   mc.selection = rule.to_string();
   if (mc.mod_layers.empty())
-    throw std::invalid_argument("--rule " + *rule_s + " selects no MoD layer in this " + std::to_string(n) +
+    throw std::invalid_argument("--rule " + o.rule + " selects no MoD layer in this " + std::to_string(n) +
                                 "-layer model");
   validate(mc, n, "gmod convert");
   convert_to_mod(*model, mc);
-  model->to(at::kCPU, dtype_s == "bf16" ? at::kBFloat16 : at::kFloat);
-  save_mod_pretrained(*model, mc, *out);
+  model->to(at::kCPU, o.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
+  save_mod_pretrained(*model, mc, o.out);
   for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
                         "preprocessor_config.json", "processor_config.json", "chat_template.json",
                         "generation_config.json"}) {
-    const fs::path src = fs::path(*dir) / f;
-    if (fs::exists(src)) fs::copy_file(src, fs::path(*out) / f, fs::copy_options::overwrite_existing);
+    const fs::path src = fs::path(o.model) / f;
+    if (fs::exists(src)) fs::copy_file(src, fs::path(o.out) / f, fs::copy_options::overwrite_existing);
   }
   std::string layers;
   for (int l : mc.mod_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
-  std::cout << "wrote " << *out << ": " << n << " layers, MoD layers [" << layers << "] (" << mc.selection
+  std::cout << "wrote " << o.out << ": " << n << " layers, MoD layers [" << layers << "] (" << mc.selection
             << "), router " << to_string(mc.router) << ", skip_frac " << mc.skip_frac << ", forced "
             << to_string(mc.forced_keep) << "\n";
   return 0;
 }
 
-Register reg({"convert", "a dense Hugging Face model dir -> a γ-MoD one (rule, router, capacity)", run_convert});
+Runner setup(CLI::App& app) {
+  auto o = std::make_shared<ConvertOptions>();
+  add(app, "--model", o->model, "dense Hugging Face model dir")->type_name("DIR")->required();
+  add(app, "--out", o->out, "the γ-MoD model dir to write")->type_name("DIR")->required();
+  add(app, "--rule", o->rule,
+      "which layers become MoD: keep_top:N (all but the N highest-ARank layers), threshold:T (ARank < T), "
+      "layers:a,b or arank_mod")
+      ->type_name("RULE")
+      ->required();
+  add(app, "--arank", o->arank, "per-layer ARank of `gmod arank --out` (for keep_top and threshold)")
+      ->type_name("JSON");
+  add(app, "--skip-frac", o->skip_frac, "fraction of the routable tokens each MoD layer skips in training")
+      ->check(between(0.0, 1.0));
+  add(app, "--router", o->router, "router: gamma_shared, per_layer or attention");
+  add(app, "--forced", o->forced, "tokens always kept: questions or questions_answers");
+  add(app, "--router-init", o->router_init, "router weights: kaiming_uniform, xavier_uniform or zero");
+  add(app, "--router-seed", o->router_seed, "seed of the router initialisation");
+  add(app, "--dtype", o->dtype, "dtype of the written weights")->check(CLI::IsMember({"fp32", "bf16"}));
+  return [o] { return run_convert(*o); };
+}
+
+Register reg({"convert", "a dense Hugging Face model dir -> a γ-MoD one (rule, router, capacity)", setup});
 
 }  // namespace
 }  // namespace gmod::cli

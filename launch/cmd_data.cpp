@@ -1,6 +1,8 @@
-// `gmod data check DATA --images DIR --tokenizer T ...`: validate a dataset before a long job.
-// `gmod data demo --out DIR [--train N] [--heldout N] [--image-size S] [--seed S]`: write the shapes demo set.
+// `gmod data check DATA --tokenizer T ...`: validate a dataset before a long job (data/check.h).
+// `gmod data demo --out DIR [--train N] [--heldout N] [--image-size S] [--seed S]`: write the shapes demo
+// set.
 #include <iostream>
+#include <memory>
 
 #include "data/check.h"
 #include "data/demo_dataset.h"
@@ -9,30 +11,80 @@
 namespace gmod::cli {
 namespace {
 
-int run_data(const std::vector<std::string>& argv) {
-  if (argv.empty() || (argv[0] != "check" && argv[0] != "demo")) {
-    std::cerr << "usage: gmod data check DATA --images DIR --tokenizer T [--template vicuna_v1|plain|chatml]\n"
-                 "                       [--max-len N] [--image-tokens N] [--image-token-id ID]\n"
-                 "       gmod data demo --out DIR [--train N] [--heldout N] [--image-size S] [--seed S]\n";
-    return 2;
-  }
-  std::vector<std::string> rest(argv.begin() + 1, argv.end());
-  if (argv[0] == "check") return run_data_check(rest, std::cout, std::cerr);
-  Args a(rest);
-  a.check_known({"out", "train", "heldout", "image-size", "seed"});
-  auto out = a.get("out");
-  if (!out) throw std::invalid_argument("--out DIR is required");
-  DemoDatasetOptions o;
-  o.num_train = std::stoi(a.get_or("train", std::to_string(o.num_train)));
-  o.num_heldout = std::stoi(a.get_or("heldout", std::to_string(o.num_heldout)));
-  o.image_size = std::stoi(a.get_or("image-size", std::to_string(o.image_size)));
-  o.seed = std::stoull(a.get_or("seed", std::to_string(o.seed)));
-  make_demo_dataset(*out, o);
-  std::cout << "wrote " << o.num_train << " train and " << o.num_heldout << " held-out records to " << *out << "\n";
+struct DataCliOptions {
+  DataCheckOptions check;
+  bool no_image_first = false, no_decode = false;
+  std::string out;
+  DemoDatasetOptions demo;
+};
+
+// run_data_check stays the one implementation of the check and its report (and exit codes: 1 when records
+// have problems, 2 when the dataset cannot be read); it gets the options CLI11 parsed as canonical arguments.
+int run_check(const DataCliOptions& o) {
+  const DataCheckOptions& c = o.check;
+  std::vector<std::string> args = {c.data,
+                                   "--tokenizer",
+                                   c.tokenizer,
+                                   "--template",
+                                   c.template_name,
+                                   "--max-len",
+                                   std::to_string(c.max_len),
+                                   "--image-tokens",
+                                   std::to_string(c.image_tokens),
+                                   "--image-token-id",
+                                   std::to_string(c.image_token_id),
+                                   "--truncation",
+                                   c.truncation,
+                                   "--workers",
+                                   std::to_string(c.workers)};
+  if (!c.images.empty()) args.insert(args.end(), {"--images", c.images});
+  if (o.no_image_first) args.push_back("--no-image-first");
+  if (o.no_decode) args.push_back("--no-decode");
+  return run_data_check(args, std::cout, std::cerr);
+}
+
+int run_demo(const DataCliOptions& o) {
+  make_demo_dataset(o.out, o.demo);
+  std::cout << "wrote " << o.demo.num_train << " train and " << o.demo.num_heldout << " held-out records to "
+            << o.out << "\n";
   return 0;
 }
 
-Register reg({"data", "validate a dataset (check) or write the demo dataset (demo)", run_data});
+Runner setup(CLI::App& app) {
+  auto o = std::make_shared<DataCliOptions>();
+  app.require_subcommand(1);
+  CLI::App* check =
+      app.add_subcommand("check", "validate every record as training would use it; report each problem");
+  check->footer("Exit code 1 when records have problems, 2 on a usage error or an unreadable dataset.");
+  DataCheckOptions& c = o->check;
+  add(*check, "data", c.data, "LLaVA-format records (.json or .jsonl)")->type_name("DATA")->required();
+  add(*check, "--images", c.images, "image folder")->type_name("DIR");
+  add(*check, "--tokenizer", c.tokenizer, "tokenizer.model / tokenizer.json or a dir holding one")
+      ->type_name("PATH")
+      ->required();
+  add(*check, "--template", c.template_name, "conversation template: vicuna_v1, plain or chatml");
+  add(*check, "--max-len", c.max_len, "tokens per sample after truncation")->check(positive());
+  add(*check, "--image-tokens", c.image_tokens, "tokens each image expands to")->check(non_negative());
+  add(*check, "--image-token-id", c.image_token_id, "id of the image placeholder token")
+      ->check(non_negative());
+  add(*check, "--truncation", c.truncation, "over-long records: turn (cut whole turns) or skip")
+      ->check(CLI::IsMember({"turn", "skip"}));
+  add(*check, "--workers", c.workers, "threads preparing records")->check(positive());
+  add_flag(*check, "--no-image-first", o->no_image_first, "keep <image> where the text puts it");
+  add_flag(*check, "--no-decode", o->no_decode, "only check that image files exist (faster)");
+
+  CLI::App* demo =
+      app.add_subcommand("demo", "write the generated shapes dataset (train.json, heldout.json, images/)");
+  add(*demo, "--out", o->out, "folder to write")->type_name("DIR")->required();
+  add(*demo, "--train", o->demo.num_train, "training records")->check(non_negative());
+  add(*demo, "--heldout", o->demo.num_heldout, "held-out records")->check(non_negative());
+  add(*demo, "--image-size", o->demo.image_size, "square image side, pixels (>= 32)")
+      ->check(between(32, 1 << 16));
+  add(*demo, "--seed", o->demo.seed, "random seed");
+  return [o, check] { return check->parsed() ? run_check(*o) : run_demo(*o); };
+}
+
+Register reg({"data", "validate a dataset (check) or write the demo dataset (demo)", setup});
 
 }  // namespace
 }  // namespace gmod::cli

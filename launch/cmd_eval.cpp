@@ -16,11 +16,6 @@
 namespace gmod::cli {
 namespace {
 
-const char* kUsage =
-    "usage: gmod eval --model DIR --data JSON [--images DIR] [--tokenizer T] [--template vicuna_v1]\n"
-    "                 [--max-len N] [--batch 4] [--max-batches N] [--no-exact-match] [--json out.json]\n"
-    "                 [--dtype fp32|bf16] [--device D]\n";
-
 // Adds `b` into `a` layer by layer (the reports of several forwards).
 void merge(ComputeReport& a, const ComputeReport& b) {
   std::map<int, LayerCompute> layers;
@@ -41,20 +36,23 @@ void merge(ComputeReport& a, const ComputeReport& b) {
   a.flops += b.flops, a.dense_flops += b.dense_flops;
 }
 
-int run_eval(const std::vector<std::string>& argv) {
-  if (argv.empty()) {
-    std::cerr << kUsage;
-    return 2;
-  }
-  Args a(argv, {"no-exact-match"});
-  a.check_known(known_options({kModelOptions, kDataOptions, {"batch", "max-batches", "json", "no-exact-match"}}));
-  const int batch = std::stoi(a.get_or("batch", "4"));
-  const int64_t max_batches = std::stoll(a.get_or("max-batches", "0"));
-  if (batch <= 0) throw std::invalid_argument("--batch must be positive");
-  const bool exact = !a.flag("no-exact-match");
-  CliModel m = load_cli_model(a);
-  auto tok = load_cli_tokenizer(a, m);
-  auto ds = make_cli_dataset(a, m, tok);
+struct EvalOptions {
+  ModelOptions model;
+  TextOptions text;
+  DataOptions data;
+  int batch = 4;
+  int64_t max_batches = 0;
+  std::string json;
+  bool no_exact_match = false;
+};
+
+int run_eval(const EvalOptions& o) {
+  const int batch = o.batch;
+  const int64_t max_batches = o.max_batches;
+  const bool exact = !o.no_exact_match;
+  CliModel m = load_cli_model(o.model);
+  auto tok = load_cli_tokenizer(o.text, m);
+  auto ds = make_cli_dataset(o.data, o.text, m, tok);
 
   double loss_sum = 0;
   int64_t supervised = 0, samples = 0, bad = 0, batches = 0, hits = 0, counted = 0;
@@ -107,7 +105,8 @@ int run_eval(const std::vector<std::string>& argv) {
               report.dense_flops * 1e-9);
   std::cout << report.table();
 
-  if (auto path = a.get("json")) {
+  if (!o.json.empty()) {
+    const std::string* path = &o.json;
     nlohmann::json j{{"model", m.dir},        {"data", ds->config().data_path}, {"samples", samples},
                      {"batches", batches},    {"supervised_tokens", supervised}, {"loss", loss},
                      {"compute", report.to_json()}};
@@ -124,7 +123,20 @@ int run_eval(const std::vector<std::string>& argv) {
   return 0;
 }
 
-Register reg({"eval", "loss, exact-match accuracy, skip ratio and FLOPs of a model on a dataset", run_eval});
+Runner setup(CLI::App& app) {
+  auto o = std::make_shared<EvalOptions>();
+  add_model_options(app, o->model);
+  add_text_options(app, o->text);
+  add_data_options(app, o->data);
+  add(app, "--batch", o->batch, "samples per forward")->check(positive());
+  add(app, "--max-batches", o->max_batches, "stop after this many batches (0: the whole dataset)")
+      ->check(non_negative());
+  add(app, "--json", o->json, "also write the figures as JSON here")->type_name("FILE");
+  add_flag(app, "--no-exact-match", o->no_exact_match, "skip the greedy first-answer exact match (faster)");
+  return [o] { return run_eval(*o); };
+}
+
+Register reg({"eval", "loss, exact-match accuracy, skip ratio and FLOPs of a model on a dataset", setup});
 
 }  // namespace
 }  // namespace gmod::cli

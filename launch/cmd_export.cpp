@@ -19,11 +19,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* kUsage =
-    "usage: gmod export --checkpoint RUN_DIR/checkpoints/step-N|RUN_DIR [--out DIR]\n"
-    "       gmod export --from-hf HF_DIR --out DIR   (re-save, e.g. official γ-MoD names -> transformers layout)\n"
+const char* kFooter =
     "RUN_DIR picks its newest valid checkpoint; --out defaults to RUN_DIR/export/step-N.\n"
-    "The run's model.path (or model.llm/vision) config.json must be readable from the current directory.\n";
+    "The run's model.path (or model.llm/vision) config.json must be readable from the current directory.\n"
+    "--from-hf HF_DIR --out DIR re-saves a Hugging Face dir (e.g. official γ-MoD names -> transformers layout).";
+
+struct ExportOptions {
+  std::string checkpoint, out, from_hf;
+};
 
 // Tokenizer / processor files of the source model that make the export a usable Hugging Face dir.
 void copy_side_files(const std::string& from, const std::string& to) {
@@ -62,23 +65,19 @@ void describe(const MultimodalLM& m, const MoDConfig& mc, const std::string& out
             << "; verified: " << verified << " tensors read back bit-identically\n";
 }
 
-int run_export(const std::vector<std::string>& argv) {
-  Args a(argv);
-  a.check_known({"checkpoint", "out", "from-hf"});
-  if (auto hf = a.get("from-hf")) {
-    const auto out = a.get("out");
-    if (!out) throw std::invalid_argument(std::string("--from-hf needs --out DIR\n") + kUsage);
-    auto m = load_mod_pretrained(*hf);
-    MoDConfig mc = read_mod_config(*hf).value_or(MoDConfig{});
+int run_export(const ExportOptions& o) {
+  if (!o.from_hf.empty()) {
+    if (o.out.empty()) throw UsageError("--from-hf needs --out DIR");
+    auto m = load_mod_pretrained(o.from_hf);
+    MoDConfig mc = read_mod_config(o.from_hf).value_or(MoDConfig{});
     if (mod_layers(*m).empty()) mc.mod_layers.clear();
-    save_mod_pretrained(*m, mc, *out);
-    copy_side_files(*hf, *out);
-    describe(*m, mc, *out, verify_export(*m, *out));
+    save_mod_pretrained(*m, mc, o.out);
+    copy_side_files(o.from_hf, o.out);
+    describe(*m, mc, o.out, verify_export(*m, o.out));
     return 0;
   }
-  const auto ck = a.get("checkpoint");
-  if (!ck) throw std::invalid_argument(std::string("--checkpoint is required\n") + kUsage);
-  std::string step_dir = *ck;
+  if (o.checkpoint.empty()) throw UsageError("--checkpoint or --from-hf is required");
+  std::string step_dir = o.checkpoint;
   if (!fs::exists(fs::path(step_dir) / "manifest.json")) {
     if (!fs::is_directory(fs::path(step_dir) / "checkpoints"))
       throw std::invalid_argument(step_dir + ": neither a checkpoint (no manifest.json) nor a run directory (no checkpoints/)");
@@ -97,7 +96,7 @@ int run_export(const std::vector<std::string>& argv) {
       throw std::runtime_error(step_dir + ": the run's model directory '" + dir +
                                "' has no config.json here (run gmod export from the directory the run was started in)");
   const fs::path run_dir = fs::path(step_dir).parent_path().parent_path();
-  const std::string out = a.get_or("out", (run_dir / "export" / fs::path(step_dir).filename()).string());
+  const std::string out = o.out.empty() ? (run_dir / "export" / fs::path(step_dir).filename()).string() : o.out;
 
   MoDConfig mc;
   auto model = build_run_model(cfg, &mc);
@@ -120,7 +119,19 @@ int run_export(const std::vector<std::string>& argv) {
   return 0;
 }
 
-Register reg({"export", "a training checkpoint as a Hugging Face model dir (dense or γ-MoD)", run_export});
+Runner setup(CLI::App& app) {
+  auto o = std::make_shared<ExportOptions>();
+  app.footer(kFooter);
+  auto* ck = add(app, "--checkpoint", o->checkpoint, "a checkpoint (RUN_DIR/checkpoints/step-N) or a run dir")
+                 ->type_name("DIR");
+  add(app, "--out", o->out, "the Hugging Face dir to write (default: RUN_DIR/export/step-N)")->type_name("DIR");
+  add(app, "--from-hf", o->from_hf, "re-save this Hugging Face dir instead of a checkpoint (needs --out)")
+      ->type_name("DIR")
+      ->excludes(ck);
+  return [o] { return run_export(*o); };
+}
+
+Register reg({"export", "a training checkpoint as a Hugging Face model dir (dense or γ-MoD)", setup});
 
 }  // namespace
 }  // namespace gmod::cli

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <optional>
 #include <iostream>
 
 #include "data/clip_preprocess.h"
@@ -15,10 +16,16 @@
 namespace gmod::cli {
 namespace {
 
-const char* kUsage =
-    "usage: gmod generate --model DIR [--tokenizer T] [--image PNG|JPG ...] --prompt TEXT [--template vicuna_v1]\n"
-    "                     [--max-new-tokens 64] [--top-p P --temperature T --seed S]  (greedy by default)\n"
-    "                     [--system TEXT] [--dtype fp32|bf16] [--device D]\n";
+struct GenerateCliOptions {
+  ModelOptions model;
+  TextOptions text;
+  std::vector<std::string> images;
+  std::string prompt;
+  std::string system;
+  int64_t max_new_tokens = 64;
+  std::optional<double> top_p, temperature;
+  uint64_t seed = 0;
+};
 
 struct Prompt {
   std::vector<int32_t> ids;
@@ -49,26 +56,16 @@ Prompt build_prompt(const ConversationEncoder& enc, std::string text, size_t n_i
   return p;
 }
 
-int run_generate(const std::vector<std::string>& argv) {
-  if (argv.empty()) {
-    std::cerr << kUsage;
-    return 2;
-  }
-  Args a(argv);
-  a.check_known(known_options({kModelOptions,
-                               {"tokenizer", "template", "image", "prompt", "max-new-tokens", "top-p", "temperature",
-                                "seed", "system"}}));
-  auto text = a.get("prompt");
-  if (!text) throw std::invalid_argument("--prompt TEXT is required");
-  CliModel m = load_cli_model(a);
-  auto tok = load_cli_tokenizer(a, m);
-  DatasetConfig dc = cli_dataset_config(a, m);
-  if (auto s = a.get("system")) dc.conversation.system_prompt = *s;
+int run_generate(const GenerateCliOptions& o) {
+  CliModel m = load_cli_model(o.model);
+  auto tok = load_cli_tokenizer(o.text, m);
+  DatasetConfig dc = cli_dataset_config(o.text, m);
+  if (!o.system.empty()) dc.conversation.system_prompt = o.system;
   ConversationEncoder enc(tok, dc.conversation);
-  const std::vector<std::string> images = a.all("image");
+  const std::vector<std::string>& images = o.images;
   if (!images.empty() && !m.model->config.vision)
-    throw std::invalid_argument("--image: the model at " + m.dir + " has no vision tower");
-  const Prompt p = build_prompt(enc, *text, images.size());
+    throw UsageError("--image: the model at " + m.dir + " has no vision tower");
+  const Prompt p = build_prompt(enc, o.prompt, images.size());
 
   ModelInputs in;
   const int64_t L = static_cast<int64_t>(p.ids.size());
@@ -90,13 +87,13 @@ int run_generate(const std::vector<std::string>& argv) {
   in.token_roles = in.token_roles.to(m.device);
 
   GenerateOptions g;
-  g.max_new_tokens = std::stoll(a.get_or("max-new-tokens", "64"));
-  if (a.get("top-p") || a.get("temperature")) {
+  g.max_new_tokens = o.max_new_tokens;
+  if (o.top_p || o.temperature) {
     g.greedy = false;
-    g.top_p = std::stod(a.get_or("top-p", "1.0"));
-    g.temperature = std::stod(a.get_or("temperature", "1.0"));
+    g.top_p = o.top_p.value_or(1.0);
+    g.temperature = o.temperature.value_or(1.0);
   }
-  g.seed = std::stoull(a.get_or("seed", "0"));
+  g.seed = o.seed;
   if (auto eos = tok->eos_id()) g.eos_token_id = *eos;
   g.pad_token_id = enc.pad_id();
   const GenerateResult r = generate(*m.model, in, g);
@@ -122,7 +119,24 @@ int run_generate(const std::vector<std::string>& argv) {
   return 0;
 }
 
-Register reg({"generate", "generate text for a prompt (and images) with a dense or γ-MoD model", run_generate});
+Runner setup(CLI::App& app) {
+  auto o = std::make_shared<GenerateCliOptions>();
+  add_model_options(app, o->model);
+  add_text_options(app, o->text, /*with_max_len=*/false);
+  add(app, "--prompt", o->prompt, "the user's turn; <image> marks where each image goes (default: before the text)")
+      ->required();
+  add(app, "--image", o->images, "an image (PNG or JPEG); repeat for several")->type_name("FILE");
+  add(app, "--system", o->system, "system prompt (default: the template's)");
+  add(app, "--max-new-tokens", o->max_new_tokens, "tokens to generate at most")->check(positive());
+  add(app, "--top-p", o->top_p, "top-p sampling with this p (default: greedy)")->type_name("P")->check(between(0.0, 1.0));
+  add(app, "--temperature", o->temperature, "sampling temperature (implies sampling; default 1.0 then)")
+      ->type_name("T")
+      ->check(positive());
+  add(app, "--seed", o->seed, "sampling seed");
+  return [o] { return run_generate(*o); };
+}
+
+Register reg({"generate", "generate text for a prompt (and images) with a dense or γ-MoD model", setup});
 
 }  // namespace
 }  // namespace gmod::cli

@@ -13,14 +13,13 @@
 namespace gmod::cli {
 namespace {
 
-int run_info(const std::vector<std::string>& argv) {
-  Args(argv).check_known({});
+int run_info() {
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
   MPI_Get_library_version(mpi, &len);
   std::string mpi_s(mpi, len);
   if (auto nl = mpi_s.find('\n'); nl != std::string::npos) mpi_s.resize(nl);
-  std::cout << "gmod 0.1.0\nLibTorch " << TORCH_VERSION << "\nMPI " << mpi_s << "\n";
+  std::cout << "gmod " << GMOD_VERSION << "\nLibTorch " << TORCH_VERSION << "\nMPI " << mpi_s << "\n";
 #ifdef GMOD_WITH_CUDA
   std::cout << "NCCL " << NCCL_MAJOR << "." << NCCL_MINOR << "." << NCCL_PATCH << " (compiled in)\n";
 #else
@@ -30,7 +29,9 @@ int run_info(const std::vector<std::string>& argv) {
   return 0;
 }
 
-Register reg({"info", "versions of LibTorch, MPI, NCCL and the devices seen", run_info});
+Runner setup(CLI::App&) { return run_info; }
+
+Register reg({"info", "versions of LibTorch, MPI, NCCL and the devices seen", setup});
 
 }  // namespace
 }  // namespace gmod::cli

@@ -4,6 +4,7 @@
 // budget. Prints a table, and the same as JSON with --json FILE ("-" = stdout). Nothing is allocated: it runs
 // on a laptop for a 13B model.
 #include <fstream>
+#include <optional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -23,16 +24,19 @@ using json = nlohmann::json;
 const std::vector<std::pair<std::string, std::string>> kPlanKeys = {{"model", "activation_checkpointing"},
                                                                     {"model", "checkpoint_every"}};
 
-int run_plan(const std::vector<std::string>& argv) {
-  Args a(argv);
-  a.check_known({"world", "gpu-mem", "reserve-gb", "checkpointing", "checkpoint-every", "json", "set",
-                 "model", "images", "mod-kept"});
-  if (a.positional().size() != 1)
-    throw std::invalid_argument(
-        "usage: gmod plan CONFIG.json [--world N] [--gpu-mem GiB] [--reserve-gb GiB] "
-        "[--checkpointing none|full|every_k] [--checkpoint-every K] [--model DIR] "
-        "[--images N] [--mod-kept F] [--set key=value]... [--json FILE|-]");
-  const std::string path = a.positional()[0];
+struct PlanOptions {
+  std::string config;
+  int world = 1;
+  std::optional<double> gpu_mem, reserve_gb;
+  std::optional<std::string> checkpointing;
+  std::optional<int> checkpoint_every, images;
+  std::optional<double> mod_kept;
+  std::string model, json;
+  std::vector<std::string> sets;
+};
+
+int run_plan(const PlanOptions& o) {
+  const std::string& path = o.config;
   std::ifstream f(path);
   if (!f) throw std::runtime_error(path + ": cannot open the training config");
   json raw;
@@ -44,29 +48,28 @@ int run_plan(const std::vector<std::string>& argv) {
   json rest = raw;
   for (const auto& [section, key] : kPlanKeys)
     if (rest.contains(section) && rest[section].is_object()) rest[section].erase(key);
-  TrainConfig cfg = train_config_from_json(rest, a.all("set"), path);
-  if (auto m = a.get("model")) {  // a combined HF-style config dir instead of the config's model
-    cfg.model.path = *m;
+  TrainConfig cfg = train_config_from_json(rest, o.sets, path);
+  if (!o.model.empty()) {  // a combined HF-style config dir instead of the config's model
+    cfg.model.path = o.model;
     cfg.model.llm.clear(), cfg.model.vision.clear(), cfg.model.projector.clear();
   }
   if (cfg.model.path.empty() && cfg.model.llm.empty())
     throw std::invalid_argument(path + ": neither model.path nor model.llm is set (or pass --model DIR)");
   const LlavaConfig model = run_model_config(cfg.model);  // the combined dir's config, or the parts' composition
-  const int world = std::stoi(a.get_or("world", "1"));
-  if (world < 1) throw std::invalid_argument("--world must be >= 1");
+  const int world = o.world;
 
   MemoryPlanInputs in = plan_inputs_from_config(cfg, raw, model, world);
-  if (auto c = a.get("checkpointing")) in.checkpointing = *c;
-  if (auto k = a.get("checkpoint-every")) in.checkpoint_every = std::stoi(*k);
-  if (auto n = a.get("images")) in.images_per_sample = std::stoi(*n);
-  if (auto k = a.get("mod-kept")) in.mod_kept_fraction = std::stod(*k);
+  if (o.checkpointing) in.checkpointing = *o.checkpointing;
+  if (o.checkpoint_every) in.checkpoint_every = *o.checkpoint_every;
+  if (o.images) in.images_per_sample = *o.images;
+  if (o.mod_kept) in.mod_kept_fraction = *o.mod_kept;
   constexpr double GB = double(int64_t(1) << 30);  // GiB, as nvidia-smi reports "80 GB" cards
-  if (auto g = a.get("gpu-mem")) {
-    in.budget_bytes = std::stod(*g) * GB;
+  if (o.gpu_mem) {
+    in.budget_bytes = *o.gpu_mem * GB;
     // CUDA context, NCCL and cuBLAS workspaces, caching-allocator fragmentation: not derived, an allowance.
-    in.reserve_bytes = std::stod(a.get_or("reserve-gb", "4")) * GB;
-  } else if (auto r = a.get("reserve-gb")) {
-    in.reserve_bytes = std::stod(*r) * GB;
+    in.reserve_bytes = o.reserve_gb.value_or(4.0) * GB;
+  } else if (o.reserve_gb) {
+    in.reserve_bytes = *o.reserve_gb * GB;
   }
   const MemoryPlan p = plan_memory(in);
 
@@ -83,7 +86,8 @@ int run_plan(const std::vector<std::string>& argv) {
                           std::to_string(in.mod_kept_fraction).substr(0, 5) + " of the tokens")
             << ", grad accumulation " << in.grad_accum << "\n\n"
             << format_plan(p);
-  if (auto j = a.get("json")) {
+  if (!o.json.empty()) {
+    const std::string* j = &o.json;
     json out = to_json(p);
     out["inputs"] = {{"config", path},
                      {"model", describe_model_source(cfg.model)},
@@ -112,9 +116,38 @@ int run_plan(const std::vector<std::string>& argv) {
   return in.budget_bytes > 0 && !p.fits ? 3 : 0;
 }
 
+Runner setup(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  app.footer("Exit code 3 when --gpu-mem is given and the plan does not fit it. docs/plan.md explains the terms.");
+  add(app, "config", o->config, "training config (configs/*.json, JSON with comments)")->type_name("CONFIG")->required();
+  add(app, "--world", o->world, "ranks (GPUs)")->check(positive());
+  add(app, "--gpu-mem", o->gpu_mem, "per-GPU memory budget; the verdict says whether the plan fits")
+      ->type_name("GiB")
+      ->check(positive());
+  add(app, "--reserve-gb", o->reserve_gb,
+      "allowance for the CUDA context, NCCL/cuBLAS workspaces and fragmentation (default 4 with --gpu-mem, else 0)")
+      ->type_name("GiB")
+      ->check(non_negative());
+  add(app, "--checkpointing", o->checkpointing, "activation checkpointing (default: the config's)")
+      ->type_name("none|full|every_k")
+      ->check(CLI::IsMember({"none", "full", "every_k"}));
+  add(app, "--checkpoint-every", o->checkpoint_every, "k of every_k (default: the config's)")
+      ->type_name("K")
+      ->check(positive());
+  add(app, "--model", o->model, "a combined Hugging Face config dir instead of the config's model")->type_name("DIR");
+  add(app, "--images", o->images, "images per sample (default: from the model and data config)")
+      ->check(non_negative());
+  add(app, "--mod-kept", o->mod_kept, "fraction of the tokens MoD layers keep (default: from the MoD config)")
+      ->type_name("F")
+      ->check(between(0.0, 1.0));
+  add(app, "--set", o->sets, "override one config key; repeat for several")->type_name("KEY=VALUE");
+  add(app, "--json", o->json, "also write the plan as JSON here (- for stdout)")->type_name("FILE|-");
+  return [o] { return run_plan(*o); };
+}
+
 Register reg({"plan",
               "per-rank memory (weights, grads, optimizer, activations) and communication of a config",
-              run_plan});
+              setup});
 
 }  // namespace
 }  // namespace gmod::cli

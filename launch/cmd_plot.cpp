@@ -19,7 +19,10 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const char* kUsage = "usage: gmod plot --metrics RUN_DIR/metrics.jsonl [--out DIR (default RUN_DIR/plots)]\n";
+struct PlotOptions {
+  std::string metrics, out;
+  std::string gnuplot = "gnuplot";
+};
 
 std::string quote(const std::string& s) {
   std::string out = "'";
@@ -64,18 +67,10 @@ std::string header(const std::string& terminal, const std::string& png, const st
          "set datafile missing 'NaN'\n";
 }
 
-int run_plot(const std::vector<std::string>& argv) {
-  if (argv.empty()) {
-    std::cerr << kUsage;
-    return 2;
-  }
-  Args a(argv);
-  a.check_known({"metrics", "out", "gnuplot"});
-  auto metrics = a.get("metrics");
-  if (!metrics) throw std::invalid_argument("--metrics RUN_DIR/metrics.jsonl is required");
-  const fs::path mpath = fs::is_directory(*metrics) ? fs::path(*metrics) / "metrics.jsonl" : fs::path(*metrics);
-  const fs::path out = a.get_or("out", (mpath.parent_path() / "plots").string());
-  const std::string gnuplot = a.get_or("gnuplot", "gnuplot");
+int run_plot(const PlotOptions& o) {
+  const fs::path mpath = fs::is_directory(o.metrics) ? fs::path(o.metrics) / "metrics.jsonl" : fs::path(o.metrics);
+  const fs::path out = o.out.empty() ? mpath.parent_path() / "plots" : fs::path(o.out);
+  const std::string& gnuplot = o.gnuplot;
 
   // gnuplot first, so a missing one is reported before any work.
   auto [rc, terms] = capture(quote(gnuplot) + " -e 'set terminal'");
@@ -177,7 +172,15 @@ int run_plot(const std::vector<std::string>& argv) {
   return 0;
 }
 
-Register reg({"plot", "PNG plots of a run's metrics.jsonl (loss, skip ratio, lr, tokens/s) with gnuplot", run_plot});
+Runner setup(CLI::App& app) {
+  auto o = std::make_shared<PlotOptions>();
+  add(app, "--metrics", o->metrics, "a run's metrics.jsonl, or the run dir holding it")->type_name("PATH")->required();
+  add(app, "--out", o->out, "folder of the PNGs, .dat and .gp files (default: RUN_DIR/plots)")->type_name("DIR");
+  add(app, "--gnuplot", o->gnuplot, "the gnuplot program")->type_name("PATH");
+  return [o] { return run_plot(*o); };
+}
+
+Register reg({"plot", "PNG plots of a run's metrics.jsonl (loss, skip ratio, lr, tokens/s) with gnuplot", setup});
 
 }  // namespace
 }  // namespace gmod::cli

@@ -38,18 +38,22 @@ std::string nccl_version() {
 #endif
 }
 
-int run_train(const std::vector<std::string>& argv) {
-  Args a(argv, {"dry-run"});
-  a.check_known({"config", "set", "threads", "dry-run"});
-  if (!a.positional().empty()) throw std::invalid_argument("unexpected argument " + a.positional()[0]);
+struct TrainOptions {
+  std::string config;
+  std::vector<std::string> sets;
+  int threads = 0;
+  bool dry_run = false;
+};
+
+int run_train(const TrainOptions& o) {
   Runtime runtime(nullptr, nullptr);
   return run_guarded([&] {
-    if (auto t = a.get("threads")) at::set_num_threads(std::stoi(*t));
-    TrainConfig cfg = read_train_config(a.get_or("config", ""), a.all("set"));
+    if (o.threads > 0) at::set_num_threads(o.threads);
+    TrainConfig cfg = read_train_config(o.config, o.sets);
     const int rank = world_rank(), world = world_size();
     validate_train_config(cfg, world);
     if (rank == 0) std::cout << "effective config:\n" << to_json(cfg).dump(2) << "\n";
-    if (a.flag("dry-run")) return 0;
+    if (o.dry_run) return 0;
 
     auto comm = make_comm(at::Device(cfg.model.device));
     // Every rank's device, gathered for rank 0's banner.
@@ -70,7 +74,20 @@ int run_train(const std::vector<std::string>& argv) {
   });
 }
 
-Register reg({"train", "train a (MoD) LLaVA model: --config X.json [--set key.path=value ...]", run_train});
+Runner setup(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  app.footer("Under mpirun, one process per rank (launch/run_single_node.sh, run_multi_node.sh). docs/training.md "
+             "lists the config keys.");
+  add(app, "--config", o->config, "training config (configs/*.json); without it, the built-in defaults")
+      ->type_name("JSON");
+  add(app, "--set", o->sets, "override one config key, e.g. --set optimizer.lr=1e-4; repeat for several")
+      ->type_name("KEY=VALUE");
+  add(app, "--threads", o->threads, "CPU threads per rank (0: LibTorch's default)")->check(non_negative());
+  add_flag(app, "--dry-run", o->dry_run, "validate the config, print the effective config and exit");
+  return [o] { return run_train(*o); };
+}
+
+Register reg({"train", "train a (MoD) LLaVA model: --config X.json [--set key.path=value ...]", setup});
 
 }  // namespace
 }  // namespace gmod::cli

@@ -10,7 +10,7 @@ PYVER="$(python3 -c 'import sys;print(f"{sys.version_info[0]}.{sys.version_info[
 VENV="$CACHE/venv-torch-$TORCH_VERSION-py$PYVER"
 
 PKGS=(libopenmpi-dev openmpi-bin libhdf5-dev hdf5-helpers nlohmann-json3-dev libsentencepiece-dev
-      libgtest-dev libgmock-dev libpcre2-dev libjpeg-dev libpng-dev ccache gnuplot-nox)
+      libgtest-dev libgmock-dev libpcre2-dev libjpeg-dev libpng-dev ccache gnuplot-nox libcli11-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do
