@@ -1,16 +1,14 @@
 // Activation checkpointing: activation memory saved and step-time cost of none / full / every_2 on a dense
 // model and on a γ-MoD model (MoD on every layer but the first and last, skip_frac 0.5 of the routable
-// tokens). Memory comes from a counting wrapper around the CPU allocator (every CPU tensor allocation, not
-// RSS): "kept" is what is still allocated after the forward (the activations held for the backward), "peak"
-// the highest allocation during forward+backward, both above the resident parameters and gradients. Time is
-// the fastest fwd+bwd step (modes interleaved).
+// tokens). Memory comes from trainer/memory_tracker.h, a counting wrapper around the CPU allocator (every
+// CPU tensor allocation, not RSS): "kept" is what is still allocated after the forward (the activations held
+// for the backward), "peak" the highest allocation during forward+backward, both above the resident
+// parameters and gradients. Time is the fastest fwd+bwd step (modes interleaved).
 //   bench_checkpointing [--hidden 512] [--layers 8] [--seq 512] [--batch 2] [--iters 3]
 #include <ATen/ATen.h>
-#include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -20,52 +18,11 @@
 #include "mod/conversion.h"
 #include "model/activation_checkpoint.h"
 #include "model/token_roles.h"
+#include "trainer/memory_tracker.h"
 
 using namespace gmod;
 
 namespace {
-
-// Wraps the CPU allocator and counts live bytes and their high-water mark. Only for this benchmark (installed
-// once in main, before any tensor exists).
-class CountingCpuAllocator final : public c10::Allocator {
- public:
-  explicit CountingCpuAllocator(c10::Allocator* base) : base_(base) {}
-
-  c10::DataPtr allocate(size_t n) override {
-    c10::DataPtr inner = base_->allocate(n);
-    void* data = inner.get();
-    const int64_t now = live_.fetch_add(int64_t(n)) + int64_t(n);
-    int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
-    auto* ctx = new Block{std::move(inner), n, this};
-    return {data, ctx, &release, c10::Device(c10::kCPU)};
-  }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-
-  int64_t live() const { return live_.load(); }
-  int64_t peak() const { return peak_.load(); }
-  void reset_peak() { peak_.store(live_.load()); }
-
- private:
-  struct Block {
-    c10::DataPtr inner;
-    size_t bytes;
-    CountingCpuAllocator* owner;
-  };
-  static void release(void* p) {
-    auto* b = static_cast<Block*>(p);
-    b->owner->live_.fetch_sub(int64_t(b->bytes));
-    delete b;  // frees through the wrapped allocator's deleter
-  }
-
-  c10::Allocator* base_;
-  std::atomic<int64_t> live_{0}, peak_{0};
-};
-
-CountingCpuAllocator* g_alloc = nullptr;
 
 struct Args {
   int hidden = 512, layers = 8, seq = 512, batch = 2, iters = 3;
@@ -133,23 +90,23 @@ struct Result {
 void step(MultimodalLM& m, const ModelInputs& in, const MoDConfig& cfg, const char* mode, Result& r) {
   m.llm->activation_checkpointing = parse_activation_checkpointing(mode);
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t base = g_alloc->live();
-  g_alloc->reset_peak();
+  MemoryTracker& mem = *MemoryTracker::get();
+  const int64_t base = mem.live_bytes();
+  mem.reset_peak();
   ForwardState st;
   ModelOutput out = m.forward(in, st);
   at::Tensor loss = out.lm_loss;
   if (!st.aux_losses.empty()) loss = loss + total_routing_loss(st, cfg);
-  r.kept_mib = double(g_alloc->live() - base) / (1 << 20);
+  r.kept_mib = double(mem.live_bytes() - base) / (1 << 20);
   loss.backward();
-  r.peak_mib = double(g_alloc->peak() - base) / (1 << 20);
+  r.peak_mib = double(mem.peak_bytes() - base) / (1 << 20);
   r.step_s = std::min(r.step_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  g_alloc = new CountingCpuAllocator(c10::GetCPUAllocator());  // never freed: tensors may outlive main
-  c10::SetCPUAllocator(g_alloc, /*priority=*/100);
+  MemoryTracker::install();  // before any tensor exists
 
   const Args a = parse(argc, argv);
   at::manual_seed(0);
