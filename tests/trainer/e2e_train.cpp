@@ -401,14 +401,16 @@ TEST(TrainE2E, SigusrToMpirunSavesAndResumesExactly) { signal_to_mpirun_saves_an
 TEST(TrainE2E, ActivationCheckpointingTwoRanks) {
   TempDir t;
   const std::string ref = t.str("no_ckpt");
-  ASSERT_EQ(gmod_train(2, write_config(ref), {"schedule.max_steps=3"}), 0) << slurp(ref + ".config.json.log");
+  const std::string overlap = "optimizer.overlap_comm=true";
+  ASSERT_EQ(gmod_train(2, write_config(ref), {"schedule.max_steps=3", overlap}), 0) << slurp(ref + ".config.json.log");
   const auto mref = step_metrics(ref);
   ASSERT_EQ(mref.size(), 3u);
   for (const char* mode : {"full", "every_2"}) {
     SCOPED_TRACE(mode);
     const std::string run = t.str(std::string("ckpt_") + mode);
     const std::string set = std::string("model.activation_checkpointing=") + mode;
-    ASSERT_EQ(gmod_train(2, write_config(run), {"schedule.max_steps=3", set}), 0) << slurp(run + ".config.json.log");
+    ASSERT_EQ(gmod_train(2, write_config(run), {"schedule.max_steps=3", overlap, set}), 0)
+        << slurp(run + ".config.json.log");
     EXPECT_NE(slurp(run + ".config.json.log").find(std::string("activation checkpointing ") + mode), std::string::npos);
     const auto m = step_metrics(run);
     for (int64_t k = 1; k <= 3; ++k)
