@@ -97,6 +97,11 @@ MoDDecoderLayer::MoDDecoderLayer(const DenseDecoderLayer& d, const MoDConfig& c,
   }
 }
 
+std::vector<at::Tensor> MoDDecoderLayer::external_parameters() const {
+  if (cfg.router == RouterKind::kGammaShared && shared_router) return {shared_router->weight};
+  return {};
+}
+
 bool MoDDecoderLayer::uses_topk() const {
   return cfg.mode == RoutingMode::kTopK || (cfg.mode == RoutingMode::kAuto && is_training());
 }
@@ -134,7 +139,12 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   auto sc = score(h);
   const bool topk = uses_topk();
   at::Tensor sel;
-  if (forced_selection.defined()) {
+  if (st.routing_pass == RoutingPass::kReplay) {  // recompute of a checkpointed layer: the first pass's tokens
+    if (!st.routing_selection.defined() || st.routing_selection.sizes() != masks.valid.sizes())
+      throw std::logic_error("MoD layer " + std::to_string(layer_idx) +
+                             ": replayed routing_selection must be the first pass's [B, L] selection");
+    sel = st.routing_selection;
+  } else if (forced_selection.defined()) {
     if (forced_selection.sizes() != masks.valid.sizes())
       throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) + ": forced_selection must be [B, L]");
     sel = forced_selection.to(masks.valid.device()).to(at::kBool) & masks.valid;
@@ -149,7 +159,8 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     const double thr = cfg.router == RouterKind::kGammaShared ? cfg.infer_threshold : cfg.decode_threshold;
     sel = masks.forced | (masks.routable & (sc.keep_prob > thr));
   }
-  if (record_selection) recorded.push_back(sel);
+  if (st.routing_pass == RoutingPass::kRecord) st.routing_selection = sel;
+  if (record_selection && st.routing_pass != RoutingPass::kReplay) recorded.push_back(sel);
   if (sc.logits.defined() && topk && !forced_selection.defined())
     st.aux_losses.push_back(routing_loss(sc.logits, sel, masks.valid));
 

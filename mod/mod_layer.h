@@ -63,6 +63,7 @@ class MoDDecoderLayer : public DecoderBlock {
   // processed tokens, per-sample lengths in KVCache::lengths) or one decode step [B, 1, D].
   at::Tensor forward(const at::Tensor& h, ForwardState& st, int layer_idx) override;
   bool is_mod() const override { return true; }
+  std::vector<at::Tensor> external_parameters() const override;  // the shared γ-MoD router
   bool uses_topk() const;
 
   std::shared_ptr<RMSNormImpl> input_layernorm, post_attention_layernorm;

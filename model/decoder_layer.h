@@ -20,6 +20,11 @@ struct LayerTokens {
   int64_t attn_pairs = -1;  // causal query-key pairs computed, summed over samples; -1 = not reported (dense)
 };
 
+// How a routing block treats its data-dependent token selection in this pass (activation checkpointing,
+// model/activation_checkpoint.h): kRecord stores it in ForwardState::routing_selection, kReplay takes it from there
+// instead of routing again, so the recomputed forward processes exactly the tokens of the first pass.
+enum class RoutingPass { kNormal, kRecord, kReplay };
+
 struct ForwardState {
   const RotaryEmbedding* rope = nullptr;
   at::Tensor positions;    // [B, L] int64 absolute positions of the current tokens
@@ -35,6 +40,8 @@ struct ForwardState {
   std::vector<LayerTokens> tokens;     // per layer accounting
   int64_t valid_tokens = 0;            // number of real tokens in the batch
   at::Tensor routing_scores;           // [B, L] fp32 left by a layer for the next attention-routed (A-MoD) layer
+  RoutingPass routing_pass = RoutingPass::kNormal;
+  at::Tensor routing_selection;  // [B, L] bool: written in kRecord, read in kReplay
 };
 
 class DecoderBlock : public torch::nn::Module {
@@ -42,6 +49,9 @@ class DecoderBlock : public torch::nn::Module {
   // h [B, L, D] -> [B, L, D].
   virtual at::Tensor forward(const at::Tensor& h, ForwardState& st, int layer_idx) = 0;
   virtual bool is_mod() const { return false; }
+  // Parameters the forward uses that are registered elsewhere (γ-MoD's router shared by every MoD layer), so that
+  // a checkpointed block can return their gradients too.
+  virtual std::vector<at::Tensor> external_parameters() const { return {}; }
 };
 
 // The standard pre-norm LLaMA layer: h + attn(norm(h)), then + mlp(norm(.)).

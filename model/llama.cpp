@@ -26,7 +26,11 @@ at::Tensor LlamaModel::forward(const at::Tensor& inputs_embeds, ForwardState& st
   st.cos = cos;
   st.sin = sin;
   auto h = inputs_embeds;
-  for (size_t i = 0; i < layers->size(); ++i) h = (*layers)[i]->forward(h, st, static_cast<int>(i));
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const int idx = static_cast<int>(i);
+    const auto& block = (*layers)[i];
+    h = activation_checkpointing.applies(idx) ? checkpointed_forward(block, h, st, idx) : block->forward(h, st, idx);
+  }
   return norm->forward(h);
 }
 

@@ -1,6 +1,7 @@
 // The LLaMA-family decoder stack (embeddings, decoder blocks, final norm), without the LM head.
 #pragma once
 
+#include "model/activation_checkpoint.h"
 #include "model/decoder_layer.h"
 
 namespace gmod {
@@ -18,6 +19,8 @@ class LlamaModel : public torch::nn::Module {
   at::Tensor embed_tokens;  // [V, D] (registered as "embed_tokens.weight")
   std::shared_ptr<BlockStack> layers;
   std::shared_ptr<RMSNormImpl> norm;
+  // Decoder layers whose activations are recomputed in the backward (training memory; model/activation_checkpoint.h).
+  ActivationCheckpointing activation_checkpointing;
 
  private:
   std::shared_ptr<torch::nn::Module> embed_holder_;

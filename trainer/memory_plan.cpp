@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "mod/conversion.h"
+#include "model/activation_checkpoint.h"
 #include "trainer/train_config.h"
 
 namespace gmod {
@@ -455,12 +456,24 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw
     const double routable = std::min(1.0, double(model.image_seq_length()) / double(in.seq_len));
     in.mod_kept_fraction = 1.0 - cfg.mod.config.skip_frac * routable;
   }
+  // model.activation_checkpointing as gmod train reads it ("none" | "full" | "every_<k>",
+  // model/activation_checkpoint.h), in the plan's terms.
+  auto set_checkpointing = [&](const std::string& s) {
+    if (s == "every_k") {  // the plan's own spelling, with model.checkpoint_every
+      in.checkpointing = s;
+      return;
+    }
+    const ActivationCheckpointing ac = parse_activation_checkpointing(s);
+    in.checkpointing = ac.every == 0 ? "none" : ac.every == 1 ? "full" : "every_k";
+    if (ac.every > 1) in.checkpoint_every = ac.every;
+  };
+  set_checkpointing(cfg.model.activation_checkpointing);
   // Keys other branches are adding; read them from the JSON when present.
   if (raw.is_object()) {
     if (raw.contains("model") && raw["model"].contains("activation_checkpointing")) {
       const json& ac = raw["model"]["activation_checkpointing"];
       if (ac.is_string())
-        in.checkpointing = ac.get<std::string>();
+        set_checkpointing(ac.get<std::string>());
       else if (ac.is_boolean())
         in.checkpointing = ac.get<bool>() ? "full" : "none";
     }

@@ -1,6 +1,7 @@
 #include "trainer/train_config.h"
 
 #include "mod/conversion.h"
+#include "model/activation_checkpoint.h"
 
 #include <filesystem>
 #include <fstream>
@@ -116,7 +117,7 @@ json to_json(const TrainConfig& c) {
        {{"path", c.model.path}, {"llm", c.model.llm}, {"vision", c.model.vision}, {"projector", c.model.projector},
         {"vision_feature_layer", c.model.vision_feature_layer},
         {"vision_feature_select_strategy", c.model.vision_feature_select_strategy}, {"dtype", c.model.dtype}, {"device", c.model.device}, {"init", c.model.init},
-        {"init_seed", c.model.init_seed}}},
+        {"init_seed", c.model.init_seed}, {"activation_checkpointing", c.model.activation_checkpointing}}},
       {"data",
        {{"train", c.data.train}, {"image_folder", c.data.image_folder}, {"tokenizer", c.data.tokenizer},
         {"template", c.data.template_name}, {"max_len", c.data.max_len}, {"truncation", c.data.truncation},
@@ -176,6 +177,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(m, "llm", c.model.llm), get(m, "vision", c.model.vision), get(m, "projector", c.model.projector);
       get(m, "vision_feature_layer", c.model.vision_feature_layer);
       get(m, "vision_feature_select_strategy", c.model.vision_feature_select_strategy);
+      get(m, "activation_checkpointing", c.model.activation_checkpointing);
       get(d, "train", c.data.train), get(d, "image_folder", c.data.image_folder);
       get(d, "tokenizer", c.data.tokenizer), get(d, "template", c.data.template_name);
       get(d, "max_len", c.data.max_len), get(d, "truncation", c.data.truncation), get(d, "workers", c.data.workers);
@@ -283,6 +285,11 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
     e.push_back("model.device: \"" + c.model.device + "\", expected cpu or cuda");
   if (c.model.init != "pretrained" && c.model.init != "random")
     e.push_back("model.init: \"" + c.model.init + "\", expected pretrained or random");
+  try {
+    parse_activation_checkpointing(c.model.activation_checkpointing);
+  } catch (const std::exception& ex) {
+    e.push_back(std::string("model.activation_checkpointing: ") + ex.what());
+  }
   if (c.model.path.empty() == c.model.llm.empty()) {
     e.push_back(c.model.path.empty() ? "model.path or model.llm (+ model.vision, model.projector): one is required"
                                      : "model.path and model.llm are both set: give either a combined model directory "

@@ -30,6 +30,10 @@ struct ModelSection {
   // with `init_seed` (demos and tests; identical on every rank).
   std::string init = "pretrained";
   uint64_t init_seed = 0;
+  // Decoder layers that keep only their input during the forward and recompute their activations in the backward
+  // (model/activation_checkpoint.h): "none", "full" (every layer) or "every_<k>" (layers whose index % k == 0, i.e.
+  // 0, k, 2k, ...). Same gradients (bitwise in fp32), less activation memory, about one more forward per step.
+  std::string activation_checkpointing = "none";
 };
 
 struct DataSection {

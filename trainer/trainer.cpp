@@ -80,6 +80,7 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
   if (cfg_.mod.enabled) convert_model();
   model_->to(device_, dtype_);  // new router parameters
   model_->train();
+  model_->llm->activation_checkpointing = parse_activation_checkpointing(cfg_.model.activation_checkpointing);
   freeze_and_count();
   setup_optimizer();
   resume_if_requested();
@@ -232,7 +233,10 @@ void Trainer::freeze_and_count() {
   for (int l : mod_layers_) mods += (mods.empty() ? "" : ",") + std::to_string(l);
   print("model: " + describe_model_source(cfg_.model) + " (" + cfg_.model.init + "), " + std::to_string(total) + " parameters, " +
         std::to_string(trainable) + " trainable, " + cfg_.model.dtype + " on " + device_.str() +
-        (cfg_.mod.enabled ? ", MoD layers [" + mods + "] (" + cfg_.mod.config.selection + ")" : ", dense"));
+        (cfg_.mod.enabled ? ", MoD layers [" + mods + "] (" + cfg_.mod.config.selection + ")" : ", dense") +
+        (model_->llm->activation_checkpointing.enabled()
+             ? ", activation checkpointing " + model_->llm->activation_checkpointing.to_string()
+             : ""));
 }
 
 void Trainer::setup_optimizer() {

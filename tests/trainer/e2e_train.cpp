@@ -1,6 +1,7 @@
 // End-to-end `gmod train` runs (the executable, under mpirun where the test needs ranks) on the demo dataset and the
 // tiny demo model (configs/demo_model, random init, MoD layers 3 and 4): exact resume, resume at another world size,
-// SIGTERM, a corrupt newest checkpoint. Each test is its own ctest entry (see CMakeLists.txt).
+// SIGTERM, a corrupt newest checkpoint, activation checkpointing with the overlapped reduction. Each test is its own
+// ctest entry (see CMakeLists.txt).
 #include "trainer/checkpoint.h"
 
 #include "data/demo_dataset.h"
@@ -421,4 +422,28 @@ TEST(TrainE2E, ResumeWithChangedSetupIsRefused) {
   log = slurp(cfg + ".log");
   EXPECT_NE(log.find("format_version 99, this gmod reads format_version 1 (written by a newer gmod)"),
             std::string::npos) << log;
+}
+
+// Activation checkpointing under 2 ranks with the overlapped bucket reduction (the trainer's default) on the γ-MoD
+// demo model: bitwise the same per-step losses, gradient norms and final weights as without checkpointing.
+TEST(TrainE2E, ActivationCheckpointingTwoRanks) {
+  TempDir t;
+  const std::string ref = t.str("no_ckpt");
+  const std::string overlap = "optimizer.overlap_comm=true";
+  ASSERT_EQ(gmod_train(2, write_config(ref), {"schedule.max_steps=3", overlap}), 0) << slurp(ref + ".config.json.log");
+  const auto mref = step_metrics(ref);
+  ASSERT_EQ(mref.size(), 3u);
+  for (const char* mode : {"full", "every_2"}) {
+    SCOPED_TRACE(mode);
+    const std::string run = t.str(std::string("ckpt_") + mode);
+    const std::string set = std::string("model.activation_checkpointing=") + mode;
+    ASSERT_EQ(gmod_train(2, write_config(run), {"schedule.max_steps=3", overlap, set}), 0)
+        << slurp(run + ".config.json.log");
+    EXPECT_NE(slurp(run + ".config.json.log").find(std::string("activation checkpointing ") + mode), std::string::npos);
+    const auto m = step_metrics(run);
+    for (int64_t k = 1; k <= 3; ++k)
+      for (const char* f : {"loss", "lm_loss", "routing_loss", "grad_norm", "skip_ratio"})
+        EXPECT_EQ(mref.at(k)[f].dump(), m.at(k)[f].dump()) << "step " << k << " " << f;
+    expect_same_model(ckpt(ref, 3), ckpt(run, 3));
+  }
 }

@@ -121,6 +121,21 @@ TEST(MemoryPlan, ReadsCheckpointingAndReductionKeys) {
   EXPECT_LT(in.mod_kept_fraction, 1.0);
 }
 
+TEST(MemoryPlan, ReadsTheTrainersActivationCheckpointingSpelling) {
+  TrainConfig cfg;
+  cfg.model.activation_checkpointing = "every_3";  // as gmod train takes it (model/activation_checkpoint.h)
+  MemoryPlanInputs in = plan_inputs_from_config(cfg, nlohmann::json::object(), gmod::testing::small_llava_config(), 1);
+  EXPECT_EQ(in.checkpointing, "every_k");
+  EXPECT_EQ(in.checkpoint_every, 3);
+  in = plan_inputs_from_config(TrainConfig{}, {{"model", {{"activation_checkpointing", "every_2"}}}},
+                               gmod::testing::small_llava_config(), 1);
+  EXPECT_EQ(in.checkpointing, "every_k");
+  EXPECT_EQ(in.checkpoint_every, 2);
+  EXPECT_EQ(plan_inputs_from_config(TrainConfig{}, nlohmann::json::object(), gmod::testing::small_llava_config(), 1)
+                .checkpointing,
+            "none");
+}
+
 TEST(MemoryPlan, RejectsBadInputsByName) {
   MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
   in.checkpointing = "sometimes";

@@ -45,7 +45,8 @@ TEST(TrainConfig, OverridesAreTypedByTheExistingField) {
   TrainConfig c = gmod::train_config_from_json(
       json{{"optimizer", {{"lr", 1}}}},
       {"optimizer.lr=0.5", "batch.micro_batch=3", "freeze.vision=false", "freeze.llm_layers=[\"0-1\",\"5\"]",
-       "model.path=/x", "seed=7", "mod.config.skip_frac=0.25", "mod.config.mod_layers_idx=[1,2]"});
+       "model.path=/x", "seed=7", "mod.config.skip_frac=0.25", "mod.config.mod_layers_idx=[1,2]",
+       "model.activation_checkpointing=every_2"});
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
   EXPECT_EQ(c.batch.micro_batch, 3);
   EXPECT_FALSE(c.freeze.vision);
@@ -54,6 +55,7 @@ TEST(TrainConfig, OverridesAreTypedByTheExistingField) {
   EXPECT_EQ(c.seed, 7u);
   EXPECT_DOUBLE_EQ(c.mod.config.skip_frac, 0.25);
   EXPECT_EQ(c.mod.config.mod_layers, (std::vector<int>{1, 2}));
+  EXPECT_EQ(c.model.activation_checkpointing, "every_2");
 }
 
 TEST(TrainConfig, ReadingReportsEveryUnknownKeyAndWrongTypeAtOnce) {
@@ -89,10 +91,12 @@ TEST(TrainConfig, ValidationReportsAllProblemsAtOnce) {
   c.resume = "/no/such/checkpoint";
   c.mod.enabled = true;
   c.mod.rule = "sometimes";
+  c.model.activation_checkpointing = "every_0";
   const std::string msg = error_of([&] { gmod::validate_train_config(c, 2); });
   for (const char* part : {"model.dtype", "data.train: /no/such/train.json does not exist", "batch.grad_accum: 0",
                            "optimizer.zero_stage: 3", "checkpoint.keep_last: 1", "freeze.llm_layers", "resume:",
-                           "mod.rule", "8 problem(s)"})
+                           "mod.rule", "model.activation_checkpointing: activation checkpointing \"every_0\"",
+                           "9 problem(s)"})
     EXPECT_TRUE(has(msg, part)) << "missing \"" << part << "\" in:\n" << msg;
 }
 
