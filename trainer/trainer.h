@@ -109,6 +109,9 @@ class Trainer {
   bool stop_requested_ = false;
 };
 
+// Seed of rank `rank`'s generators for a run starting (or restarting at another world size) at `step`.
+uint64_t rank_seed(uint64_t seed, int64_t step, int rank);
+
 // Set by the SIGTERM/SIGINT/SIGUSR1 handler Trainer::run installs; the loop agrees on it across ranks after every step.
 std::atomic<bool>& stop_signal_flag();
 

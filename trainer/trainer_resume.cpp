@@ -1,0 +1,168 @@
+// Trainer::resume_if_requested and its guard: which checkpoint to continue from, whether it belongs to this run's
+// setup, and loading model, optimizer (resharded to this world size and stage), generators, data position and LR
+// schedule from it.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "trainer/checkpoint.h"
+#include "trainer/trainer.h"
+
+namespace gmod {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+void Trainer::check_resume_compatible(const std::string& dir, const json& saved_cfg, const json& saved_state) const {
+  // What decides which samples come next and what is being trained: a change silently breaks "no sample skipped or
+  // repeated" (seed, data, grouping, batch) or continues another model's optimizer state (model parts).
+  const json now = to_json(cfg_);
+  std::vector<std::string> diffs;
+  auto compare = [&](const std::string& key, const json& was, const json& is) {
+    if (!was.is_null() && was != is) diffs.push_back(key + ": checkpoint " + was.dump() + ", now " + is.dump());
+  };
+  auto at = [](const json& j, const char* a, const char* b = nullptr) -> json {
+    if (!j.contains(a)) return json();
+    if (!b) return j[a];
+    return j[a].is_object() && j[a].contains(b) ? j[a][b] : json();
+  };
+  compare("seed", at(saved_cfg, "seed"), now["seed"]);
+  for (const char* k : {"train", "group_by_modality_length", "template", "max_len"})
+    compare(std::string("data.") + k, at(saved_cfg, "data", k), now["data"][k]);
+  compare("batch.micro_batch", at(saved_cfg, "batch", "micro_batch"), now["batch"]["micro_batch"]);
+  compare("global batch", saved_state.value("global_batch", json()), json(global_batch_));
+  compare("data.train records", saved_state.value("dataset_records", json()), json(int64_t(train_set_->size())));
+  for (const char* k : {"path", "llm", "vision", "projector"})
+    if (!at(saved_cfg, "model", k).is_null() || !now["model"][k].get<std::string>().empty())
+      compare(std::string("model.") + k, at(saved_cfg, "model", k).is_null() ? json("") : at(saved_cfg, "model", k),
+              now["model"][k]);
+  if (diffs.empty()) return;
+  std::string msg = "resume: " + dir + " belongs to another run setup (" + std::to_string(diffs.size()) + " change" +
+                    (diffs.size() > 1 ? "s" : "") + "):";
+  for (const auto& d : diffs) msg += "\n  " + d;
+  if (!cfg_.resume_allow_changes)
+    throw std::runtime_error(msg + "\nresuming would skip or repeat samples or continue another model; start a new "
+                             "run_dir, or set resume_allow_changes=true to resume anyway");
+  print("warning: " + msg + "\n(resume_allow_changes=true: resuming anyway)");
+}
+
+void Trainer::resume_if_requested() {
+  if (cfg_.resume == "none") return;
+  std::string dir = cfg_.resume;
+  if (cfg_.resume == "auto") {
+    // Rank 0 verifies (CRCs) and decides; the others follow, so every rank loads the same step.
+    int64_t found = -1;
+    if (rank_ == 0) {
+      CheckpointManager mgr(cfg_.run_dir, [this](const std::string& w) { print("warning: " + w); });
+      if (auto e = mgr.find_latest_valid()) found = e->step;
+    }
+    at::Tensor t = at::full({1}, double(found), at::TensorOptions().dtype(at::kDouble).device(device_));
+    comm_->broadcast(t, 0);
+    found = int64_t(t.item<double>());
+    if (found < 0) {
+      print("resume: no valid checkpoint in " + cfg_.run_dir + "/checkpoints, starting from scratch");
+      return;
+    }
+    dir = (fs::path(CheckpointManager(cfg_.run_dir).checkpoints_dir()) / CheckpointManager::step_dir_name(found)).string();
+  } else if (rank_ == 0) {
+    const std::string why = CheckpointManager::verify(dir);
+    if (!why.empty()) throw std::runtime_error("resume: checkpoint " + dir + " is not valid: " + why);
+  }
+  CheckpointReader reader(dir);
+  const int saved_world = reader.world_size();
+  const json& saved_cfg = reader.config();
+  check_resume_compatible(dir, saved_cfg, reader.trainer_state());
+  if (saved_cfg.contains("mod") && saved_cfg["mod"].value("enabled", false) != cfg_.mod.enabled)
+    throw std::runtime_error("resume: " + dir + " was trained with mod.enabled = " +
+                             (cfg_.mod.enabled ? "false" : "true") + "; the config says otherwise");
+  if (cfg_.mod.enabled && saved_cfg.contains("mod") && saved_cfg["mod"].contains("config")) {
+    // Same parameter names whichever layers are MoD, so a different conversion would load silently.
+    const json saved_mod = saved_cfg["mod"]["config"], now_mod = to_json(cfg_.mod.config);
+    for (const char* key : {"mod_layers_idx", "router"})
+      if (saved_mod.value(key, json()) != now_mod.value(key, json()))
+        throw std::runtime_error("resume: " + dir + " was trained with mod " + key + " = " +
+                                 saved_mod.value(key, json()).dump() + " but this run converts to " +
+                                 now_mod.value(key, json()).dump() +
+                                 " (set mod.config.mod_layers to the checkpoint's layers, or start a new run_dir)");
+  }
+
+  // Model weights (all parameters, frozen ones included).
+  NamedTensors params;
+  for (auto& item : model_->named_parameters()) params.emplace_back(item.key(), item.value());
+  reader.load_model_into(params, /*strict=*/true);
+
+  // Optimizer state: read only the old ranks whose ranges overlap the one this rank needs.
+  const json& sl = reader.shard_layout();
+  const FlatParamLayout saved_layout = FlatParamLayout::from_json(sl.at("layout"));
+  const int saved_stage = sl.at("stage").get<int>();
+  if (!saved_layout.same_params(opt_->layout()))
+    throw std::runtime_error("resume: the trainable parameters of " + dir +
+                             " differ from this run's (changed freeze or mod settings?)");
+  const int stage = cfg_.optimizer.zero_stage;
+  const FlatParamLayout new_layout = opt_->layout();
+  int64_t need_b = 0, need_e = new_layout.total();
+  if (stage != 0) std::tie(need_b, need_e) = new_layout.shard_range(rank_);
+  std::vector<int> old_ranks;
+  if (saved_stage == 0) {
+    old_ranks = {0};
+  } else {
+    for (int r = 0; r < saved_world; ++r) {
+      auto [b, e] = saved_layout.shard_range(r);
+      if (b < need_e && e > need_b) old_ranks.push_back(r);
+    }
+  }
+  std::vector<AdamWShardState> saved;
+  std::vector<uint8_t> my_rng;
+  for (int r : old_ranks) {
+    RankState rs = reader.read_rank_state(r);
+    AdamWShardState s = AdamWShardState::from_meta(rs.meta);
+    for (auto& [name, t] : rs.tensors) {
+      if (name == "master") s.master = t;
+      else if (name == "exp_avg") s.exp_avg = t;
+      else if (name == "exp_avg_sq") s.exp_avg_sq = t;
+    }
+    if (!s.master.defined() || !s.exp_avg.defined() || !s.exp_avg_sq.defined())
+      throw std::runtime_error("resume: " + dir + ": optimizer file of rank " + std::to_string(r) +
+                               " lacks master/exp_avg/exp_avg_sq");
+    if (r == rank_) my_rng = rs.rng_state;
+    saved.push_back(std::move(s));
+  }
+  if (saved_world == world_ && saved_stage == stage && saved.size() == 1 && saved[0].rank == rank_) {
+    opt_->load_state_dict(saved[0]);
+  } else {
+    opt_->load_state_dict(reshard_state(saved, world_, rank_, stage));
+  }
+
+  // Generators: each rank's own state at the same world size, else a fresh deterministic seed.
+  step_ = reader.step();
+  if (saved_world == world_) {
+    if (my_rng.empty()) my_rng = reader.read_rank_state(rank_).rng_state;
+    set_generator_state_bytes(at::detail::getDefaultCPUGenerator(), my_rng);
+  } else {
+    at::manual_seed(rank_seed(cfg_.seed, step_, rank_));
+  }
+
+  const json& ts = reader.trainer_state();
+  skipped_total_ = ts.value("skipped_total", int64_t(0));
+  start_position_ = data_position_from_json(reader.data_position());
+  const int64_t saved_global = ts.value("global_batch", global_batch_);
+  if (start_position_.consumed_samples % (int64_t(world_) * cfg_.batch.micro_batch) != 0)
+    throw std::runtime_error("resume: " + dir + " stopped after " + std::to_string(start_position_.consumed_samples) +
+                             " samples of epoch " + std::to_string(start_position_.epoch) +
+                             ", not a multiple of world size x micro_batch = " +
+                             std::to_string(world_ * cfg_.batch.micro_batch) + "; choose a compatible world size");
+  // The schedule's horizon is only known once the loader exists; the constructor restores it from this.
+  saved_schedule_ = ts.at("lr_schedule");
+  if (cfg_.resume == "auto") {  // the checkpoint belongs to this run: no need to save the same step again
+    last_saved_step_ = step_;
+    last_checkpoint_ = dir;
+  }
+  print("resume: " + dir + " (step " + std::to_string(step_) + ", saved by " + std::to_string(saved_world) +
+        " rank(s), ZeRO-" + std::to_string(saved_stage) + ") -> " + std::to_string(world_) + " rank(s), ZeRO-" +
+        std::to_string(stage) + "; data epoch " + std::to_string(start_position_.epoch) + " sample " +
+        std::to_string(start_position_.consumed_samples) +
+        (saved_global != global_batch_ ? "; global batch changed from " + std::to_string(saved_global) : ""));
+}
+
+}  // namespace gmod
