@@ -35,7 +35,7 @@ std::shared_ptr<MultimodalLM> load_run_model(const ModelSection& m, at::ScalarTy
   } else if (m.llm.empty()) {
     return load_pretrained(m.path, dtype, at::kCPU);
   } else {
-    model = load_composed(parts_of(m), at::kFloat, at::kCPU, m.init_seed);
+    model = load_composed(parts_of(m), dtype, at::kCPU, m.init_seed);  // parts copied straight into `dtype`
   }
   model->to(at::kCPU, dtype);
   return model;
