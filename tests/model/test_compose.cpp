@@ -108,8 +108,11 @@ TEST(Compose, ClipModelDirectoryGivesTheSameTower) {
   p.vision = tmp.str("clip");
   auto a = load_composed(p), b = load_composed(fixture_parts());
   auto pa = a->named_parameters(true), pb = b->named_parameters(true);
-  for (const auto& item : pb)
-    if (item.key().rfind("vision.", 0) == 0) EXPECT_TRUE(at::equal(item.value(), pa[item.key()])) << item.key();
+  for (const auto& item : pb) {
+    if (item.key().rfind("vision.", 0) == 0) {
+      EXPECT_TRUE(at::equal(item.value(), pa[item.key()])) << item.key();
+    }
+  }
 }
 
 TEST(Compose, WithoutProjectorFileTheProjectorIsInitialisedFromTheSeed) {

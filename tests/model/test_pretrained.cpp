@@ -99,7 +99,7 @@ TEST(Pretrained, ProjectorOnlyFileLoadsOverAnLlmCheckpoint) {
       },
       [](const std::string&, at::Tensor t) { return t + 1.0; });
   auto m = load_pretrained(src);
-  auto report = load_weights(*m, tmp.str("proj/model.safetensors"), LoadOptions{{}, /*partial=*/true, {}});
+  auto report = load_weights(*m, tmp.str("proj/model.safetensors"), LoadOptions{{}, /*partial=*/true, {}, {}});
   EXPECT_EQ(report.loaded.size(), 4u);
   auto params = m->named_parameters();
   auto refp = ref->named_parameters();
