@@ -19,6 +19,13 @@ using json = nlohmann::json;
 
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
+// "a, b, c, ... (N in all)" with at most `n` names.
+std::string first_names(const std::vector<std::string>& v, size_t n = 6) {
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < n; ++i) s += (i ? ", " : "") + v[i];
+  return v.size() > n ? s + ", ... (" + std::to_string(v.size()) + " in all)" : s;
+}
+
 std::string shape_str(at::IntArrayRef s) {
   std::ostringstream os;
   os << s;
@@ -193,21 +200,14 @@ void load_vision(MultimodalLM& model, const std::string& dir, std::vector<std::s
       problems.push_back(std::string("model.vision: ") + e.what());
     }
   }
-  if (!unknown.empty()) {
-    std::string s;
-    for (size_t i = 0; i < unknown.size() && i < 6; ++i) s += (i ? ", " : "") + unknown[i];
-    problems.push_back("model.vision: " + dir + ": tensors a CLIP vision tower does not have: " + s +
-                       (unknown.size() > 6 ? ", ... (" + std::to_string(unknown.size()) + " in all)" : ""));
-  }
+  if (!unknown.empty())
+    problems.push_back("model.vision: " + dir + ": tensors a CLIP vision tower does not have: " + first_names(unknown));
   std::vector<std::string> missing;
   for (const auto& p : params)
     if (starts_with(p.key(), "vision.") && !seen.count(p.key())) missing.push_back(p.key().substr(7));
-  if (!missing.empty()) {
-    std::string s;
-    for (size_t i = 0; i < missing.size() && i < 6; ++i) s += (i ? ", " : "") + missing[i];
-    problems.push_back("model.vision: " + dir + " lacks " + std::to_string(missing.size()) + " tensor(s): " + s +
-                       (missing.size() > 6 ? ", ..." : ""));
-  }
+  if (!missing.empty())
+    problems.push_back("model.vision: " + dir + " lacks " + std::to_string(missing.size()) +
+                       " tensor(s): " + first_names(missing));
 }
 
 }  // namespace

@@ -481,7 +481,7 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw
       in.checkpoint_every = raw["model"]["checkpoint_every"].get<int>();
   }
   in.accumulate_fp32 = cfg.optimizer.accumulate_fp32;
-  in.reduce_dtype = cfg.optimizer.reduce_dtype == "param" ? cfg.model.dtype : cfg.optimizer.reduce_dtype;
+  in.reduce_dtype = effective_reduce_dtype(cfg);
   return in;
 }
 

@@ -261,6 +261,10 @@ std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges) {
   return {out.begin(), out.end()};
 }
 
+std::string effective_reduce_dtype(const TrainConfig& c) {
+  return c.optimizer.reduce_dtype == "param" ? c.model.dtype : c.optimizer.reduce_dtype;
+}
+
 bool decays_weight(const std::string& name, const std::vector<std::string>& no_decay) {
   for (const auto& sub : no_decay)
     if (name.find(sub) != std::string::npos) return false;

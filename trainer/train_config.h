@@ -171,6 +171,9 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world);
 // Throws std::invalid_argument listing everything check_train_config found.
 void validate_train_config(const TrainConfig& c, int world);
 
+// optimizer.reduce_dtype with "param" resolved to model.dtype: "fp32" or "bf16".
+std::string effective_reduce_dtype(const TrainConfig& c);
+
 // True when optimizer.weight_decay applies to the parameter `name` (it contains none of `no_decay`).
 bool decays_weight(const std::string& name, const std::vector<std::string>& no_decay);
 

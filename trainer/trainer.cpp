@@ -249,7 +249,7 @@ void Trainer::setup_optimizer() {
   o.weight_decay = c.weight_decay;
   o.max_grad_norm = c.max_grad_norm;
   o.bucket_bytes = int64_t(c.bucket_mb) << 20;
-  o.reduce_dtype = c.reduce_dtype == "fp32" ? at::kFloat : c.reduce_dtype == "bf16" ? at::kBFloat16 : dtype_;
+  o.reduce_dtype = effective_reduce_dtype(cfg_) == "bf16" ? at::kBFloat16 : at::kFloat;
   o.overlap_comm = c.overlap_comm;
   o.accumulate_fp32 = c.accumulate_fp32;
   // Weight decay by name (HF Trainer / LLaVA: not on biases and norm weights); parallel/ only sees the flags.
