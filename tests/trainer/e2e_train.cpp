@@ -82,6 +82,22 @@ int gmod_train(int np, const std::string& config, const std::vector<std::string>
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
 }
 
+// Starts `gmod train --config cfg` in the background, output appended to `log`; its pid, or -1.
+pid_t spawn_train(const std::string& cfg, const std::string& log) {
+  std::vector<std::string> args{GMOD_BIN, "train", "--threads", "1", "--config", cfg};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, GMOD_BIN, &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
+}
+
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -249,17 +265,8 @@ TEST(TrainE2E, SigtermSavesAndExitsZero) {
   const std::string run = t.str("sig");
   const std::string cfg = write_config(run, {{"schedule", {{"max_steps", 100000}}}, {"deterministic", false}});
   const std::string log = cfg + ".log";
-  std::vector<std::string> args{GMOD_BIN, "train", "--threads", "1", "--config", cfg};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, GMOD_BIN, &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t pid = spawn_train(cfg, log);
+  ASSERT_GT(pid, 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (step_metrics(run).size() < 3 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -536,17 +543,8 @@ TEST(TrainE2E, SecondJobOnSameRunDirFailsAtOnce) {
   const std::string run = t.str("run");
   const std::string cfg = write_config(run, {{"schedule", {{"max_steps", 100000}}}, {"deterministic", false}});
   const std::string log = cfg + ".first.log";
-  std::vector<std::string> args{GMOD_BIN, "train", "--threads", "1", "--config", cfg};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, GMOD_BIN, &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t pid = spawn_train(cfg, log);
+  ASSERT_GT(pid, 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (step_metrics(run).empty() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -3,6 +3,8 @@
 #include "trainer/checkpoint.h"
 #include "trainer/hdf5_file.h"
 
+#include "tests/trainer/checkpoint_fixture.h"
+
 #include "tests/common/paths.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -17,137 +19,7 @@
 
 #include <unistd.h>
 
-namespace fs = std::filesystem;
-using gmod::CheckpointContent;
-using gmod::CheckpointManager;
-using gmod::CheckpointOptions;
-using gmod::CheckpointReader;
-using gmod::CheckpointWriter;
 using gmod::H5File;
-using gmod::RankState;
-using gmod::SaveStage;
-using gmod::test::TempDir;
-
-namespace {
-
-bool bit_equal(const at::Tensor& a, const at::Tensor& b) {
-  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
-  at::Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel()) * x.element_size()) == 0;
-}
-
-// Every 16-bit pattern once (NaNs, infinities, subnormals, -0), as the given 2-byte dtype.
-at::Tensor all_16bit_patterns(at::ScalarType t) {
-  at::Tensor bits = at::arange(0, 65536, at::kInt).to(at::kShort);  // wraps to all int16 values
-  return bits.view(t).reshape({256, 256});
-}
-
-void flip_byte(const std::string& path, uint64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f) << path;
-  f.seekg(std::streamoff(offset));
-  char c;
-  f.get(c);
-  c = char(c ^ 0x5a);
-  f.seekp(std::streamoff(offset));
-  f.put(c);
-}
-
-// Reusable barrier for ranks simulated by threads.
-class ThreadBarrier {
- public:
-  explicit ThreadBarrier(int n) : n_(n) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(m_);
-    int gen = gen_;
-    if (++count_ == n_) {
-      count_ = 0;
-      ++gen_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return gen_ != gen; });
-    }
-  }
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  int n_, count_ = 0, gen_ = 0;
-};
-
-// A small model and a 2-way ZeRO layout over its flat fp32 vector (padding at the tail).
-struct Fixture {
-  gmod::NamedTensors model;
-  nlohmann::json layout;
-  at::Tensor flat_master, flat_avg, flat_sq;  // [total]
-  int64_t total = 0;
-
-  explicit Fixture(int64_t seed = 0) {
-    at::Tensor w = (at::arange(12, at::kFloat).reshape({3, 4}) / 8).to(at::kBFloat16);
-    at::Tensor b = at::arange(4, at::kFloat) + 0.25;
-    at::Tensor e = (at::arange(10, at::kFloat).reshape({5, 2}) * 0.1 + double(seed)).to(at::kBFloat16);
-    model = {{"layers.0.weight", w}, {"norm.weight", b}, {"embed.weight", e}};
-    layout = nlohmann::json::array();
-    for (const auto& [n, t] : model) {
-      layout.push_back({{"name", n}, {"shape", t.sizes().vec()}, {"offset", total}, {"numel", t.numel()}});
-      total += t.numel();
-    }
-    flat_master = at::arange(total, at::kFloat) * 0.5 + double(seed);
-    flat_avg = at::arange(total, at::kFloat) * -1e-3;
-    flat_sq = at::arange(total, at::kFloat) * 1e-6;
-  }
-  CheckpointContent content(int64_t step) const {
-    CheckpointContent c;
-    c.step = step;
-    c.config = {{"model", "tiny"}, {"lr", 2e-5}};
-    c.trainer_state = {{"scheduler", {{"last_step", step}, {"base_lr", 2e-5}}}};
-    c.data_position = {{"consumed_samples", step * 8}, {"epoch", 0}};
-    c.shard_layout = {{"params", layout}, {"total", total}};
-    c.model = model;
-    return c;
-  }
-  // Rank r of `world`: contiguous slice of the flat vectors padded to a multiple of world.
-  RankState rank_state(int r, int world, int64_t step) const {
-    int64_t per = (total + world - 1) / world;
-    int64_t begin = std::min(total, r * per), end = std::min(total, (r + 1) * per);
-    RankState s;
-    s.tensors = {{"master", flat_master.slice(0, begin, end)},
-                 {"exp_avg", flat_avg.slice(0, begin, end)},
-                 {"exp_avg_sq", flat_sq.slice(0, begin, end)},
-                 {"step", at::scalar_tensor(step, at::kLong)}};
-    s.meta = {{"shard_begin", begin}, {"shard_end", end}, {"padding", (r + 1) * per - end}};
-    at::Generator g = at::make_generator<at::CPUGeneratorImpl>(uint64_t(1000 + r));
-    s.rng_state = gmod::generator_state_bytes(g);
-    return s;
-  }
-};
-
-// Saves one checkpoint from `world` simulated ranks called in order world-1 .. 0 with a no-op barrier; `job` = ""
-// is this process, anything else simulates another job.
-std::string save_sequential(const std::string& run, const Fixture& fx, int64_t step, int world, int keep = 3,
-                            std::function<void(SaveStage)> rank0_hook = nullptr, const std::string& job = "",
-                            std::function<void(const std::string&)> warn = nullptr) {
-  std::string out;
-  for (int r = world - 1; r >= 0; --r) {
-    CheckpointOptions o;
-    o.keep_last = keep;
-    o.barrier = [] {};
-    o.job_id = job;
-    o.warn = warn;
-    if (r == 0) o.on_stage = rank0_hook;
-    out = CheckpointWriter(run, r, world, o).save(fx.content(step), fx.rank_state(r, world, step));
-  }
-  return out;
-}
-
-struct Warnings {
-  std::vector<std::string> msgs;
-  std::function<void(const std::string&)> fn() {
-    return [this](const std::string& m) { msgs.push_back(m); };
-  }
-};
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------------- HDF5 wrapper
 
@@ -432,68 +304,6 @@ TEST(Checkpoint, ResaveOfSameStepReplacesIt) {
   EXPECT_EQ(CheckpointManager::verify(dir), "");
   EXPECT_TRUE(bit_equal(CheckpointReader(dir).read_model_tensor("embed.weight"), b.model[2].second));
   EXPECT_EQ(CheckpointManager(run.str()).list().size(), 1u);
-}
-
-// Checkpoints of another job (an earlier run in this run dir) are deleted by retention only when they verify; a
-// corrupt one is set aside as step-N.corrupt, a save over another job's step-N keeps it as step-N.superseded; this
-// job's own are deleted and replaced as before.
-TEST(Checkpoint, AnotherJobsCorruptCheckpointIsNeverDeleted) {
-  TempDir run;
-  Fixture fx;
-  CheckpointManager m(run.str());
-  for (int64_t step : {10, 20, 30}) save_sequential(run.str(), fx, step, 2, /*keep=*/0, nullptr, "old-job");
-  EXPECT_EQ(CheckpointManager::writer_job(m.checkpoints_dir() + "/step-10"), "old-job");
-  flip_byte(m.checkpoints_dir() + "/step-10/model.h5", fs::file_size(m.checkpoints_dir() + "/step-10/model.h5") / 2);
-  Warnings w;
-  save_sequential(run.str(), fx, 40, 2, /*keep=*/2, nullptr, "", w.fn());
-  EXPECT_EQ(CheckpointManager::writer_job(m.checkpoints_dir() + "/step-40"), gmod::this_job_id());
-  // 40, 30 kept; 20 (valid, old job) deleted; 10 (corrupt, old job) set aside with a warning.
-  std::vector<int64_t> steps;
-  for (const auto& e : m.list()) steps.push_back(e.step);
-  EXPECT_EQ(steps, (std::vector<int64_t>{40, 30}));
-  EXPECT_FALSE(fs::exists(m.checkpoints_dir() + "/step-20"));
-  EXPECT_TRUE(fs::exists(m.checkpoints_dir() + "/step-10.corrupt/model.h5"));
-  ASSERT_EQ(w.msgs.size(), 1u);
-  EXPECT_NE(w.msgs[0].find("step-10 fails verification"), std::string::npos) << w.msgs[0];
-  EXPECT_NE(w.msgs[0].find("kept as " + m.checkpoints_dir() + "/step-10.corrupt"), std::string::npos) << w.msgs[0];
-
-  // This job saving a step another job already has: the old one is kept aside, never deleted.
-  save_sequential(run.str(), Fixture(1), 50, 2, /*keep=*/0, nullptr, "old-job");
-  Warnings w2;
-  const std::string dir = save_sequential(run.str(), fx, 50, 2, /*keep=*/0, nullptr, "", w2.fn());
-  EXPECT_EQ(CheckpointManager::verify(dir), "");
-  EXPECT_EQ(CheckpointManager::verify(m.checkpoints_dir() + "/step-50.superseded"), "");
-  EXPECT_TRUE(bit_equal(CheckpointReader(m.checkpoints_dir() + "/step-50.superseded").read_model_tensor("embed.weight"),
-                        Fixture(1).model[2].second));
-  ASSERT_EQ(w2.msgs.size(), 1u);
-  EXPECT_NE(w2.msgs[0].find("was written by another job; kept as"), std::string::npos) << w2.msgs[0];
-  // Set-aside directories are not listed, and a second one of the same name gets a number.
-  EXPECT_EQ(m.list().size(), 3u);
-  const std::string again = save_sequential(run.str(), fx, 60, 1, 0, nullptr, "old-job");
-  EXPECT_EQ(m.set_aside(again, "corrupt"), again + ".corrupt");
-  save_sequential(run.str(), fx, 60, 1, 0, nullptr, "old-job");
-  EXPECT_EQ(m.set_aside(again, "corrupt"), again + ".corrupt.2");
-}
-
-// scan(): the newest valid one and every newer failure with its reason.
-TEST(Checkpoint, ScanReportsEveryNewerFailure) {
-  TempDir run;
-  Fixture fx;
-  for (int64_t step : {1, 2, 3}) save_sequential(run.str(), fx, step, 1, 0);
-  CheckpointManager m(run.str(), [](const std::string&) {});
-  ::unlink((m.checkpoints_dir() + "/step-3/manifest.json").c_str());
-  flip_byte(m.checkpoints_dir() + "/step-2/model.h5", fs::file_size(m.checkpoints_dir() + "/step-2/model.h5") / 2);
-  auto sc = m.scan();
-  ASSERT_TRUE(sc.valid);
-  EXPECT_EQ(sc.valid->step, 1);
-  ASSERT_EQ(sc.failed.size(), 2u);
-  EXPECT_EQ(sc.failed[0].first.step, 3);
-  EXPECT_NE(sc.failed[0].second.find("manifest"), std::string::npos);
-  EXPECT_NE(sc.failed[1].second.find("CRC-32"), std::string::npos);
-  flip_byte(m.checkpoints_dir() + "/step-1/model.h5", fs::file_size(m.checkpoints_dir() + "/step-1/model.h5") / 2);
-  sc = m.scan();
-  EXPECT_FALSE(sc.valid);
-  EXPECT_EQ(sc.failed.size(), 3u);
 }
 
 TEST(Checkpoint, CorruptOrTruncatedNewestIsSkippedWithWarning) {
