@@ -25,7 +25,7 @@ std::string percent(int64_t part, int64_t whole) {
 
 std::string PreflightReport::summary() const {
   std::string s = data_path + ": the first " + std::to_string(checked) + " of " + std::to_string(records) +
-                  " records in training order checked: " + std::to_string(usable) + " usable";
+                  " records in " + order_name + " checked: " + std::to_string(usable) + " usable";
   if (bad() > 0) s += ", " + std::to_string(bad()) + " not (" + counts_text(bad_by_reason) + ")";
   return s;
 }
@@ -39,6 +39,7 @@ PreflightReport preflight_check(const Dataset& ds, const std::vector<size_t>& or
     throw std::invalid_argument("preflight_check: records must be -1 (all) or >= 1, got " + std::to_string(o.records));
   PreflightReport rep;
   rep.data_path = ds.config().data_path;
+  rep.order_name = o.order_name;
   rep.records = int64_t(ds.size());
   const int64_t n = o.records < 0 ? int64_t(order.size()) : std::min<int64_t>(o.records, int64_t(order.size()));
 
@@ -119,7 +120,7 @@ PreflightReport preflight_check(const Dataset& ds, const std::vector<size_t>& or
     return rep;
   }
   m = rep.data_path + ": " + std::to_string(rep.bad()) + " of the first " + std::to_string(rep.checked) + " of " +
-      std::to_string(rep.records) + " records in training order are unusable (" + percent(rep.bad(), rep.checked) +
+      std::to_string(rep.records) + " records in " + o.order_name + " are unusable (" + percent(rep.bad(), rep.checked) +
       "; " + counts_text(rep.bad_by_reason) + ")";
   char frac[32];
   std::snprintf(frac, sizeof frac, "%g", o.max_bad_fraction);

@@ -22,6 +22,7 @@ struct PreflightOptions {
   int64_t records = 256;           // first positions of `order` to check (capped at its size); -1: all of them
   double max_bad_fraction = 0.05;  // fail when bad > max_bad_fraction * checked; always fail when none is usable
   std::string fraction_key = "max_bad_fraction";  // how the caller's config names the fraction, for the message
+  std::string order_name = "training order";       // what `order` is, for the messages
   int rank = 0;
   int world_size = 1;
   int workers = 1;  // threads on this rank
@@ -29,6 +30,7 @@ struct PreflightOptions {
 
 struct PreflightReport {
   std::string data_path;
+  std::string order_name = "training order";
   int64_t records = 0;  // in the dataset
   int64_t checked = 0;  // all ranks together
   int64_t usable = 0;

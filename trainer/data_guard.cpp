@@ -16,6 +16,7 @@ void guard_dataset(const Dataset& ds, const SamplerConfig& sampler, const DataGu
   o.records = g.records;
   o.max_bad_fraction = g.max_bad_fraction;
   o.fraction_key = "data.max_bad_fraction";
+  o.order_name = g.order_name;
   o.rank = comm.rank();
   o.world_size = comm.world_size();
   o.workers = std::max(1, g.workers);

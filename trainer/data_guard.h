@@ -18,6 +18,7 @@ struct DataGuardOptions {
   int64_t records = 256;
   double max_bad_fraction = 0.05;
   int workers = 1;
+  std::string order_name = "training order";  // for the messages
 };
 
 // Collective over comm. `sampler` gives the order (epoch 0); grouping reads the dataset's modality lengths, which

@@ -328,12 +328,14 @@ void Trainer::setup_data() {
   }
   // The data guard (trainer/data_guard.h): unusable data stops the run here, before ARank and the first step.
   const auto print_fn = [this](const std::string& m) { print(m); };
-  const DataGuardOptions guard{"data.train", cfg_.data.preflight_records, cfg_.data.max_bad_fraction, cfg_.data.workers};
+  const DataGuardOptions guard{"data.train", cfg_.data.preflight_records, cfg_.data.max_bad_fraction, cfg_.data.workers,
+                               "training order"};
   guard_dataset(*train_set_, SamplerConfig{cfg_.seed, global_batch_, cfg_.data.group_by_modality_length, 0}, guard,
                 *comm_, print_fn);
   if (eval_set_) {
     DataGuardOptions eg = guard;
     eg.key = "eval.data";
+    eg.order_name = "evaluation order";
     guard_dataset(*eval_set_, SamplerConfig{cfg_.seed, 1, false, 0}, eg, *comm_, print_fn);
   }
 }
