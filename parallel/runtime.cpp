@@ -1,6 +1,7 @@
 #include "parallel/runtime.h"
 
 #include "parallel/mpi_comm.h"
+#include "parallel/watchdog.h"
 #ifdef GMOD_WITH_CUDA
 #include "parallel/nccl_comm.h"
 #endif
@@ -38,6 +39,7 @@ Runtime::Runtime(int* argc, char*** argv) {
 }
 
 Runtime::~Runtime() {
+  watchdog_stop();  // tell the peers we leave before MPI goes away
   if (owns_ && mpi_active()) MPI_Finalize();
 }
 

@@ -1,0 +1,182 @@
+// Failure handling of real `gmod train` jobs under mpirun (2 ranks, demo model, parallel.timeout_s = 5):
+//   - kill -9 of one rank mid-training: every process is gone within the deadline + 30 s, the rank named;
+//   - SIGSTOP of one rank: the watchdog of the other fires (no heartbeat / collective deadline), naming it;
+//   - a full disk during a save (RLIMIT_FSIZE: writes fail with EFBIG): a named error, the previous checkpoint kept
+//     and resumed from;
+//   - kill -9 of the whole job at random points of checkpoint saves: `resume auto` always finds a valid checkpoint
+//     and the final weights equal those of an uninterrupted run (bench/kill_campaign.sh runs many more trials).
+// Each test is its own ctest entry (CMakeLists.txt).
+#include "tests/trainer/e2e_util.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+namespace {
+
+using namespace gmod::e2e;
+using gmod::test::TempDir;
+using Clock = std::chrono::steady_clock;
+
+constexpr double kTimeout = 5.0;  // parallel.timeout_s in write_config
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Waits up to `limit` s for pid; kills it (and `ranks`) with SIGKILL if it is still there. Returns the exit status
+// or -1 on timeout.
+int wait_for(pid_t pid, double limit, const std::map<int, pid_t>& ranks = {}) {
+  const auto t0 = Clock::now();
+  int status = 0;
+  while (since(t0) < limit) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (auto& [rank, p] : ranks) kill(p, SIGKILL);
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+// Starts a long 2-rank job and returns once it has logged `steps` steps: mpirun's pid and the ranks' pids.
+struct Job {
+  pid_t mpirun = -1;
+  std::map<int, pid_t> ranks;
+};
+Job start_job(const std::string& cfg, int steps) {
+  Job j;
+  j.mpirun = spawn_shell("exec " + train_command(2, cfg, {"schedule.max_steps=100000"}));
+  const std::string run = cfg.substr(0, cfg.size() - std::string(".config.json").size());
+  const auto t0 = Clock::now();
+  while (int(step_metrics(run).size()) < steps && since(t0) < 120)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  j.ranks = rank_pids(j.mpirun);
+  return j;
+}
+
+// mpirun has exited (status) and, within the deadline + 30 s of the fault at t0, so has every rank (mpirun's SIGKILLs
+// may land a moment after mpirun itself is gone). Returns the seconds until the last process was gone.
+double expect_all_gone(const Job& j, int status, Clock::time_point t0, const std::string& log) {
+  EXPECT_NE(status, -1) << "job still running " << since(t0) << " s after the fault:\n" << log;
+  if (status == -1) return since(t0);
+  EXPECT_NE(exit_code(status), 0) << log;
+  for (auto& [rank, pid] : j.ranks)
+    while (alive(pid) && since(t0) < kTimeout + 30) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double s = since(t0);
+  for (auto& [rank, pid] : j.ranks) EXPECT_FALSE(alive(pid)) << "rank " << rank << " pid " << pid << " survived";
+  EXPECT_LT(s, kTimeout + 30) << log;
+  return s;
+}
+
+}  // namespace
+
+TEST(TrainFailures, KilledRankEndsTheJobNamingIt) {
+  TempDir t;
+  const std::string cfg = write_config(t.str("kill"));
+  Job j = start_job(cfg, 2);
+  ASSERT_EQ(j.ranks.size(), 2u) << slurp(cfg + ".log");
+  const auto t0 = Clock::now();
+  ASSERT_EQ(kill(j.ranks.at(1), SIGKILL), 0);
+  const int status = wait_for(j.mpirun, kTimeout + 60, j.ranks);
+  const std::string log = slurp(cfg + ".log");
+  const double s = expect_all_gone(j, status, t0, log);
+  EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
+  std::printf("kill -9 of rank 1: job gone after %.1f s\n", s);
+}
+
+TEST(TrainFailures, StoppedRankIsNamedByTheWatchdog) {
+  TempDir t;
+  const std::string cfg = write_config(t.str("stop"));
+  Job j = start_job(cfg, 2);
+  ASSERT_EQ(j.ranks.size(), 2u) << slurp(cfg + ".log");
+  const auto t0 = Clock::now();
+  ASSERT_EQ(kill(j.ranks.at(1), SIGSTOP), 0);
+  const int status = wait_for(j.mpirun, kTimeout + 60, j.ranks);
+  const std::string log = slurp(cfg + ".log");
+  const double s = expect_all_gone(j, status, t0, log);
+  EXPECT_NE(log.find("[rank 0] watchdog: "), std::string::npos) << log;
+  const std::string where = ":" + std::to_string(j.ranks.at(1)) + "]";  // [host:pid] of rank 1
+  const bool silent = log.find("no heartbeat from rank 1 [") != std::string::npos &&
+                      log.find(where + " for") != std::string::npos;
+  const bool missing = log.find("rank 1 [") != std::string::npos && log.find(where + " (no heartbeat for") != std::string::npos;
+  EXPECT_TRUE(silent || missing) << log;
+  EXPECT_GE(s, kTimeout - 1) << "fired before the deadline:\n" << log;
+  std::printf("SIGSTOP of rank 1: job gone after %.1f s (timeout_s %.0f)\n", s, kTimeout);
+}
+
+// Writes past RLIMIT_FSIZE fail with EFBIG (SIGXFSZ ignored), a real failed write: the save of step 4 fails on a
+// named file, the job ends non-zero, step 2 stays valid and `resume auto` continues from it to the same weights as an
+// uninterrupted run.
+TEST(TrainFailures, FullDiskDuringSaveKeepsThePreviousCheckpoint) {
+  TempDir t;
+  const std::string run = t.str("full"), cfg = write_config(run, {{"schedule", {{"max_steps", 4}}}});
+  ASSERT_EQ(gmod_train(2, cfg, {"schedule.exit_at_step=2"}), 0) << slurp(cfg + ".log");
+  ASSERT_EQ(gmod::CheckpointManager::verify(ckpt(run, 2)), "");
+  const std::string log0 = slurp(cfg + ".log");
+
+  const pid_t pid = fork();
+  if (pid == 0) {
+    rlimit lim{256 << 10, 256 << 10};  // the optimizer shards (~2 MB) do not fit, the log does
+    setrlimit(RLIMIT_FSIZE, &lim);
+    signal(SIGXFSZ, SIG_IGN);
+    const std::string cmd = "exec " + train_command(2, cfg);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  const int status = wait_for(pid, 180);
+  const std::string log = slurp(cfg + ".log").substr(log0.size());
+  ASSERT_NE(status, -1) << log;
+  EXPECT_NE(exit_code(status), 0) << log;
+  EXPECT_NE(log.find("error: "), std::string::npos) << log;
+  EXPECT_NE(log.find("File too large"), std::string::npos) << log;
+  EXPECT_NE(log.find("step-4.tmp"), std::string::npos) << log;  // names the file being written
+  EXPECT_FALSE(std::filesystem::exists(ckpt(run, 4)));
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 2)), "");
+
+  ASSERT_EQ(gmod_train(2, cfg), 0) << slurp(cfg + ".log");
+  EXPECT_NE(slurp(cfg + ".log").find("resume: " + ckpt(run, 2)), std::string::npos);
+  const std::string ref = t.str("ref"), ref_cfg = write_config(ref, {{"schedule", {{"max_steps", 4}}}});
+  ASSERT_EQ(gmod_train(2, ref_cfg), 0) << slurp(ref_cfg + ".log");
+  expect_same_model(ckpt(run, 4), ckpt(ref, 4));
+}
+
+// kill -9 of mpirun and every rank at a random moment while checkpoints are being written (checkpoint.every = 1);
+// then `resume auto` until done. Every trial must end with the uninterrupted run's weights.
+TEST(TrainFailures, KillWholeJobDuringSaveResumesExactly) {
+  TempDir t;
+  const json extra = {{"schedule", {{"max_steps", 6}}}, {"checkpoint", {{"every", 1}, {"keep_last", 2}}}};
+  const std::string ref = t.str("ref"), ref_cfg = write_config(ref, extra);
+  ASSERT_EQ(gmod_train(2, ref_cfg), 0) << slurp(ref_cfg + ".log");
+  std::mt19937 rng(20261201);
+  for (int trial = 0; trial < 2; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const std::string run = t.str("trial" + std::to_string(trial)), cfg = write_config(run, extra);
+    const pid_t mpirun = spawn_shell("exec " + train_command(2, cfg));
+    // A save is in progress once step-N.tmp exists; kill a random 0-150 ms into the first one after step 2.
+    const auto t0 = Clock::now();
+    bool saw = false;
+    while (!saw && since(t0) < 120) {
+      for (int s = 3; s <= 6 && !saw; ++s) saw = std::filesystem::exists(run + "/checkpoints/step-" + std::to_string(s) + ".tmp");
+      if (!saw) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 150)(rng)));
+    const auto ranks = rank_pids(mpirun);
+    for (auto& [r, p] : ranks) kill(p, SIGKILL);
+    kill(mpirun, SIGKILL);
+    int status = 0;
+    waitpid(mpirun, &status, 0);
+    ASSERT_TRUE(saw) << slurp(cfg + ".log");
+    for (auto& [r, p] : ranks)
+      for (int i = 0; i < 100 && alive(p); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto found = gmod::CheckpointManager(run).find_latest_valid();
+    ASSERT_TRUE(found.has_value()) << "no valid checkpoint after the kill";
+    std::printf("trial %d: killed with step-%lld the newest valid checkpoint\n", trial,
+                static_cast<long long>(found->step));
+    ASSERT_EQ(gmod_train(2, cfg), 0) << slurp(cfg + ".log");
+    EXPECT_NE(slurp(cfg + ".log").find("resume: " + found->path), std::string::npos);
+    expect_same_model(ckpt(run, 6), ckpt(ref, 6));
+  }
+}
