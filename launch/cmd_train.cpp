@@ -72,7 +72,10 @@ int run_train(const TrainOptions& o) {
                 << mpi_version() << "; NCCL " << nccl_version() << std::endl;
     }
     Trainer trainer(cfg, comm);
-    trainer.run();
+    const TrainResult result = trainer.run();
+    // Stopped by a signal: the checkpoint is written. After SIGTERM mpirun tears its runtime down, and MPI_Finalize
+    // would wait for it until the launcher's SIGKILL; leave after 10 s instead.
+    if (result.stopped_by_signal) set_finalize_timeout(10);
     return 0;
   });
 }

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <mutex>
 #include <sstream>
@@ -245,6 +247,13 @@ void clear_wait() {
 
 }  // namespace
 
+void unblock_output_pipes() {
+  for (int fd : {1, 2}) {
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode)) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+}
+
 std::string describe(const CollectiveId& id) {
   return std::string(id.what) + ", collective #" + std::to_string(id.seq) + " of communicator " +
          std::to_string(id.comm);
@@ -412,6 +421,7 @@ void watchdog_fail(const std::string& cause, const CollectiveId* id) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   const std::string peers = watchdog_peer_report(id);
+  unblock_output_pipes();
   std::fprintf(stderr, "[rank %d] watchdog: %s at step %lld; %s. Aborting the job.\n", my_rank(), cause.c_str(),
                static_cast<long long>(s.step.load()), peers.c_str());
   std::fflush(stderr);

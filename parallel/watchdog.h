@@ -81,6 +81,9 @@ void watchdog_unregister(WatchdogClient* client);
 // The ranks' whereabouts from their heartbeats: with `id`, which ranks are not waiting in that collective; without,
 // the ranks that fell silent. "heartbeat off" when it does not run.
 std::string watchdog_peer_report(const CollectiveId* id);
+// Makes stdout/stderr non-blocking when they are pipes (a launcher that stopped reading them, e.g. mpirun tearing
+// the job down, must not keep a rank from reaching MPI_Abort). Called on the way to an abort.
+void unblock_output_pipes();
 // Prints "[rank R] watchdog: <cause> at step S; <peer report>", aborts every client and the job (MPI_Abort).
 [[noreturn]] void watchdog_fail(const std::string& cause, const CollectiveId* id = nullptr);
 
