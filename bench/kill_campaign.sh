@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # kill -9 of a whole `gmod train` job at random moments of its checkpoint saves, TRIALS times (default 10), on NP
 # ranks (default 2) of the CPU demo model with checkpoint.every = 1. One trial: start the job, wait until the save
-# of a random step (2..STEPS-1) is under way (its step-N.tmp directory exists), sleep a random 0-200 ms, SIGKILL
-# mpirun and every rank at once; then rerun the same command (`resume: auto` must find a valid checkpoint and say
+# of a random step (2..STEPS-1) is under way (its step-N.tmp directory exists), sleep a random 0..D ms (D = the
+# median save of the uninterrupted run, so many kills land inside a save), SIGKILL mpirun and every rank at once; then rerun the same command (`resume: auto` must find a valid checkpoint and say
 # which), let it finish, and compare the final weights with an uninterrupted run's (gmod export of both, cmp of the
-# safetensors files). Prints one line per trial and a summary; exits 1 when any trial failed.
+# safetensors files). Prints one line per trial (where the kill landed: inside the save of step N when step-N.tmp
+# was left behind) and a summary; exits 1 when any trial failed.
 #   bench/kill_campaign.sh [TRIALS] [NP]          (after launch/build.sh --target gmod; GMOD_BIN overrides the binary)
-# Environment: GMOD_KILL_STEPS (default 8), GMOD_KILL_MAX_DELAY_MS (default 200), GMOD_KILL_SEED (default: random).
+# Environment: GMOD_KILL_STEPS (default 8), GMOD_KILL_MAX_DELAY_MS (default D), GMOD_KILL_SEED (default: random).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin=${GMOD_BIN:-$root/build/bin/gmod}
 trials=${1:-10}
 np=${2:-2}
 steps=${GMOD_KILL_STEPS:-8}
-max_delay=${GMOD_KILL_MAX_DELAY_MS:-200}
 RANDOM=${GMOD_KILL_SEED:-$$}
 [[ -x $bin ]] || { echo "$0: $bin not built (launch/build.sh --target gmod)" >&2; exit 2; }
 (( steps >= 3 )) || { echo "$0: GMOD_KILL_STEPS must be >= 3" >&2; exit 2; }
@@ -52,10 +52,13 @@ ref="$work/ref"
 config "$ref"
 train "$ref" || { echo "reference run failed:"; tail -20 "$ref.log"; exit 1; }
 export_weights "$ref" "$work/ref-export" || { echo "export of the reference failed"; exit 1; }
-echo "kill_campaign: $trials trials, $np ranks, $steps steps, checkpoint every step, kill 0-$max_delay ms into a save"
+save_ms=$(grep -o 'checkpoint: .* (\([0-9]*\) ms)' "$ref.log" | grep -o '([0-9]* ms)' | tr -dc '0-9\n' | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
+max_delay=${GMOD_KILL_MAX_DELAY_MS:-$(( ${save_ms:-20} > 5 ? ${save_ms:-20} : 5 ))}
+echo "kill_campaign: $trials trials, $np ranks, $steps steps, checkpoint every step, kill 0-$max_delay ms after a save starts"
 
 pass=0
 fail=0
+inside=0
 for ((i = 1; i <= trials; i++)); do
   run="$work/t$i"
   config "$run"
@@ -86,10 +89,16 @@ for ((i = 1; i <= trials; i++)); do
     verdict=ok
   fi
   [[ $verdict == ok ]] && pass=$((pass + 1)) || fail=$((fail + 1))
-  printf 'trial %2d: killed %3d ms into the save of step-%d; newest complete: %s; stale: %s; resumed from %s (%d passed over); resume rc %d; final weights %s\n' \
-    "$i" "$delay" "$target" "${complete:-none}" "${stale:-none}" "$resumed" "$skipped" "$rc" \
+  if [[ -n $stale ]]; then
+    landed="inside the save of ${stale%.tmp }"
+    inside=$((inside + 1))
+  else
+    landed="between saves"
+  fi
+  printf 'trial %2d: kill %3d ms after step-%d.tmp appeared landed %s; newest complete: %s; resumed from %s (%d passed over); resume rc %d; final weights %s\n' \
+    "$i" "$delay" "$target" "$landed" "${complete:-none}" "$resumed" "$skipped" "$rc" \
     "$([[ $verdict == ok ]] && echo 'equal to the uninterrupted run' || echo 'DIFFER or missing')"
   [[ $verdict == ok ]] || tail -5 "$run.log.resume"
 done
-echo "kill_campaign: $pass/$trials trials ok, $fail failed"
+echo "kill_campaign: $pass/$trials trials ok, $fail failed; $inside kills landed inside a save (median save of the reference: ${save_ms:-?} ms)"
 (( fail == 0 ))

@@ -4,7 +4,8 @@
 //   - a full disk during a save (RLIMIT_FSIZE: writes fail with EFBIG): a named error, the previous checkpoint kept
 //     and resumed from;
 //   - kill -9 of the whole job at random points of checkpoint saves: `resume auto` always finds a valid checkpoint
-//     and the final weights equal those of an uninterrupted run (bench/kill_campaign.sh runs many more trials).
+//     and the final weights equal those of an uninterrupted run (bench/kill_campaign.sh runs many more trials);
+//   - the skipped-step counter survives a resume.
 // Each test is its own ctest entry (CMakeLists.txt).
 #include "tests/trainer/e2e_util.h"
 
@@ -178,4 +179,29 @@ TEST(TrainFailures, KillWholeJobDuringSaveResumesExactly) {
     EXPECT_NE(slurp(cfg + ".log").find("resume: " + found->path), std::string::npos);
     expect_same_model(ckpt(run, 6), ckpt(ref, 6));
   }
+}
+
+// The skipped-step counter is saved (trainer_state.skipped_total) and restored: a learning rate of 1e30 makes the
+// weights overflow after the first update, so the following steps have non-finite gradients and are skipped; a run
+// stopped at step 3 and resumed reports the same counts at every step as the uninterrupted run.
+TEST(TrainFailures, SkippedStepCounterIsSavedAndResumed) {
+  TempDir t;
+  const json extra = {{"schedule", {{"max_steps", 5}}},
+                      {"optimizer", {{"lr", 1e30}, {"warmup_steps", 0}, {"min_lr", 1e29}}},
+                      {"checkpoint", {{"every", 1}, {"keep_last", 0}}}};
+  const std::string u = t.str("uninterrupted"), u_cfg = write_config(u, extra);
+  ASSERT_EQ(gmod_train(0, u_cfg), 0) << slurp(u_cfg + ".log");
+  const auto mu = step_metrics(u);
+  ASSERT_EQ(mu.size(), 5u);
+  ASSERT_GT(mu.at(3)["skipped_total"].get<int64_t>(), 0) << "no step was skipped; the test needs skipped steps";
+  const std::string s = t.str("stopped"), s_cfg = write_config(s, extra);
+  ASSERT_EQ(gmod_train(0, s_cfg, {"schedule.exit_at_step=3"}), 0) << slurp(s_cfg + ".log");
+  EXPECT_EQ(gmod::CheckpointReader(ckpt(s, 3)).trainer_state()["skipped_total"], mu.at(3)["skipped_total"]);
+  ASSERT_EQ(gmod_train(0, s_cfg), 0) << slurp(s_cfg + ".log");
+  const auto ms = step_metrics(s);
+  for (int64_t k = 1; k <= 5; ++k) {
+    EXPECT_EQ(ms.at(k)["skipped_total"], mu.at(k)["skipped_total"]) << "step " << k;
+    EXPECT_EQ(ms.at(k)["skipped"], mu.at(k)["skipped"]) << "step " << k;
+  }
+  EXPECT_EQ(gmod::CheckpointReader(ckpt(s, 5)).trainer_state()["skipped_total"], mu.at(5)["skipped_total"]);
 }
