@@ -2,7 +2,7 @@
 # kill -9 of a whole `gmod train` job at random moments of its checkpoint saves, TRIALS times (default 10), on NP
 # ranks (default 2) of the CPU demo model with checkpoint.every = 1. One trial: start the job, wait until the save
 # of a random step (2..STEPS-1) is under way (its step-N.tmp directory exists), sleep a random 0..D ms (D = the
-# median save of the uninterrupted run, so many kills land inside a save), SIGKILL mpirun and every rank at once; then rerun the same command (`resume: auto` must find a valid checkpoint and say
+# median save time of the uninterrupted run, at most 20 ms, so that many kills land inside a save), SIGKILL mpirun and every rank at once; then rerun the same command (`resume: auto` must find a valid checkpoint and say
 # which), let it finish, and compare the final weights with an uninterrupted run's (gmod export of both, cmp of the
 # safetensors files). Prints one line per trial (where the kill landed: inside the save of step N when step-N.tmp
 # was left behind) and a summary; exits 1 when any trial failed.
@@ -53,7 +53,9 @@ config "$ref"
 train "$ref" || { echo "reference run failed:"; tail -20 "$ref.log"; exit 1; }
 export_weights "$ref" "$work/ref-export" || { echo "export of the reference failed"; exit 1; }
 save_ms=$(grep -o 'checkpoint: .* (\([0-9]*\) ms)' "$ref.log" | grep -o '([0-9]* ms)' | tr -dc '0-9\n' | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
-max_delay=${GMOD_KILL_MAX_DELAY_MS:-$(( ${save_ms:-20} > 5 ? ${save_ms:-20} : 5 ))}
+# The save's "(N ms)" also counts gathering the state before step-N.tmp exists; the directory itself lives a few ms
+# to ~20 ms for the demo model here, so kill within min(N, 20) ms of its appearance.
+max_delay=${GMOD_KILL_MAX_DELAY_MS:-$(( ${save_ms:-20} < 20 ? ${save_ms:-20} : 20 ))}
 echo "kill_campaign: $trials trials, $np ranks, $steps steps, checkpoint every step, kill 0-$max_delay ms after a save starts"
 
 pass=0
@@ -66,13 +68,21 @@ for ((i = 1; i <= trials; i++)); do
   delay=$(( RANDOM % (max_delay + 1) ))
   "${mpi[@]}" "$bin" train --threads 1 --config "$run.json" >> "$run.log" 2>&1 &
   mp=$!
-  t0=$(date +%s%N)
-  while [[ ! -d $run/checkpoints/step-$target.tmp ]] && kill -0 "$mp" 2> /dev/null; do
-    (( $(date +%s%N) - t0 > 120000000000 )) && break
-    sleep 0.002
+  ranks=""
+  for ((w = 0; w < 1200; w++)); do  # the ranks' pids, once they exist (children of mpirun)
+    ranks=$(pgrep -P "$mp" | tr '\n' ' ')
+    (( $(wc -w <<< "$ranks") >= np )) && break
+    sleep 0.05
   done
-  sleep "$(printf '%d.%03d' $((delay / 1000)) $((delay % 1000)))"
-  ranks=$(pgrep -P "$mp" | tr '\n' ' ')
+  # From here on only builtins, so that the kill follows the save's start within microseconds: spin until
+  # step-N.tmp exists, spin `delay` ms more, SIGKILL everything.
+  t0=${EPOCHREALTIME/./}
+  while [[ ! -d $run/checkpoints/step-$target.tmp ]]; do
+    (( ${EPOCHREALTIME/./} - t0 > 120000000 )) && break
+    kill -0 "$mp" 2> /dev/null || break
+  done
+  t1=$(( ${EPOCHREALTIME/./} + delay * 1000 ))
+  while (( ${EPOCHREALTIME/./} < t1 )); do :; done
   # shellcheck disable=SC2086
   kill -9 "$mp" $ranks 2> /dev/null
   wait "$mp" 2> /dev/null

@@ -155,15 +155,24 @@ TEST(TrainFailures, KillWholeJobDuringSaveResumesExactly) {
     SCOPED_TRACE("trial " + std::to_string(trial));
     const std::string run = t.str("trial" + std::to_string(trial)), cfg = write_config(run, extra);
     const pid_t mpirun = spawn_shell("exec " + train_command(2, cfg));
-    // A save is in progress once step-N.tmp exists; kill a random 0-150 ms into the first one after step 2.
+    std::map<int, pid_t> ranks;
     const auto t0 = Clock::now();
-    bool saw = false;
-    while (!saw && since(t0) < 120) {
-      for (int s = 3; s <= 6 && !saw; ++s) saw = std::filesystem::exists(run + "/checkpoints/step-" + std::to_string(s) + ".tmp");
-      if (!saw) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    while (ranks.size() < 2 && since(t0) < 60) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ranks = rank_pids(mpirun);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 150)(rng)));
-    const auto ranks = rank_pids(mpirun);
+    ASSERT_EQ(ranks.size(), 2u) << slurp(cfg + ".log");
+    // A save is in progress once step-N.tmp exists: spin until the save of step 3 or 4 starts, wait a random
+    // 0-20 ms (about a save of this model) and SIGKILL everything.
+    const int target = std::uniform_int_distribution<int>(3, 4)(rng);
+    const std::string tmp = run + "/checkpoints/step-" + std::to_string(target) + ".tmp";
+    bool saw = false;
+    while (!(saw = std::filesystem::exists(tmp)) && since(t0) < 120) {
+    }
+    const auto t1 = Clock::now();
+    const double delay = std::uniform_int_distribution<int>(0, 20)(rng) / 1000.0;
+    while (since(t1) < delay) {
+    }
     for (auto& [r, p] : ranks) kill(p, SIGKILL);
     kill(mpirun, SIGKILL);
     int status = 0;
@@ -173,7 +182,8 @@ TEST(TrainFailures, KillWholeJobDuringSaveResumesExactly) {
       for (int i = 0; i < 100 && alive(p); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const auto found = gmod::CheckpointManager(run).find_latest_valid();
     ASSERT_TRUE(found.has_value()) << "no valid checkpoint after the kill";
-    std::printf("trial %d: killed with step-%lld the newest valid checkpoint\n", trial,
+    std::printf("trial %d: killed %.0f ms after step-%d.tmp appeared (%s); newest valid checkpoint step-%lld\n",
+                trial, delay * 1000, target, std::filesystem::exists(tmp) ? "inside its save" : "after its save",
                 static_cast<long long>(found->step));
     ASSERT_EQ(gmod_train(2, cfg), 0) << slurp(cfg + ".log");
     EXPECT_NE(slurp(cfg + ".log").find("resume: " + found->path), std::string::npos);
