@@ -1,13 +1,15 @@
 // Failure handling of real `gmod train` jobs under mpirun (2 ranks, demo model, parallel.timeout_s = 5):
 //   - kill -9 of one rank mid-training: every process is gone within the deadline + 30 s, the rank named;
 //   - SIGSTOP of one rank: the watchdog of the other fires (no heartbeat / collective deadline), naming it;
-//   - a full disk during a save (RLIMIT_FSIZE: writes fail with EFBIG): a named error, the previous checkpoint kept
-//     and resumed from;
+//   - a full disk during a save (RLIMIT_FSIZE: writes fail with EFBIG) or a read-only checkpoint directory: a named
+//     error, the previous checkpoint kept and resumed from;
 //   - kill -9 of the whole job at random points of checkpoint saves: `resume auto` always finds a valid checkpoint
 //     and the final weights equal those of an uninterrupted run (bench/kill_campaign.sh runs many more trials);
 //   - the skipped-step counter survives a resume.
 // Each test is its own ctest entry (CMakeLists.txt).
 #include "tests/trainer/e2e_util.h"
+
+#include <sys/stat.h>
 
 #include <chrono>
 #include <random>
@@ -214,4 +216,54 @@ TEST(TrainFailures, SkippedStepCounterIsSavedAndResumed) {
     EXPECT_EQ(ms.at(k)["skipped"], mu.at(k)["skipped"]) << "step " << k;
   }
   EXPECT_EQ(gmod::CheckpointReader(ckpt(s, 5)).trainer_state()["skipped_total"], mu.at(5)["skipped_total"]);
+}
+
+// A read-only checkpoint directory during a save (a read-only bind mount as root, else chmod 0555): the save of
+// step 4 fails naming the directory, the job ends non-zero, and step 2 is kept and resumed from once it is writable.
+TEST(TrainFailures, ReadOnlyRunDirDuringSaveKeepsThePreviousCheckpoint) {
+  TempDir t;
+  const std::string run = t.str("ro"), cfg = write_config(run, {{"schedule", {{"max_steps", 4}}}});
+  ASSERT_EQ(gmod_train(2, cfg, {"schedule.exit_at_step=2"}), 0) << slurp(cfg + ".log");
+  const std::string dir = run + "/checkpoints";
+  struct ReadOnly {
+    std::string dir;
+    bool mounted = false;
+    explicit ReadOnly(const std::string& d) : dir(d) {
+      if (geteuid() == 0)
+        mounted = std::system(("mount --bind '" + dir + "' '" + dir + "' 2>/dev/null && mount -o remount,bind,ro '" +
+                               dir + "' '" + dir + "' 2>/dev/null").c_str()) == 0;
+      if (!mounted) chmod(dir.c_str(), 0555);
+    }
+    ~ReadOnly() {
+      if (mounted) (void)std::system(("umount '" + dir + "' 2>/dev/null").c_str());
+      chmod(dir.c_str(), 0755);
+    }
+    bool works() const {
+      const std::string probe = dir + "/probe";
+      FILE* f = std::fopen(probe.c_str(), "w");
+      if (!f) return true;
+      std::fclose(f);
+      std::remove(probe.c_str());
+      return false;
+    }
+  };
+  const std::string log0 = slurp(cfg + ".log");
+  {
+    ReadOnly ro(dir);
+    if (!ro.works()) GTEST_SKIP() << "cannot make " << dir << " read-only here (root without mount rights?)";
+    EXPECT_NE(gmod_train(2, cfg), 0);
+    const std::string log = slurp(cfg + ".log").substr(log0.size());
+    EXPECT_NE(log.find("error: "), std::string::npos) << log;
+    EXPECT_NE(log.find("step-4.tmp"), std::string::npos) << log;
+    EXPECT_TRUE(log.find("Read-only file system") != std::string::npos ||
+                log.find("Permission denied") != std::string::npos)
+        << log;
+    if (const size_t e = log.find("error: "); e != std::string::npos)
+      std::printf("read-only: %s\n", log.substr(e, log.find('\n', e) - e).c_str());
+  }
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 2)), "");
+  EXPECT_FALSE(std::filesystem::exists(ckpt(run, 4)));
+  ASSERT_EQ(gmod_train(2, cfg), 0) << slurp(cfg + ".log");
+  EXPECT_NE(slurp(cfg + ".log").find("resume: " + ckpt(run, 2)), std::string::npos);
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 4)), "");
 }
