@@ -18,6 +18,7 @@
 #include "mod/arank.h"
 #include "mod/conversion.h"
 #include "parallel/sharded_adamw.h"
+#include "parallel/watchdog.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data_guard.h"
 #include "trainer/model_setup.h"
@@ -345,6 +346,7 @@ StepMetrics Trainer::train_step() {
   const double wait0 = loader_->wait_seconds();
   StepMetrics m;
   m.step = step_ + 1;
+  watchdog_set_step(m.step);  // named by the watchdog when a collective of this step times out
   m.total_steps = total_steps_;
   m.lr = sched_->current();
 
@@ -515,6 +517,7 @@ std::string Trainer::save_checkpoint() {
   mine.tensors = {{"master", st.master}, {"exp_avg", st.exp_avg}, {"exp_avg_sq", st.exp_avg_sq}};
   mine.meta = st.meta();
   mine.rng_state = generator_state_bytes(at::detail::getDefaultCPUGenerator());
+  if (device_.is_cuda()) mine.cuda_rng_state = generator_state_bytes(at::globalContext().defaultGenerator(device_));
   CheckpointOptions o;
   o.keep_last = cfg_.checkpoint.keep_last;
   o.barrier = [this] { comm_->barrier(); };

@@ -2,12 +2,17 @@
 // overlapped and non-overlapped optimizers end bitwise identical for every ZeRO stage with several buckets and
 // 3 accumulated micro-batches (overlap armed on the last only); a parameter that gets no gradient on some ranks
 // does not hang (step() launches the rest in bucket order); the non-blocking collectives give bitwise the results
-// of the blocking ones.
+// of the blocking ones. On CUDA (NCCL, one GPU per rank; skipped without): the hooks fire on the comm stream and
+// the result is bitwise that of the non-overlapped run, fp32 and bf16 (bench/gpu_check.sh runs it at 1 rank).
 #include "parallel/data_parallel.h"
 #include "parallel/mpi_comm.h"
+#include "parallel/runtime.h"
 #include "tests/parallel/parallel_test_util.h"
 
 #include <gtest/gtest.h>
+#ifdef GMOD_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 using namespace gmod;
 using namespace gmod::testing;
@@ -129,4 +134,43 @@ TEST(OverlapMpi, NonBlockingCollectivesMatchBlocking) {
   at::Tensor in = at::arange(total, at::kFloat) * (rank + 1), out = at::empty({rank + 1});
   comm()->reduce_scatter_v(in, out, counts, ReduceOp::Sum);
   EXPECT_TRUE(out.equal(at::arange(off, off + rank + 1, at::kFloat) * (n * (n + 1) / 2)));
+}
+
+// NCCL: the post-accumulate hooks armed by set_last_micro_batch() start every bucket on the dedicated comm stream
+// during the last backward; weights bitwise equal to the non-overlapped optimizer's, for each stage, fp32 and bf16.
+TEST(OverlapNccl, HooksFireAndMatchNonOverlappedOnCuda) {
+#ifndef GMOD_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  const int n = comm()->world_size(), rank = comm()->rank();
+  const bool have = at::hasCUDA() && static_cast<int>(c10::cuda::device_count()) >= n;
+  if (comm()->all_reduce(have ? 0.0 : 1.0, ReduceOp::Max) != 0.0) GTEST_SKIP() << "needs one CUDA device per rank";
+  static std::shared_ptr<Comm> nccl = make_comm(at::Device(at::kCUDA));
+  for (int stage : {0, 1, 2}) {
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + (dtype == at::kFloat ? " fp32" : " bf16"));
+      Mlp init = Mlp::make(23, dtype);
+      Mlp a = init.to(nccl->device()), b = init.to(nccl->device());
+      DataParallelOptions oa_opts = options(stage, true), ob_opts = options(stage, false);
+      DataParallelOptimizer oa(a.named(), nccl, oa_opts), ob(b.named(), nccl, ob_opts);
+      for (int step = 0; step < 4; ++step) {
+        oa.zero_grad();
+        ob.zero_grad();
+        auto [x, y] = global_batch(step);
+        const int64_t per = kGlobalBatch / n, mb = per / 2;
+        for (int i = 0; i < 2; ++i) {
+          if (i == 1) oa.set_last_micro_batch();
+          at::Tensor xs = x.narrow(0, rank * per + i * mb, mb).to(nccl->device());
+          at::Tensor ys = y.narrow(0, rank * per + i * mb, mb).to(nccl->device());
+          (a.loss(xs, ys) / 2).backward();
+          (b.loss(xs, ys) / 2).backward();
+        }
+        EXPECT_EQ(oa.buckets_launched_early(), static_cast<int>(oa.buckets().size())) << "step " << step;
+        StepResult ra = oa.step(2e-2), rb = ob.step(2e-2);
+        EXPECT_EQ(ra.grad_norm, rb.grad_norm) << "step " << step;
+        ASSERT_TRUE(a.flat().equal(b.flat())) << "step " << step;
+      }
+    }
+  }
+#endif
 }
