@@ -1,9 +1,10 @@
 // gmod's model against transformers on committed fixtures (tests/fixtures/make_hf_fixtures.py): logits within
-// 1e-5 max abs (fp32) on real tokens, loss within 1e-5, and the gradient of every parameter within 1e-4 relative.
-// Every transformers parameter is either compared by name or listed as unused by the forward (then gmod must give
-// it no gradient); a name that does not map, or a gmod parameter no entry covers, fails the test. The cases cover
-// MHA and GQA, head_dim != hidden/heads, rms_norm_eps 1e-6, rope_theta 1e4/1e5/1e6, random norm weights and
-// biases, right/left/no padding, vision feature layer -2/-1, 'default'/'full' strategies, and the 336-px CLIP grid.
+// 1e-5 max abs (fp32) on real tokens, loss within 1e-5, and the gradient of every parameter within 1e-4
+// relative. Every transformers parameter is either compared by name or listed as unused by the forward (then
+// gmod must give it no gradient); a name that does not map, or a gmod parameter no entry covers, fails the
+// test. The cases cover MHA and GQA, head_dim != hidden/heads, rms_norm_eps 1e-6, rope_theta 1e4/1e5/1e6,
+// random norm weights and biases, right/left/no padding, vision feature layer -2/-1, 'default'/'full'
+// strategies, and the 336-px CLIP grid.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -67,7 +68,8 @@ TEST_P(HfParity, LogitsLossAndEveryGradientMatchTransformersFp32) {
       return "";
     }
     if (!params.contains(*gname)) {
-      ADD_FAILURE() << "transformers parameter " << hf << " maps to " << *gname << ", which gmod does not have";
+      ADD_FAILURE() << "transformers parameter " << hf << " maps to " << *gname
+                    << ", which gmod does not have";
       return "";
     }
     EXPECT_FALSE(covered[*gname]) << *gname << " covered twice";
@@ -86,7 +88,12 @@ TEST_P(HfParity, LogitsLossAndEveryGradientMatchTransformersFp32) {
     }
     auto r = ref.tensor(name);
     const double rel = (g - r).norm().item<double>() / std::max(r.norm().item<double>(), 1e-30);
-    EXPECT_LT(rel, 1e-4) << "gradient of " << gname << " (relative L2 difference)";
+    auto worst = (g - r).abs().reshape({g.size(0), -1}).amax(1).argmax().item<int64_t>();
+    // 1e-8 absolute floor: the key-projection biases of softmax attention have an exactly-zero true gradient
+    // (they add a per-query constant to the scores); both sides return rounding noise of ~1e-10 there.
+    EXPECT_TRUE(rel < 1e-4 || (g - r).norm().item<double>() < 1e-8)
+        << "gradient of " << gname << " (relative L2 difference; |ref| " << r.norm().item<double>()
+        << ", |gmod| " << g.norm().item<double>() << ", worst row " << worst << ")";
     ++compared;
   }
   for (const auto& hf : meta.at("no_grad")) {
@@ -96,7 +103,8 @@ TEST_P(HfParity, LogitsLossAndEveryGradientMatchTransformersFp32) {
     EXPECT_TRUE(!g.defined() || g.abs().max().item<double>() == 0.0)
         << gname << " is not used by the transformers forward but has a gradient in gmod";
   }
-  for (const auto& [gname, seen] : covered) EXPECT_TRUE(seen) << "gmod parameter " << gname << " has no reference";
+  for (const auto& [gname, seen] : covered)
+    EXPECT_TRUE(seen) << "gmod parameter " << gname << " has no reference";
   EXPECT_EQ(compared, meta.at("gradients").get<int>());
   EXPECT_EQ(compared + static_cast<int>(meta.at("no_grad").size()), static_cast<int>(params.size()));
 }
@@ -114,15 +122,18 @@ TEST_P(HfParity, Bf16LogitsTrackTransformersBf16) {
   // the fp32 truth as transformers in bf16 is.
   const double ours = max_abs_on_valid(out.logits, ref.tensor("logits"), in.attention_mask);
   const double theirs = max_abs_on_valid(ref16.tensor("logits"), ref.tensor("logits"), in.attention_mask);
-  EXPECT_LT(ours, 2.0 * theirs + 1e-3) << "gmod bf16 error " << ours << " vs transformers bf16 error " << theirs;
+  EXPECT_LT(ours, 2.0 * theirs + 1e-3)
+      << "gmod bf16 error " << ours << " vs transformers bf16 error " << theirs;
   EXPECT_EQ(out.logits.dtype(), at::kFloat);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity,
-                         ::testing::Values("llama_untied_gqa", "llama_tied", "llava_layer_m2", "llama_mha_headdim",
-                                           "llama_gqa_theta1e5", "llava_full_m1", "llava_336"));
+                         ::testing::Values("llama_untied_gqa", "llama_tied", "llava_layer_m2",
+                                           "llama_mha_headdim", "llama_gqa_theta1e5", "llava_full_m1",
+                                           "llava_336"));
 
-// What the fixtures are meant to exercise is really in them (a regenerated fixture cannot quietly lose a case).
+// What the fixtures are meant to exercise is really in them (a regenerated fixture cannot quietly lose a
+// case).
 TEST(HfParityFixtures, CoverTheConfigurationsTheyClaim) {
   auto text = [](const std::string& name) { return load_model_config(test::fixture("hf/" + name)); };
   const auto mha = text("llama_mha_headdim");
@@ -162,7 +173,8 @@ TEST(HfParityCuda, LlavaFp32OnCudaMatchesTransformers) {
     in.pixel_values = in.pixel_values.cuda();
     auto out = model->forward(in);
     // TF32 is off by default in LibTorch matmuls, so fp32 on the GPU stays close to the CPU reference.
-    EXPECT_LT(max_abs_on_valid(out.logits.cpu(), ref.tensor("logits"), in.attention_mask.cpu()), 1e-4) << name;
+    EXPECT_LT(max_abs_on_valid(out.logits.cpu(), ref.tensor("logits"), in.attention_mask.cpu()), 1e-4)
+        << name;
     EXPECT_NEAR(out.lm_loss.item<double>(), ref.tensor("loss").item<double>(), 1e-4) << name;
     out.lm_loss.backward();
     auto g = model->named_parameters()["llm.layers.0.self_attn.q_proj.weight"].grad();
