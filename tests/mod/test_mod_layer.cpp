@@ -104,9 +104,9 @@ TEST(MoDLayer, FullCapacityWithoutRouterScalingEqualsDense) {
   }
 }
 
-// With router scaling on, a zero router gives p = 0.5 exactly and halves the MLP delta of every token (γ-MoD scales
-// only the MLP delta): out = a + 0.5 m, where a = h + attn (the dense layer with down_proj zeroed) and a + m is the
-// dense layer's output.
+// With router scaling on, a zero router gives p = 0.5 exactly and halves the MLP delta of every token (γ-MoD
+// scales only the MLP delta): out = a + 0.5 m, where a = h + attn (the dense layer with down_proj zeroed) and
+// a + m is the dense layer's output.
 TEST(MoDLayer, ZeroRouterWithScalingHalvesTheMlpDelta) {
   auto dense = test::random_text_lm(2, 21);
   auto mod = test::random_text_lm(2, 21);
@@ -124,7 +124,8 @@ TEST(MoDLayer, ZeroRouterWithScalingHalvesTheMlpDelta) {
   auto a = layer->forward(h, st, 1);  // a
   auto st2 = layer_state(*mod, in, at::kFloat);
   auto half = mod_layers(*mod)[1]->forward(h, st2, 1);
-  EXPECT_GT(test::max_abs_valid(full, a, in.attention_mask), 1e-2) << "the MLP delta should not be negligible";
+  EXPECT_GT(test::max_abs_valid(full, a, in.attention_mask), 1e-2)
+      << "the MLP delta should not be negligible";
   EXPECT_LT(test::max_abs_valid(half, a + 0.5 * (full - a), in.attention_mask), 1e-5);
 }
 

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "mod/arank.h"
@@ -125,9 +124,10 @@ TEST(ARank, ModelWithUniformAttentionLayerHasRankNMinusOne) {
   EXPECT_EQ(r.samples, 3);
   const double expect = (25 - 1 + 37 - 1 + 21 - 1) / 3.0;  // valid lengths 25, 37, 21
   EXPECT_NEAR(r.layers[0].mean, expect, 1e-9);
-  // Layer 1 from an independent path: the attention maps of the model's own forward (not compute_arank's unrolled
-  // one), each head's map restricted to real tokens, tril with a zero diagonal (γ-MoD's definition), rank counted
-  // as singular values above max(sv) * n * FLT_EPSILON (torch.linalg.matrix_rank's default tolerance).
+  // Layer 1 from an independent path: the attention maps of the model's own forward (not compute_arank's
+  // unrolled one), each head's map restricted to real tokens, tril with a zero diagonal (γ-MoD's definition),
+  // rank counted as singular values above max(sv) * n * FLT_EPSILON (torch.linalg.matrix_rank's default
+  // tolerance).
   {
     at::NoGradGuard ng;
     ForwardState st;
@@ -140,7 +140,8 @@ TEST(ARank, ModelWithUniformAttentionLayerHasRankNMinusOne) {
       auto p = st.attn_probs[1][b].index_select(1, idx).index_select(2, idx).tril(-1);  // [H, n, n]
       for (int64_t hd = 0; hd < p.size(0); ++hd) {
         auto sv = at::linalg_svdvals(p[hd]);
-        const double tol = sv.max().item<double>() * double(p.size(1)) * std::numeric_limits<float>::epsilon();
+        const double tol =
+            sv.max().item<double>() * double(p.size(1)) * std::numeric_limits<float>::epsilon();
         sum += (sv > tol).sum().item<double>() / double(p.size(0));
       }
     }

@@ -185,14 +185,15 @@ TEST(ModelConfig, RejectsInconsistentValuesAndMalformedJson) {
   EXPECT_NE(err.find("cannot open"), std::string::npos) << err;
 }
 
-// The explicit-mask path (a left-padded row: the key mask is materialised) gives the logits of the fused causal
-// fast path (no mask) on the same tokens, when the padded row carries the unpadded row's positions; and the mask
-// matters: the same padded row without it lets the pad keys in.
+// The explicit-mask path (a left-padded row: the key mask is materialised) gives the logits of the fused
+// causal fast path (no mask) on the same tokens, when the padded row carries the unpadded row's positions;
+// and the mask matters: the same padded row without it lets the pad keys in.
 TEST(MultimodalLM, LeftPaddedExplicitMaskPathEqualsUnpaddedFastPath) {
   const auto src = test::fixture(kLlava);
   auto m = load_pretrained(src);
   auto in = reference_inputs(src);
-  const int64_t n = in.attention_mask[0].sum().item<int64_t>();  // sample 0's real tokens (a right-padded row)
+  const int64_t n =
+      in.attention_mask[0].sum().item<int64_t>();  // sample 0's real tokens (a right-padded row)
   const int64_t pad = 5;
   ModelInputs fast;
   fast.input_ids = in.input_ids.narrow(0, 0, 1).narrow(1, 0, n).clone();

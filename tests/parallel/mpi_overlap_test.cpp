@@ -1,10 +1,9 @@
 // Bucketed gradient reduction overlapped with backward, at the launched world size (ctest: 1, 2 and 3 ranks):
-// for every ZeRO stage with several buckets and 3 accumulated micro-batches (overlap armed on the last only), the
-// overlapped optimizer follows an independent reference (each gradient all-reduced whole with the blocking
-// collective, then torch's AdamW formulas on whole tensors: RefAdamW) and ends bitwise equal to the non-overlapped
-// one; a parameter that gets no gradient on some ranks
-// does not hang (step() launches the rest in bucket order); the non-blocking collectives give bitwise the results
-// of the blocking ones.
+// for every ZeRO stage with several buckets and 3 accumulated micro-batches (overlap armed on the last only),
+// the overlapped optimizer follows an independent reference (each gradient all-reduced whole with the
+// blocking collective, then torch's AdamW formulas on whole tensors: RefAdamW) and ends bitwise equal to the
+// non-overlapped one; a parameter that gets no gradient on some ranks does not hang (step() launches the rest
+// in bucket order); the non-blocking collectives give bitwise the results of the blocking ones.
 #include "parallel/data_parallel.h"
 #include "parallel/mpi_comm.h"
 #include "tests/parallel/parallel_test_util.h"
@@ -31,10 +30,11 @@ DataParallelOptions options(int stage, bool overlap) {
   return o;
 }
 
-// This rank's slice of step `step`'s global batch in 3 micro-batches (uneven when the slice is not divisible by 3;
-// each micro loss weighted by its share so the sum is the slice mean). skip_b1: b1 gets no gradient.
+// This rank's slice of step `step`'s global batch in 3 micro-batches (uneven when the slice is not divisible
+// by 3; each micro loss weighted by its share so the sum is the slice mean). skip_b1: b1 gets no gradient.
 // opt == nullptr: a plain backward (the reference).
-void backward3(const Mlp& m, DataParallelOptimizer* opt, int step, int rank, int world, bool skip_b1 = false) {
+void backward3(const Mlp& m, DataParallelOptimizer* opt, int step, int rank, int world,
+               bool skip_b1 = false) {
   auto [x, y] = global_batch(step);
   const int64_t per = kGlobalBatch / world;
   for (int i = 0; i < 3; ++i) {
@@ -76,7 +76,8 @@ TEST(OverlapMpi, MatchesAllReduceThenAdamWReferenceAndNonOverlapped) {
       clipped += cl;
       EXPECT_NEAR(ra.grad_norm, norm, 1e-6 * norm) << "stage " << stage << " step " << step;
       EXPECT_EQ(ra.clipped, cl) << "stage " << stage << " step " << step;
-      EXPECT_LT(rel_diff(a.flat(), ref.flat()), 1e-6) << "stage " << stage << " step " << step << " world " << n;
+      EXPECT_LT(rel_diff(a.flat(), ref.flat()), 1e-6)
+          << "stage " << stage << " step " << step << " world " << n;
       EXPECT_EQ(ra.grad_norm, rb.grad_norm) << "stage " << stage << " step " << step;
       ASSERT_TRUE(a.flat().equal(b.flat())) << "stage " << stage << " step " << step << " world " << n;
     }

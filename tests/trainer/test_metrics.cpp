@@ -1,12 +1,11 @@
 // Metrics: the FLOP model behind MFU and the JSONL lines rank 0 writes.
-#include "trainer/metrics.h"
-
-#include "tests/common/paths.h"
-
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <string>
+
+#include "tests/common/paths.h"
+#include "trainer/metrics.h"
 
 TEST(Metrics, FlopModelIsSixNPlusAttention) {
   gmod::FlopModel f{1000, 2, 8};
