@@ -21,6 +21,7 @@
 #include "parallel/watchdog.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data_guard.h"
+#include "trainer/fault_injection.h"
 #include "trainer/model_setup.h"
 
 namespace gmod {
@@ -59,6 +60,8 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
   rank_ = comm_->rank();
   world_ = comm_->world_size();
   validate_train_config(cfg_, world_);
+  if (const FaultInjection& fi = FaultInjection::from_env(); !fi.empty())  // test facility, docs/training.md
+    print("warning: fault injection (" + std::string(FaultInjection::kEnv) + "): " + fi.describe());
   device_ = comm_->device();
   dtype_ = cfg_.model.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   accum_ = grad_accum_steps(cfg_, world_);
@@ -393,6 +396,7 @@ StepMetrics Trainer::train_step() {
     }
     // Last micro-batch of the window: its backward may start the gradient reductions (overlap_comm).
     if (&b == &micro.back()) opt_->set_last_micro_batch();
+    loss = inject_faults_into_loss(loss, m.step, rank_);  // GMOD_FAULT_INJECT only (a test facility)
     loss.backward();
     lm_sum += out.lm_loss_sum.detach().to(at::kDouble);
     for (const LayerTokens& lt : st.tokens)
