@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "bench/mod_savings.h"
 #include "mod/accounting.h"
 #include "mod/conversion.h"
 #include "model/token_roles.h"
@@ -124,6 +125,12 @@ int main(int argc, char** argv) {
     const double real = 1.0 - times[1][k] / times[0][k];
     std::printf("%-13s dense %8.1f ms  mod %8.1f ms  realised saving %5.1f%% / theoretical saving %5.1f%% = %.2f\n",
                 names[k], 1e3 * times[0][k], 1e3 * times[1][k], 100 * real, 100 * theo, theo > 0 ? real / theo : 0.0);
+  }
+  {  // realised against theoretical on the trainer's FLOP formula, and batched decode (bench/mod_savings.h)
+    auto model = make_model(a, dev);
+    convert_to_mod(*model, cfg);
+    bench::print_train_flop_saving(*model, in, times[0][0], times[1][0]);
+    bench::bench_decode([&] { return make_model(a, dev); }, cfg, in, 16, a.cuda);
   }
   return 0;
 }

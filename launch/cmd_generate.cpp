@@ -109,9 +109,11 @@ int run_generate(const GenerateCliOptions& o) {
   std::cout << "prompt: " << L << " tokens" << (images.empty() ? "" : ", " + std::to_string(images.size()) + " images")
             << "; generated " << n << " tokens (" << (g.greedy ? "greedy" : "top-p sampling") << ")\n";
   std::cout << "output: " << tok->decode(ids) << "\n";
-  const ComputeReport rep = account_compute(r.layer_tokens, m.model->config.text, {});
+  const ComputeReport& rep = r.compute;
   if (rep.mod_total > 0) {
     std::printf("skip ratio: MoD layers %.4f, all layers %.4f\n", rep.mod_skip_ratio(), rep.skip_ratio());
+    std::printf("FLOPs vs the same generation without MoD: %.4f (%.4g / %.4g GFLOP; decoder %.4f)\n", rep.flop_ratio(),
+                rep.flops * 1e-9, rep.dense_flops * 1e-9, rep.decoder_flop_ratio());
     for (const auto& l : rep.layers)
       if (l.mod) std::printf("  layer %d skip %.4f (%lld/%lld processed)\n", l.layer, l.skip_ratio(),
                              static_cast<long long>(l.processed), static_cast<long long>(l.total));

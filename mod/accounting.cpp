@@ -1,8 +1,10 @@
 #include "mod/accounting.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 namespace gmod {
 
@@ -15,54 +17,157 @@ double token_linear_flops(const LlamaConfig& c) {
 
 double attention_pair_flops(const LlamaConfig& c) { return 4.0 * c.num_attention_heads * c.dim_per_head(); }
 
-ComputeReport account_compute(const std::vector<LayerTokens>& tokens, const LlamaConfig& c,
-                              const std::vector<int64_t>& sample_lengths) {
+double vision_tower_flops(const LlavaConfig& c) {
+  if (!c.vision) return 0.0;
+  const auto& v = *c.vision;
+  const int n = v.num_hidden_layers;
+  const int run = c.vision_feature_layer >= 0 ? c.vision_feature_layer : n + 1 + c.vision_feature_layer;
+  const double P = v.num_patches(), T = P + 1, Dv = v.hidden_size, Iv = v.intermediate_size;
+  const double patch = P * 2.0 * v.num_channels * double(v.patch_size) * v.patch_size * Dv;
+  // Per layer: q/k/v/out (4 Dv^2) and fc1/fc2 (2 Dv Iv) per token; non-causal attention, T^2 pairs x 4 Dv.
+  const double layer = T * 2.0 * (4.0 * Dv * Dv + 2.0 * Dv * Iv) + T * T * 4.0 * Dv;
+  return patch + std::max(run, 0) * layer;
+}
+
+double projector_flops(const LlavaConfig& c) {
+  if (!c.vision) return 0.0;
+  const double Dv = c.vision->hidden_size, D = c.text.hidden_size;
+  return c.image_seq_length() * 2.0 * (Dv * D + D * D);
+}
+
+ForwardShape ForwardShape::full(std::vector<int64_t> lengths, int64_t images) {
+  ForwardShape s;
+  s.context.assign(lengths.size(), 0);
+  s.fresh = std::move(lengths);
+  s.images = images;
+  return s;
+}
+
+std::vector<int64_t> sample_lengths(const at::Tensor& attention_mask, int64_t B, int64_t L) {
+  if (!attention_mask.defined()) return std::vector<int64_t>(size_t(B), L);
+  const at::Tensor n = attention_mask.to(at::kBool).sum(1).to(at::kLong).cpu().contiguous();
+  return std::vector<int64_t>(n.data_ptr<int64_t>(), n.data_ptr<int64_t>() + n.numel());
+}
+
+namespace {
+
+// Decoder layers of one forward: dense pairs from the shape's per-sample (context, fresh) counts.
+void add_decoder(ComputeReport& r, const std::vector<LayerTokens>& tokens, const LlamaConfig& c,
+                 const ForwardShape& s) {
+  if (s.context.size() != s.fresh.size())
+    throw std::invalid_argument("ForwardShape: context and fresh must have one entry per sample");
   const double tf = token_linear_flops(c), pf = attention_pair_flops(c);
+  int64_t fresh = 0;
+  double dense_pairs = 0;
+  for (size_t b = 0; b < s.fresh.size(); ++b) {
+    const double n = double(s.fresh[b]), ctx = double(s.context[b]);
+    fresh += s.fresh[b];
+    dense_pairs += n * ctx + 0.5 * n * (n + 1);
+  }
   std::map<int, LayerCompute> by_layer;
+  for (const auto& l : r.layers) by_layer[l.layer] = l;
   for (const auto& t : tokens) {
+    // The shape describes this forward's tokens; if a report does not add up (a caller that passes no shape),
+    // its tokens are taken as one sequence.
+    const double dp = fresh == t.total ? dense_pairs : 0.5 * double(t.total) * double(t.total + 1);
+    const double pairs = t.attn_pairs >= 0 ? double(t.attn_pairs) : dp;
     auto& l = by_layer[t.layer];
     l.layer = t.layer;
     l.mod = l.mod || t.attn_pairs >= 0;
     l.processed += t.processed;
     l.total += t.total;
-    // Dense pairs of the entry's tokens: from the sample lengths when they add up, else one sequence.
-    int64_t sum_len = 0;
-    double dense_pairs = 0;
-    for (auto n : sample_lengths) {
-      sum_len += n;
-      dense_pairs += 0.5 * static_cast<double>(n) * static_cast<double>(n + 1);
-    }
-    if (sum_len != t.total) dense_pairs = 0.5 * static_cast<double>(t.total) * static_cast<double>(t.total + 1);
-    const double pairs = t.attn_pairs >= 0 ? static_cast<double>(t.attn_pairs) : dense_pairs;
-    l.flops += tf * static_cast<double>(t.processed) + pf * pairs;
-    l.dense_flops += tf * static_cast<double>(t.total) + pf * dense_pairs;
+    l.attn_pairs += pairs;
+    l.dense_attn_pairs += dp;
+    l.linear_flops += tf * double(t.processed);
+    l.attn_flops += pf * pairs;
+    l.dense_linear_flops += tf * double(t.total);
+    l.dense_attn_flops += pf * dp;
+    l.flops = l.linear_flops + l.attn_flops;
+    l.dense_flops = l.dense_linear_flops + l.dense_attn_flops;
   }
-  ComputeReport r;
+  r.layers.clear();
+  r.processed = r.total = r.mod_processed = r.mod_total = 0;
+  r.decoder_flops = r.decoder_dense_flops = 0;
   for (auto& [i, l] : by_layer) {
     r.layers.push_back(l);
     r.processed += l.processed;
     r.total += l.total;
-    if (l.mod) {
-      r.mod_processed += l.processed;
-      r.mod_total += l.total;
-    }
-    r.flops += l.flops;
-    r.dense_flops += l.dense_flops;
+    if (l.mod) r.mod_processed += l.processed, r.mod_total += l.total;
+    r.decoder_flops += l.flops;
+    r.decoder_dense_flops += l.dense_flops;
   }
+}
+
+void update_totals(ComputeReport& r) {
+  const double outside = r.head_flops + r.vision_flops + r.projector_flops;
+  r.flops = r.decoder_flops + outside;
+  r.dense_flops = r.decoder_dense_flops + outside;
+}
+
+}  // namespace
+
+ComputeReport account_forward(const std::vector<LayerTokens>& tokens, const LlavaConfig& c, const ForwardShape& s) {
+  ComputeReport r;
+  add_decoder(r, tokens, c.text, s);
+  int64_t fresh = 0;
+  for (auto n : s.fresh) fresh += n;
+  r.head_tokens = s.head_tokens >= 0 ? s.head_tokens : fresh;
+  r.images = s.images;
+  r.head_flops = 2.0 * c.text.hidden_size * double(c.text.vocab_size) * double(r.head_tokens);
+  r.vision_flops = double(s.images) * vision_tower_flops(c);
+  r.projector_flops = double(s.images) * projector_flops(c);
+  update_totals(r);
   return r;
+}
+
+ComputeReport account_compute(const std::vector<LayerTokens>& tokens, const LlamaConfig& c,
+                              const std::vector<int64_t>& lengths) {
+  ComputeReport r;
+  add_decoder(r, tokens, c, ForwardShape::full(lengths));
+  update_totals(r);
+  return r;
+}
+
+void ComputeReport::add(const ComputeReport& o) {
+  std::map<int, LayerCompute> by_layer;
+  for (const auto& l : layers) by_layer[l.layer] = l;
+  for (const auto& l : o.layers) {
+    auto& t = by_layer[l.layer];
+    t.layer = l.layer;
+    t.mod = t.mod || l.mod;
+    t.processed += l.processed, t.total += l.total;
+    t.attn_pairs += l.attn_pairs, t.dense_attn_pairs += l.dense_attn_pairs;
+    t.linear_flops += l.linear_flops, t.attn_flops += l.attn_flops;
+    t.dense_linear_flops += l.dense_linear_flops, t.dense_attn_flops += l.dense_attn_flops;
+    t.flops += l.flops, t.dense_flops += l.dense_flops;
+  }
+  layers.clear();
+  for (auto& [i, l] : by_layer) layers.push_back(l);
+  processed += o.processed, total += o.total;
+  mod_processed += o.mod_processed, mod_total += o.mod_total;
+  images += o.images, head_tokens += o.head_tokens;
+  decoder_flops += o.decoder_flops, decoder_dense_flops += o.decoder_dense_flops;
+  head_flops += o.head_flops, vision_flops += o.vision_flops, projector_flops += o.projector_flops;
+  update_totals(*this);
 }
 
 std::string ComputeReport::table() const {
   std::string out = "layer  kind   processed/total   skip     GFLOP (dense)\n";
-  char buf[160];
+  char buf[200];
   for (const auto& l : layers) {
     std::snprintf(buf, sizeof buf, "%5d  %-5s  %8lld/%-8lld %6.1f%%  %8.3f (%8.3f)\n", l.layer, l.mod ? "mod" : "dense",
                   static_cast<long long>(l.processed), static_cast<long long>(l.total), 100.0 * l.skip_ratio(),
                   l.flops * 1e-9, l.dense_flops * 1e-9);
     out += buf;
   }
-  std::snprintf(buf, sizeof buf, "skip ratio %.1f%% overall, %.1f%% of MoD-layer tokens; FLOPs %.1f%% of dense\n",
-                100.0 * skip_ratio(), 100.0 * mod_skip_ratio(), 100.0 * flop_ratio());
+  if (head_flops + vision_flops + projector_flops > 0) {
+    std::snprintf(buf, sizeof buf, "outside the decoder: LM head %.3f, vision tower %.3f, projector %.3f GFLOP\n",
+                  head_flops * 1e-9, vision_flops * 1e-9, projector_flops * 1e-9);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "skip ratio %.1f%% overall, %.1f%% of MoD-layer tokens; FLOPs %.1f%% of dense (decoder %.1f%%)\n",
+                100.0 * skip_ratio(), 100.0 * mod_skip_ratio(), 100.0 * flop_ratio(), 100.0 * decoder_flop_ratio());
   return out + buf;
 }
 
@@ -73,9 +178,17 @@ nlohmann::json ComputeReport::to_json() const {
   j["flops"] = flops;
   j["dense_flops"] = dense_flops;
   j["flop_ratio"] = flop_ratio();
+  j["decoder_flops"] = decoder_flops;
+  j["decoder_dense_flops"] = decoder_dense_flops;
+  j["decoder_flop_ratio"] = decoder_flop_ratio();
+  j["head_flops"] = head_flops;
+  j["vision_flops"] = vision_flops;
+  j["projector_flops"] = projector_flops;
   for (const auto& l : layers)
     j["layers"].push_back({{"layer", l.layer}, {"mod", l.mod}, {"processed", l.processed}, {"total", l.total},
-                           {"skip_ratio", l.skip_ratio()}, {"flops", l.flops}, {"dense_flops", l.dense_flops}});
+                           {"skip_ratio", l.skip_ratio()}, {"attn_pairs", l.attn_pairs},
+                           {"dense_attn_pairs", l.dense_attn_pairs}, {"flops", l.flops},
+                           {"dense_flops", l.dense_flops}});
   return j;
 }
 

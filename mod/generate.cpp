@@ -29,7 +29,10 @@ GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const Ge
   auto mask = prompt.attention_mask.defined() ? prompt.attention_mask.to(at::kBool)
                                               : at::ones({B, L}, lopts.dtype(at::kBool));
   auto n = mask.sum(1);  // prompt lengths (right padding)
-  if (n.min().item<int64_t>() < 1) throw std::invalid_argument("generate: every prompt needs at least one token");
+  const std::vector<int64_t> prompt_len = sample_lengths(mask);
+  for (auto len : prompt_len)
+    if (len < 1) throw std::invalid_argument("generate: every prompt needs at least one token");
+  const int64_t n_images = prompt.pixel_values.defined() ? prompt.pixel_values.size(0) : 0;
   const int64_t eos = opt.eos_token_id == -2 ? model.config.text.eos_token_id : opt.eos_token_id;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(opt.seed);
   auto answer = at::full({B, 1}, static_cast<int64_t>(TokenRole::kAnswer), lopts.dtype(at::kChar));
@@ -58,6 +61,9 @@ GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const Ge
     auto last = h.gather(1, (n - 1).view({B, 1, 1}).expand({B, 1, h.size(2)})).squeeze(1);
     logits = model.logits(last);
     res.layer_tokens = st.tokens;
+    ForwardShape shape = ForwardShape::full(prompt_len, n_images);
+    shape.head_tokens = B;  // the last prompt position of each sample
+    res.compute = account_forward(st.tokens, model.config, shape);
   }
   auto key_hist = mask;
   for (int64_t t = 0; t < opt.max_new_tokens; ++t) {
@@ -70,6 +76,10 @@ GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const Ge
     if (t + 1 == opt.max_new_tokens || finished.all().item<bool>()) break;
 
     auto step_roles = at::where(new_valid.unsqueeze(1), answer, pad_role);
+    const std::vector<int64_t> step_new = sample_lengths(new_valid.unsqueeze(1));  // 1 per unfinished sample
+    int64_t n_new = 0;
+    for (auto v : step_new) n_new += v;
+    ForwardShape shape;
     auto step_pos = (n + t).unsqueeze(1);
     ForwardState st;
     at::Tensor h;
@@ -83,6 +93,9 @@ GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const Ge
       st.valid_tokens = new_valid.sum().item<int64_t>();
       st.caches = &caches;
       h = model.llm->forward(model.llm->embed(next.unsqueeze(1)), st).select(1, 0);
+      // Dense reference: the new token attends to the prompt and the t tokens generated before it.
+      shape.fresh = step_new;
+      for (size_t b = 0; b < step_new.size(); ++b) shape.context.push_back(step_new[b] ? prompt_len[b] + t : 0);
     } else {
       ids = at::cat({ids, next.unsqueeze(1)}, 1);
       full_mask = at::cat({full_mask, new_valid.unsqueeze(1)}, 1);
@@ -91,9 +104,12 @@ GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const Ge
       prepare_forward_state(st, ids, full_mask, positions);
       st.token_roles = roles;
       h = model.llm->forward(model.embed_inputs(ids, prompt.pixel_values), st).select(1, ids.size(1) - 1);
+      shape = ForwardShape::full(sample_lengths(full_mask), n_images);  // everything recomputed
     }
     logits = model.logits(h);
+    shape.head_tokens = n_new;
     res.layer_tokens.insert(res.layer_tokens.end(), st.tokens.begin(), st.tokens.end());
+    res.compute.add(account_forward(st.tokens, model.config, shape));
   }
   res.tokens = at::stack(out, 1);
   res.lengths = lengths;

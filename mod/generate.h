@@ -1,11 +1,13 @@
 // Autoregressive generation for dense and MoD models: greedy or top-p sampling from prompts
 // (ModelInputs with images; right-padded batches with per-sample prompt lengths), with per-layer KV
-// caches (MoD layers cache only the tokens they processed, with per-sample lengths) or by full
-// recomputation each step (the reference the cached path is tested against).
+// caches (MoD layers cache only the tokens they processed, with per-sample lengths; at a decode step only the
+// samples a MoD layer processes go through its matmuls, mod/mod_decode.cpp) or by full recomputation each step
+// (the reference the cached path is tested against).
 #pragma once
 
 #include <vector>
 
+#include "mod/accounting.h"
 #include "model/llava.h"
 
 namespace gmod {
@@ -27,6 +29,9 @@ struct GenerateResult {
   at::Tensor lengths;                     // [B] int64 tokens generated per sample (EOS included)
   std::vector<at::Tensor> step_logits;    // per step [B, V] fp32 (keep_logits)
   std::vector<LayerTokens> layer_tokens;  // every layer's report over prefill and decode (accounting)
+  // Prefill and every decode step accounted against the same generation without MoD (mod/accounting.h): each
+  // step's dense reference attends to the sample's whole history. Finished samples are not counted.
+  ComputeReport compute;
 };
 
 // Prompt: input_ids [B, L] with images expanded, pixel_values, attention_mask (right padding),

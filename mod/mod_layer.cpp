@@ -209,53 +209,6 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   return scatter_tokens(h, c, y);
 }
 
-at::Tensor MoDDecoderLayer::decode_step(const at::Tensor& h, ForwardState& st, int layer_idx, KVCache& cache) {
-  const int64_t B = h.size(0);
-  if (h.size(1) != 1)
-    throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) +
-                                ": a forward with a filled KV cache must be one decode token per sample");
-  auto dev = h.device();
-  auto keep = st.key_valid.defined() ? st.key_valid.select(1, st.key_valid.size(1) - 1).to(at::kBool)
-                                      : at::ones({B}, at::TensorOptions().dtype(at::kBool).device(dev));
-  if (st.token_roles.defined())
-    keep = keep & (st.token_roles.select(1, st.token_roles.size(1) - 1) != static_cast<int64_t>(TokenRole::kPad));
-  const auto qvalid = keep;
-  auto sc = score(h);
-  if (sc.keep_prob.defined() && cfg.decode_skip) keep = keep & (sc.keep_prob.select(1, 0) >= cfg.decode_threshold);
-  if (record_selection) recorded.push_back(keep.unsqueeze(1));
-  auto lengths = cache.lengths.defined() ? cache.lengths : at::full({B}, cache.length(), long_opts(dev));
-  auto kl = keep.to(at::kLong);
-  auto stats = at::stack({kl.sum(), qvalid.sum(), ((lengths + 1) * kl).sum(), lengths.max()}).cpu();
-  auto sa = stats.accessor<int64_t, 1>();
-  st.tokens.push_back({layer_idx, sa[0], sa[1], sa[2]});
-  if (sa[0] == 0) return h;
-
-  int64_t T = cache.length();
-  if (sa[3] >= T) {  // grow in chunks; slots beyond a sample's length are masked
-    const int64_t grow = 16;
-    auto pad = at::zeros({B, cache.k.size(1), grow, cache.k.size(3)}, cache.k.options());
-    cache.k = at::cat({cache.k, pad}, 2);
-    cache.v = at::cat({cache.v, pad}, 2);
-    T += grow;
-  }
-  auto pos = cfg.rope_positions == RopePositions::kCompacted ? lengths.unsqueeze(1)
-                                                            : st.positions.expand({B, 1}).narrow(1, 0, 1);
-  auto [cos, sin] = st.rope->cos_sin(pos, h.scalar_type());
-  auto n = sc.normed.defined() ? sc.normed : input_layernorm->forward(h);
-  auto qk = self_attn->rotated_qk(n, cos, sin);  // q [B, H, 1, Dh], k [B, Hkv, 1, Dh]
-  const int64_t Hkv = self_attn->n_kv_heads, Dh = self_attn->head_dim, H = self_attn->n_heads;
-  auto v = self_attn->v_proj->forward(n).view({B, 1, Hkv, Dh}).transpose(1, 2);
-  auto widx = lengths.view({B, 1, 1, 1}).expand({B, Hkv, 1, Dh});
-  cache.k = cache.k.scatter(2, widx, qk.second.to(cache.k.scalar_type()));
-  cache.v = cache.v.scatter(2, widx, v.to(cache.v.scalar_type()));
-  auto allowed = (at::arange(T, long_opts(dev)).unsqueeze(0) <= lengths.unsqueeze(1)).view({B, 1, 1, T});
-  auto o = at::scaled_dot_product_attention(qk.first, cache.k, cache.v, allowed, 0.0, false,
-                                            1.0 / std::sqrt(static_cast<double>(Dh)), /*enable_gqa=*/H != Hkv);
-  auto a = h + self_attn->o_proj->forward(o.transpose(1, 2).reshape({B, 1, H * Dh}));
-  auto m = mlp->forward(post_attention_layernorm->forward(a));
-  auto y = combine(h, a, m, sc.weight);
-  cache.lengths = lengths + kl;
-  return at::where(keep.view({B, 1, 1}), y, h);
-}
+// decode_step: mod/mod_decode.cpp.
 
 }  // namespace gmod

@@ -1,5 +1,8 @@
 #include "model/llama.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace gmod {
 
 namespace {
@@ -12,6 +15,14 @@ class EmbeddingHolder : public torch::nn::Module {
 }  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& c) : config(c), rope(c.dim_per_head(), c.rope_theta) {
+  if (c.pad_token_id) {
+    const int64_t pad = *c.pad_token_id, V = c.vocab_size;
+    // nn.Embedding's rule: padding_idx in [-V, V), a negative one counting from the end.
+    if (pad >= V || pad < -V)
+      throw std::invalid_argument("LLaMA config: pad_token_id " + std::to_string(pad) +
+                                  " is outside the embedding (vocab_size " + std::to_string(V) + ")");
+    padding_idx = pad < 0 ? V + pad : pad;
+  }
   auto holder = std::make_shared<EmbeddingHolder>(c.vocab_size, c.hidden_size);
   embed_tokens = holder->weight;
   embed_holder_ = register_module("embed_tokens", holder);

@@ -12,18 +12,15 @@ class LlamaModel : public torch::nn::Module {
   // inputs_embeds [B, L, D] -> final-normed hidden states [B, L, D]. `st` must hold positions
   // (and masks); this fills the rotary tables.
   at::Tensor forward(const at::Tensor& inputs_embeds, ForwardState& st);
-  // As transformers' nn.Embedding(padding_idx = pad_token_id): the pad token's row gets no gradient (positions
-  // holding it, e.g. left padding whose last logits predict the first real token, do not train it).
-  at::Tensor embed(const at::Tensor& ids) const {
-    const int64_t pad = config.pad_token_id && *config.pad_token_id >= 0 && *config.pad_token_id < config.vocab_size
-                            ? *config.pad_token_id
-                            : -1;
-    return at::embedding(embed_tokens, ids, pad);
-  }
+  // Lookups of `padding_idx` give that row no gradient, as transformers' nn.Embedding(vocab, hidden, pad_token_id)
+  // in LlamaModel (the row still gets the tied LM head's gradient). The pad id is often a real token of the text
+  // (SmolLM2 pads with <|im_end|>, which ends every turn), so this is visible in training.
+  at::Tensor embed(const at::Tensor& ids) const { return at::embedding(embed_tokens, ids, padding_idx); }
 
   LlamaConfig config;
   RotaryEmbedding rope;
   at::Tensor embed_tokens;  // [V, D] (registered as "embed_tokens.weight")
+  int64_t padding_idx = -1;  // config.pad_token_id (negative ids count from the end, as nn.Embedding); -1: none
   std::shared_ptr<BlockStack> layers;
   std::shared_ptr<RMSNormImpl> norm;
   // Decoder layers whose activations are recomputed in the backward (training memory; model/activation_checkpoint.h).

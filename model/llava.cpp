@@ -45,6 +45,8 @@ void MultimodalLM::init_weights(uint64_t seed, const std::string& prefix) {
     if (is_norm && ends(".weight")) t.fill_(1.0);
     else if (ends(".bias")) t.zero_();
     else t.copy_(at::normal(0.0, std, t.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(t.dtype()));
+    // transformers' _init_weights zeroes an embedding's padding_idx row (with a tied head that row is zero too).
+    if (name == "llm.embed_tokens.weight" && llm->padding_idx >= 0) t[llm->padding_idx].zero_();
   }
 }
 

@@ -22,10 +22,6 @@
 
 namespace gmod {
 
-double FlopModel::train_flops(int64_t tokens, double mean_seq) const {
-  return double(tokens) * (6.0 * double(matmul_params) + 12.0 * double(layers) * double(hidden) * mean_seq);
-}
-
 double default_peak_tflops(const at::Device& device, at::ScalarType dtype) {
   if (device.is_cuda()) return dtype == at::kBFloat16 ? 989.0 : 67.0;
   return 1.0;
@@ -204,6 +200,8 @@ nlohmann::json MetricsLogger::log(const StepMetrics& m, const nlohmann::json& me
                    {"samples_per_s", double(m.samples) / t},
                    {"step_s", m.step_seconds},
                    {"mfu", mfu},
+                   {"flops", m.flops},
+                   {"dense_flops", m.dense_flops},
                    {"data_wait_pct", 100.0 * m.data_wait_seconds / t},
                    {"skipped", m.skipped},
                    {"skipped_total", m.skipped_total},

@@ -1,5 +1,5 @@
 // Per-step training metrics: what one optimizer step did (losses, grad norm, LR, throughput, MFU, MoD skip ratios,
-// data-wait share, memory, skipped steps), the FLOP model behind MFU, and the rank-0 logger that appends one JSON
+// data-wait share, memory, skipped steps) and the rank-0 logger that appends one JSON
 // object per logged step to <run>/metrics.jsonl and shows progress (a redrawn bar with ETA on a TTY, plain lines
 // otherwise; under mpirun plain lines unless GMOD_PROGRESS=bar).
 //
@@ -9,10 +9,10 @@
 // an existing file whose last line is torn (an interrupted write, a crash), it repairs it first and says so: a torn
 // last line that is a complete JSON object only lacks its newline and gets it, anything else is cut off.
 //
-// FLOPs (dense-equivalent, as MFU is usually reported): per trained token 6·N + 12·L·D·T, where N = LLM matmul
-// parameters (decoder layers + LM head; embeddings excluded), L layers, D hidden size, T the step's mean sequence
-// length (PaLM appendix B attention term, non-causal). A MoD model is credited the FLOPs of its dense equivalent, so
-// its MFU shows how fast it trains relative to the dense model's work. The frozen vision tower is not counted.
+// FLOPs (trainer/flops.h): forward + backward of what each layer really processed (MoD layers: the kept tokens and
+// their attention pairs), plus LM head, projector and vision tower (frozen parts: forward only, or forward plus the
+// activation gradients when something before them trains), summed over micro-batches and ranks. MFU = flops / step
+// time / peak; `dense_flops` is the dense model on the same tokens, so flops / dense_flops is the realised saving.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -24,14 +24,6 @@
 #include <string>
 
 namespace gmod {
-
-struct FlopModel {
-  int64_t matmul_params = 0;  // N
-  int64_t layers = 0;         // L
-  int64_t hidden = 0;         // D
-  // Training FLOPs (forward + backward) for `tokens` tokens in sequences of mean length `mean_seq`.
-  double train_flops(int64_t tokens, double mean_seq) const;
-};
 
 // Default peak TFLOP/s per rank for MFU (see MetricsSection::peak_tflops).
 double default_peak_tflops(const at::Device& device, at::ScalarType dtype);
@@ -51,7 +43,8 @@ struct StepMetrics {
   int64_t padded_tokens = 0;  // global positions computed, padding included (B x L summed over micro-batches)
   double step_seconds = 0;     // wall time of the step on rank 0
   double data_wait_seconds = 0;  // rank 0's time blocked in the loader during the step
-  double flops = 0;            // dense-equivalent model FLOPs of the step, all ranks
+  double flops = 0;            // model FLOPs of the step as executed (MoD: kept tokens only), all ranks
+  double dense_flops = 0;      // the dense model's FLOPs on the same tokens, all ranks
   bool skipped = false;        // optimizer skipped the update (non-finite gradient)
   int64_t skipped_total = 0;
   std::map<int, double> skip_ratio;  // MoD layer -> share of valid tokens it skipped (global)

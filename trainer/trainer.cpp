@@ -226,15 +226,12 @@ void Trainer::freeze_and_count() {
       trainable_.emplace_back(name, p);
       trainable += p.numel();
     }
-    if (starts_with(name, "llm.layers.") && name.find(".router.") == std::string::npos) flops_.matmul_params += p.numel();
   }
   if (!frozen_layers.empty() && frozen_layers.back() >= n_layers)
     throw std::invalid_argument("freeze.llm_layers: layer " + std::to_string(frozen_layers.back()) +
                                 " does not exist (the model has " + std::to_string(n_layers) + ")");
   if (trainable_.empty()) throw std::invalid_argument("freeze: no trainable parameter left");
-  flops_.matmul_params += int64_t(model_->config.text.vocab_size) * model_->config.text.hidden_size;
-  flops_.layers = n_layers;
-  flops_.hidden = model_->config.text.hidden_size;
+  flop_parts_ = TrainableParts::of(*model_, n_layers, model_->config.text.tie_word_embeddings);
   std::string mods;
   for (int l : mod_layers_) mods += (mods.empty() ? "" : ",") + std::to_string(l);
   print("model: " + describe_model_source(cfg_.model) + " (" + cfg_.model.init + "), " + std::to_string(total) + " parameters, " +
@@ -378,6 +375,7 @@ StepMetrics Trainer::train_step() {
   const size_t n_mod = mod_layers_.size();
   std::vector<int64_t> processed(n_mod, 0), entered(n_mod, 0);
   int64_t tokens = 0, samples = 0, padded = 0;
+  TrainFlops step_flops;  // this rank's micro-batches, from what each layer processed
   for (const Batch& b : micro) {
     if (b.empty()) continue;  // every record of this slice was bad: contribute nothing, still join the step
     tokens += b.tokens;
@@ -399,20 +397,25 @@ StepMetrics Trainer::train_step() {
     loss = inject_faults_into_loss(loss, m.step, rank_);  // GMOD_FAULT_INJECT only (a test facility)
     loss.backward();
     lm_sum += out.lm_loss_sum.detach().to(at::kDouble);
+    const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
+    step_flops += train_flops(
+        account_forward(st.tokens, model_->config, ForwardShape::full(sample_lengths(b.attention_mask), images)),
+        flop_parts_);
     for (const LayerTokens& lt : st.tokens)
       for (size_t i = 0; i < n_mod; ++i)
         if (lt.layer == mod_layers_[i]) processed[i] += lt.processed, entered[i] += lt.total;
   }
 
   // One all-reduce for every reported quantity and the stop flag: [lm_sum, routing_sum, tokens, samples, stop,
-  // processed..., entered..., padded].
-  at::Tensor packed = at::zeros({6 + 2 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
+  // processed..., entered..., padded, flops, dense_flops].
+  at::Tensor packed = at::zeros({8 + 2 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
   auto acc = packed.accessor<double, 1>();
   acc[2] = double(tokens);
   acc[3] = double(samples);
   acc[4] = stop_signal_flag().load() ? 1.0 : 0.0;
   for (size_t i = 0; i < n_mod; ++i) acc[5 + i] = double(processed[i]), acc[5 + n_mod + i] = double(entered[i]);
   acc[5 + 2 * n_mod] = double(padded);
+  acc[6 + 2 * n_mod] = step_flops.flops, acc[7 + 2 * n_mod] = step_flops.dense_flops;
   packed = packed.to(device_);
   packed[0] = lm_sum;
   packed[1] = routing_sum;
@@ -451,7 +454,8 @@ StepMetrics Trainer::train_step() {
   m.consumed_samples = pos.consumed_samples;
   m.step_seconds = seconds_since(t0);
   m.data_wait_seconds = loader_->wait_seconds() - wait0;
-  m.flops = flops_.train_flops(m.tokens, m.samples > 0 ? double(m.tokens) / double(m.samples) : 0.0);
+  m.flops = r[6 + 2 * n_mod];
+  m.dense_flops = r[7 + 2 * n_mod];
   return m;
 }
 

@@ -34,6 +34,7 @@
 #include "model/llava.h"
 #include "parallel/comm.h"
 #include "parallel/data_parallel.h"
+#include "trainer/flops.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 #include "trainer/run_lock.h"
@@ -99,7 +100,7 @@ class Trainer {
   std::vector<std::pair<std::string, at::Tensor>> trainable_;
   std::unique_ptr<DataParallelOptimizer> opt_;
   std::unique_ptr<LRSchedule> sched_;
-  FlopModel flops_;
+  TrainableParts flop_parts_;  // what the step FLOPs (MFU) count a backward for
   std::vector<int> mod_layers_;
 
   std::shared_ptr<const Tokenizer> tokenizer_;

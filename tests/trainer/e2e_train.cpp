@@ -255,6 +255,11 @@ TEST(TrainE2E, ResumeAtOtherWorldSizes) {
       const double x = mb.at(step)["lm_loss"].get<double>(), y = mref.at(step)["lm_loss"].get<double>();
       EXPECT_NEAR(x, y, 1e-4 * std::abs(y)) << "step " << step;
       EXPECT_EQ(mb.at(step)["lr"].get<double>(), mref.at(step)["lr"].get<double>());
+      // Step FLOPs are counted per sample (what each layer kept, its attention pairs) and summed over micro-batches
+      // and ranks, so the same samples cost the same at every world size; MoD layers make it less than dense.
+      const double f = mb.at(step)["flops"].get<double>(), fref = mref.at(step)["flops"].get<double>();
+      EXPECT_NEAR(f, fref, 1e-9 * fref) << "step " << step;
+      EXPECT_LT(fref, mref.at(step)["dense_flops"].get<double>()) << "step " << step;
     }
   }
 }
