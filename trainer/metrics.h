@@ -49,7 +49,8 @@ struct StepMetrics {
   double flops = 0;            // dense-equivalent model FLOPs of the step, all ranks
   bool skipped = false;        // optimizer skipped the update (non-finite gradient)
   int64_t skipped_total = 0;
-  std::map<int, double> skip_ratio;  // MoD layer -> share of valid tokens it skipped (global)
+  std::map<int, double> skip_ratio;  // MoD layer -> share of all valid tokens it skipped (the paper's α; global)
+  std::map<int, double> skip_ratio_routable;  // MoD layer -> share of its routable tokens it skipped (global)
 };
 
 class MetricsLogger {
