@@ -104,6 +104,8 @@ int run_eval(const EvalOptions& o) {
   if (exact) std::printf("exact match     %.4f (%lld/%lld first answers, greedy)\n", double(hits) / std::max<int64_t>(1, counted),
                          static_cast<long long>(hits), static_cast<long long>(counted));
   std::printf("skip ratio      %.4f (MoD layers %.4f)\n", report.skip_ratio(), report.mod_skip_ratio());
+  std::printf("FLOPs vs dense  %.4f (%.4g / %.4g GFLOP)\n", report.flop_ratio(), report.flops * 1e-9,
+              report.dense_flops * 1e-9);
   // Per MoD layer both ratios: skipped share of all tokens (the paper's α) and of the routable tokens (skip_frac's).
   int64_t all_skipped = 0, all_routable = 0;
   for (const auto& [layer, sr] : routable_skips) all_skipped += sr.first, all_routable += sr.second;
@@ -117,8 +119,6 @@ int run_eval(const EvalOptions& o) {
       std::printf("  layer %d skipped %.4f of all tokens, %.4f of routable tokens\n", l.layer, l.skip_ratio(),
                   sr.second ? double(sr.first) / double(sr.second) : 0.0);
     }
-  std::printf("FLOPs vs dense  %.4f (%.4g / %.4g GFLOP)\n", report.flop_ratio(), report.flops * 1e-9,
-              report.dense_flops * 1e-9);
   std::cout << report.table();
 
   if (!o.json.empty()) {
