@@ -12,8 +12,9 @@
 // No host synchronisation in training: the top-k capacities (γ-MoD, per-layer, A-MoD, and their replay under
 // activation checkpointing) follow from the token roles alone, so they are taken from ForwardState::
 // host_role_counts (counted once per forward on the host) and the accounting is filled from them. Only the
-// data-dependent inference paths (thresholds, decode, forced_selection) read counts back from the device. It reuses the dense layer's submodules, so parameter
-// names stay llm.layers.{i}.self_attn.q_proj.weight etc.
+// data-dependent inference paths (thresholds, decode, forced_selection) read counts back from the device.
+//
+// It reuses the dense layer's submodules, so parameter names stay llm.layers.{i}.self_attn.q_proj.weight etc.
 //
 // Capacity (training): k_b = valid_b - floor(skip_frac * routable_b) per sample, from that sample's
 // roles. The official code uses k = ceil(L - 0.5 R) with the padded batch length L and a constant R,
@@ -94,10 +95,10 @@ class MoDDecoderLayer : public DecoderBlock {
   MoDConfig cfg;
   bool emit_scores = false;
 
-  // A replayed selection (RoutingPass::kReplay) must be the first pass's: for capacity-driven routing its
-  // per-sample counts are taken from the host capacities, not re-read from the device.
   // Replay and analysis. When defined, the next full-sequence forward processes exactly these tokens
-  // ([B, L] bool, intersected with the valid ones) instead of routing; it is not cleared.
+  // ([B, L] bool, intersected with the valid ones) instead of routing; it is not cleared. (A replayed selection,
+  // RoutingPass::kReplay, is the first pass's: for capacity-driven routing its per-sample counts are taken from
+  // the host capacities, not re-read from the device.)
   at::Tensor forced_selection;
   bool record_selection = false;
   std::vector<at::Tensor> recorded;  // one [B, L] bool per forward (decode steps: [B, 1])
