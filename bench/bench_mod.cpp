@@ -1,8 +1,13 @@
 // Mixture-of-Depths speed: forward+backward step time and prefill time of a model with MoD on most
 // layers (all but the first and last) at skip_frac 0.5 of the routable tokens, against the dense
-// model, next to the theoretical FLOP ratio from the accounting. Random weights, text-only inputs
-// with image-like routable spans.
-//   bench_mod [--hidden 512] [--layers 8] [--seq 512] [--batch 4] [--iters 3] [--routable 5/8 seq] [--cuda]
+// model, next to the theoretical FLOP ratio from the accounting, and the host synchronisations of one
+// training step (mod/host_sync_counter.h: item / nonzero / device-to-host reads, and .cpu() calls that would
+// wait on an accelerator) for dense, γ-MoD and A-MoD (paper defaults: every other layer). Equal sample lengths
+// (every sample seq tokens) and unequal ones (seq, 7/8, 3/4, 5/8 ... of seq, right-padded: ragged kept counts).
+// Random weights, text-only inputs with image-like routable spans; the host role counts are made as the data
+// pipeline makes them (data/batch.cpp), so a step's syncs are the trainer's.
+//   bench_mod [--hidden 512] [--layers 8] [--seq 512] [--batch 4] [--iters 3] [--routable 5/8 seq]
+//             [--lengths equal|unequal|both] [--cuda]
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
@@ -14,6 +19,7 @@
 #include "bench/mod_savings.h"
 #include "mod/accounting.h"
 #include "mod/conversion.h"
+#include "mod/host_sync_counter.h"
 #include "model/token_roles.h"
 
 using namespace gmod;
@@ -23,6 +29,7 @@ namespace {
 struct Args {
   int hidden = 512, layers = 8, seq = 512, batch = 4, iters = 3, routable = 0;  // 0: 5/8 of seq
   bool cuda = false;
+  std::string lengths = "both";
 };
 
 Args parse(int argc, char** argv) {
@@ -39,10 +46,13 @@ Args parse(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--iters")) next(a.iters);
     else if (!std::strcmp(argv[i], "--routable")) next(a.routable);
     else if (!std::strcmp(argv[i], "--cuda")) a.cuda = true;
+    else if (!std::strcmp(argv[i], "--lengths") && i + 1 < argc) a.lengths = argv[++i];
     else throw std::invalid_argument(std::string("unknown option ") + argv[i]);
   }
   if (a.routable == 0) a.routable = a.seq * 5 / 8;
   if (a.routable < 33 || a.routable > a.seq) throw std::invalid_argument("--routable must be in [33, seq]");
+  if (a.lengths != "equal" && a.lengths != "unequal" && a.lengths != "both")
+    throw std::invalid_argument("--lengths must be equal, unequal or both");
   return a;
 }
 
@@ -60,16 +70,33 @@ std::shared_ptr<MultimodalLM> make_model(const Args& a, at::Device dev) {
   return m;
 }
 
-ModelInputs make_inputs(const Args& a, at::Device dev) {
+// Sample b has length seq (equal) or seq * (8 - b % 4) / 8 (unequal), right-padded.
+std::vector<int64_t> sample_lengths(const Args& a, bool unequal) {
+  std::vector<int64_t> n;
+  for (int b = 0; b < a.batch; ++b) n.push_back(unequal ? int64_t(a.seq) * (8 - b % 4) / 8 : a.seq);
+  return n;
+}
+
+ModelInputs make_inputs(const Args& a, const std::vector<int64_t>& lengths, at::Device dev) {
   ModelInputs in;
   in.input_ids = at::randint(3, 1000, {a.batch, a.seq}, at::kLong);
-  in.labels = in.input_ids.clone();
-  in.token_roles = at::full({a.batch, a.seq}, static_cast<int64_t>(TokenRole::kAnswer), at::kChar);
-  in.token_roles.narrow(1, 0, 32).fill_(static_cast<int64_t>(TokenRole::kSystem));
-  in.token_roles.narrow(1, 32, a.routable - 32).fill_(static_cast<int64_t>(TokenRole::kImage));
-  in.token_roles.narrow(1, a.routable, std::min(64, a.seq - a.routable)).fill_(static_cast<int64_t>(TokenRole::kQuestion));
+  in.attention_mask = at::zeros({a.batch, a.seq}, at::kBool);
+  in.token_roles = at::full({a.batch, a.seq}, static_cast<int64_t>(TokenRole::kPad), at::kChar);
+  for (int b = 0; b < a.batch; ++b) {
+    const int64_t n = lengths[b];
+    auto r = in.token_roles[b];
+    in.attention_mask[b].narrow(0, 0, n).fill_(true);
+    r.narrow(0, 0, n).fill_(static_cast<int64_t>(TokenRole::kAnswer));
+    r.narrow(0, 0, 32).fill_(static_cast<int64_t>(TokenRole::kSystem));
+    const int64_t img_end = std::min<int64_t>(a.routable, n);
+    r.narrow(0, 32, img_end - 32).fill_(static_cast<int64_t>(TokenRole::kImage));
+    if (img_end < n) r.narrow(0, img_end, std::min<int64_t>(64, n - img_end)).fill_(static_cast<int64_t>(TokenRole::kQuestion));
+  }
+  in.labels = in.input_ids.masked_fill(in.attention_mask.logical_not(), -100);
+  in.host_role_counts = count_routing_roles(in.token_roles, in.attention_mask, a.batch, a.seq);
   in.input_ids = in.input_ids.to(dev);
   in.labels = in.labels.to(dev);
+  in.attention_mask = in.attention_mask.to(dev);
   in.token_roles = in.token_roles.to(dev);
   return in;
 }
@@ -89,42 +116,71 @@ double time_it(int iters, bool cuda, F f) {
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   const at::Device dev = a.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
-  auto in = make_inputs(a, dev);
-  MoDConfig cfg;
-  for (int i = 1; i + 1 < a.layers; ++i) cfg.mod_layers.push_back(i);
-  cfg.skip_frac = 0.5;
-  cfg.mode = RoutingMode::kTopK;  // the same static capacity for training and prefill
+  MoDConfig gamma;
+  for (int i = 1; i + 1 < a.layers; ++i) gamma.mod_layers.push_back(i);
+  gamma.skip_frac = 0.5;
+  gamma.mode = RoutingMode::kTopK;  // the same static capacity for training and prefill
+  MoDConfig amod;                   // A-MoD as the paper defines it: interleaved, all tokens routable at C = 0.5
+  amod.router = RouterKind::kAttention;
+  for (int i = 1; i + 1 < a.layers; i += 2) amod.mod_layers.push_back(i);
+  amod.skip_frac = 0.5;
+  const char* variant_names[3] = {"dense", "gamma-MoD", "A-MoD"};
+  const MoDConfig* variant_cfg[3] = {nullptr, &gamma, &amod};
 
-  double times[2][2];
-  ComputeReport rep;
-  for (int variant = 0; variant < 2; ++variant) {
-    auto model = make_model(a, dev);
-    if (variant == 1) convert_to_mod(*model, cfg);
-    times[variant][0] = time_it(a.iters, a.cuda, [&] {
-      model->zero_grad();
-      ForwardState st;
-      auto out = model->forward(in, st);
-      auto loss = out.lm_loss;
-      auto aux = total_routing_loss(st, cfg);
-      if (aux.defined()) loss = loss + aux;
-      loss.backward();
-    });
-    times[variant][1] = time_it(a.iters, a.cuda, [&] {
-      at::NoGradGuard ng;
-      ForwardState st;
-      model->forward(in, st);
-      if (variant == 1) rep = account_compute(st.tokens, model->config.text, std::vector<int64_t>(a.batch, a.seq));
-    });
-  }
-  std::printf("config: hidden %d, layers %d (MoD %zu), seq %d, batch %d, routable %d, skip_frac 0.5, %s\n", a.hidden,
-              a.layers, cfg.mod_layers.size(), a.seq, a.batch, a.routable, a.cuda ? "cuda" : "cpu");
-  std::printf("%s", rep.table().c_str());
-  const double theo = 1.0 - rep.flop_ratio();  // decoder FLOPs only (no embeddings / LM head)
-  const char* names[2] = {"fwd+bwd step", "prefill"};
-  for (int k = 0; k < 2; ++k) {
-    const double real = 1.0 - times[1][k] / times[0][k];
-    std::printf("%-13s dense %8.1f ms  mod %8.1f ms  realised saving %5.1f%% / theoretical saving %5.1f%% = %.2f\n",
-                names[k], 1e3 * times[0][k], 1e3 * times[1][k], 100 * real, 100 * theo, theo > 0 ? real / theo : 0.0);
+  std::printf("config: hidden %d, layers %d (γ-MoD %zu, A-MoD %zu), seq %d, batch %d, routable %d, skip_frac 0.5, %s\n",
+              a.hidden, a.layers, gamma.mod_layers.size(), amod.mod_layers.size(), a.seq, a.batch, a.routable,
+              a.cuda ? "cuda" : "cpu");
+  for (int unequal = 0; unequal < 2; ++unequal) {
+    if ((unequal && a.lengths == "equal") || (!unequal && a.lengths == "unequal")) continue;
+    const auto lengths = sample_lengths(a, unequal);
+    auto in = make_inputs(a, lengths, dev);
+    std::printf("\n== %s sample lengths:", unequal ? "unequal" : "equal");
+    for (auto n : lengths) std::printf(" %lld", static_cast<long long>(n));
+    std::printf("\n");
+    double times[3][2];
+    HostSyncCounter::Counts syncs[3];
+    ComputeReport rep[3];
+    for (int variant = 0; variant < 3; ++variant) {
+      auto model = make_model(a, dev);
+      if (variant_cfg[variant]) convert_to_mod(*model, *variant_cfg[variant]);
+      model->train();
+      auto step = [&] {
+        model->zero_grad();
+        ForwardState st;
+        auto out = model->forward(in, st);
+        auto loss = out.lm_loss;
+        if (variant_cfg[variant]) {
+          auto aux = total_routing_loss(st, *variant_cfg[variant]);
+          if (aux.defined()) loss = loss + aux;
+        }
+        loss.backward();
+      };
+      times[variant][0] = time_it(a.iters, a.cuda, step);
+      {
+        HostSyncCounter counter;
+        step();
+        syncs[variant] = counter.counts();
+      }
+      times[variant][1] = time_it(a.iters, a.cuda, [&] {
+        at::NoGradGuard ng;
+        ForwardState st;
+        model->forward(in, st);
+        rep[variant] = account_compute(st.tokens, model->config.text, lengths);
+      });
+    }
+    std::printf("%s", rep[1].table().c_str());
+    const char* names[2] = {"fwd+bwd step", "prefill"};
+    for (int variant = 1; variant < 3; ++variant) {
+      const double theo = 1.0 - rep[variant].flop_ratio();  // decoder FLOPs only (no embeddings / LM head)
+      for (int k = 0; k < 2; ++k) {
+        const double real = 1.0 - times[variant][k] / times[0][k];
+        std::printf("%-9s %-13s dense %8.1f ms  mod %8.1f ms  realised saving %5.1f%% / theoretical saving %5.1f%% = %.2f\n",
+                    variant_names[variant], names[k], 1e3 * times[0][k], 1e3 * times[variant][k], 100 * real,
+                    100 * theo, theo > 0 ? real / theo : 0.0);
+      }
+    }
+    for (int variant = 0; variant < 3; ++variant)
+      std::printf("host syncs per training step  %-9s %s\n", variant_names[variant], syncs[variant].to_string().c_str());
   }
   {  // realised against theoretical on the trainer's FLOP formula, and batched decode (bench/mod_savings.h)
     auto model = make_model(a, dev);

@@ -54,6 +54,10 @@ ModelInputs to_model_inputs(const Batch& batch, at::Device device) {
   in.labels = batch.labels.to(device);
   in.attention_mask = batch.attention_mask.to(device);
   in.token_roles = batch.token_roles.to(device);
+  // MoD capacities come from these host-side counts, so no MoD layer waits for the device (model/decoder_layer.h).
+  if (batch.input_ids.defined())
+    in.host_role_counts = count_routing_roles(batch.token_roles, batch.attention_mask, batch.input_ids.size(0),
+                                              batch.input_ids.size(1));
   if (batch.pixel_values.defined()) in.pixel_values = batch.pixel_values.to(device);
   return in;
 }

@@ -39,6 +39,7 @@ int run_eval(const EvalOptions& o) {
   int64_t supervised = 0, samples = 0, bad = 0, batches = 0, hits = 0, counted = 0;
   ComputeReport report;
   torch::NoGradGuard no_grad;
+  std::map<int, std::pair<int64_t, int64_t>> routable_skips;  // MoD layer -> (skipped, routable) tokens
   std::vector<PreparedSample> pending;
   auto run_batch = [&] {
     if (pending.empty()) return;
@@ -53,6 +54,8 @@ int run_eval(const EvalOptions& o) {
     samples += b.size();
     const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
     report.add(account_forward(st.tokens, m.model->config, ForwardShape::full(sample_lengths(b.attention_mask), images)));
+    for (const LayerTokens& t : st.tokens)
+      if (t.routable >= 0) routable_skips[t.layer].first += t.total - t.processed, routable_skips[t.layer].second += t.routable;
     if (exact) {
       const auto [h, c] = first_answer_exact_match(*m.model, in);
       hits += h, counted += c;
@@ -85,6 +88,19 @@ int run_eval(const EvalOptions& o) {
   // dense model on the same tokens, decoder + LM head + vision tower + projector (mod/accounting.h).
   std::printf("FLOPs vs dense  %.4f realised (%.4g / %.4g GFLOP; decoder layers alone %.4f)\n", report.flop_ratio(),
               report.flops * 1e-9, report.dense_flops * 1e-9, report.decoder_flop_ratio());
+  // Per MoD layer both ratios: skipped share of all tokens (the paper's α) and of the routable tokens (skip_frac's).
+  int64_t all_skipped = 0, all_routable = 0;
+  for (const auto& [layer, sr] : routable_skips) all_skipped += sr.first, all_routable += sr.second;
+  if (!routable_skips.empty())
+    std::printf("skip of routable %.4f (MoD layers: %lld skipped of %lld routable)\n",
+                all_routable ? double(all_skipped) / double(all_routable) : 0.0, static_cast<long long>(all_skipped),
+                static_cast<long long>(all_routable));
+  for (const auto& l : report.layers)
+    if (l.mod) {
+      const auto& sr = routable_skips[l.layer];
+      std::printf("  layer %d skipped %.4f of all tokens, %.4f of routable tokens\n", l.layer, l.skip_ratio(),
+                  sr.second ? double(sr.first) / double(sr.second) : 0.0);
+    }
   std::cout << report.table();
 
   if (!o.json.empty()) {
@@ -96,7 +112,11 @@ int run_eval(const EvalOptions& o) {
     nlohmann::json sr = nlohmann::json::object();
     for (const auto& l : report.layers)
       if (l.mod) sr[std::to_string(l.layer)] = l.skip_ratio();
-    j["skip_ratio"] = sr;
+    j["skip_ratio"] = sr;  // of all tokens (α)
+    nlohmann::json srr = nlohmann::json::object();
+    for (const auto& [layer, r] : routable_skips)
+      if (r.second > 0) srr[std::to_string(layer)] = double(r.first) / double(r.second);
+    j["skip_ratio_routable"] = srr;
     std::ofstream f(*path);
     if (!f) throw std::runtime_error("--json: cannot write " + *path);
     f << j.dump(2) << "\n";

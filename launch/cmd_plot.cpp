@@ -1,9 +1,10 @@
 // `gmod plot --metrics RUN_DIR/metrics.jsonl [--out DIR]`: PNG plots of a training run with gnuplot:
-// loss curves (loss, lm_loss, routing_loss, held-out eval loss), skip ratio per MoD layer, learning rate
-// and tokens/s. The data files (*.dat) and gnuplot scripts (*.gp) are written next to the PNGs so a plot
-// can be restyled and rerun by hand (`gnuplot loss.gp`). A line that is not a JSON object with a numeric "step" (a
-// torn write, two lines glued together by an old crash) is skipped and reported with its line number; the file is
-// rejected only when no training step line is left.
+// loss curves (loss, lm_loss, routing_loss, held-out eval loss), skip ratio per MoD layer (of all tokens, the
+// paper's α, solid; of the routable tokens, dashed), learning rate and tokens/s. The data files (*.dat) and
+// gnuplot scripts (*.gp) are written next to the PNGs so a plot can be restyled and rerun by hand
+// (`gnuplot loss.gp`). A line that is not a JSON object with a numeric "step" (a torn write, two lines glued
+// together by an old crash) is skipped and reported with its line number; the file is rejected only when no
+// training step line is left.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -89,7 +90,8 @@ int run_plot(const PlotOptions& o) {
   if (!in) throw std::runtime_error("cannot read " + mpath.string());
   std::string loss, evals, lr, tps;
   std::set<std::string> layer_set;
-  std::vector<std::pair<double, json>> skips;
+  std::vector<std::pair<double, json>> skips, skips_routable;  // of all tokens (α) / of the routable tokens
+  bool any_routable = false;
   std::string line;
   int64_t n_train = 0, n_eval = 0, lineno = 0;
   std::vector<std::string> bad;  // "line N: why"
@@ -124,7 +126,11 @@ int run_plot(const PlotOptions& o) {
     tps += fmt(step) + " " + fmt(num(j, "tokens_per_s")) + "\n";
     if (j.contains("skip_ratio") && j["skip_ratio"].is_object() && !j["skip_ratio"].empty()) {
       for (auto& [k, v] : j["skip_ratio"].items()) layer_set.insert(k);
+      const json none = json::object();
+      const bool has_r = j.contains("skip_ratio_routable") && j["skip_ratio_routable"].is_object();
       skips.emplace_back(step, j["skip_ratio"]);
+      skips_routable.emplace_back(step, has_r ? j["skip_ratio_routable"] : none);
+      any_routable = any_routable || (has_r && !j["skip_ratio_routable"].empty());
     }
   }
   if (!bad.empty()) {
@@ -156,20 +162,33 @@ int run_plot(const PlotOptions& o) {
       const long long a = std::strtoll(x.c_str(), nullptr, 10), b = std::strtoll(y.c_str(), nullptr, 10);
       return a != b ? a < b : x < y;  // layer numbers; a key that is not one cannot throw
     });
+    // Columns: step, then per layer the skipped share of all tokens (α), then per layer that of the routable tokens.
     std::string dat = "# step";
     for (const auto& l : layers) dat += " layer_" + l;
+    for (const auto& l : layers) dat += " layer_" + l + "_routable";
     dat += "\n";
-    for (const auto& [step, sr] : skips) {
-      dat += fmt(step);
-      for (const auto& l : layers) dat += " " + (sr.contains(l) && sr[l].is_number() ? fmt(sr[l].get<double>()) : "NaN");
+    auto value = [](const json& sr, const std::string& l) {
+      return sr.contains(l) && sr[l].is_number() ? fmt(sr[l].get<double>()) : std::string("NaN");
+    };
+    for (size_t r = 0; r < skips.size(); ++r) {
+      dat += fmt(skips[r].first);
+      for (const auto& l : layers) dat += " " + value(skips[r].second, l);
+      for (const auto& l : layers) dat += " " + value(skips_routable[r].second, l);
       dat += "\n";
     }
     write_file(out / "skip_ratio.dat", dat);
-    std::string s = header(terminal, "skip_ratio.png", "skip ratio per MoD layer: " + mpath.string(), "skip ratio") +
+    std::string s = header(terminal, "skip_ratio.png",
+                           "skip ratio per MoD layer (solid: of all tokens, alpha; dashed: of routable tokens): " +
+                               mpath.string(),
+                           "skip ratio") +
                     "set yrange [0:*]\nplot ";
     for (size_t i = 0; i < layers.size(); ++i)
       s += std::string(i ? ", \\\n     " : "") + "'skip_ratio.dat' using 1:" + std::to_string(i + 2) +
-           " with linespoints lw 2 title 'layer " + layers[i] + "'";
+           " with linespoints lw 2 lc " + std::to_string(i + 1) + " title 'layer " + layers[i] + " (all)'" +
+           (any_routable ? ", \\\n     'skip_ratio.dat' using 1:" + std::to_string(i + 2 + layers.size()) +
+                               " with lines lw 2 dt 2 lc " + std::to_string(i + 1) + " title 'layer " + layers[i] +
+                               " (routable)'"
+                         : std::string());
     write_file(out / "skip_ratio.gp", s + "\n");
     scripts.push_back("skip_ratio");
   }

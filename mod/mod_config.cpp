@@ -44,7 +44,16 @@ template <>
 struct EnumNames<AmodSkippedScore> {
   static constexpr const char* what = "amod_skipped";
   static std::vector<std::pair<AmodSkippedScore, const char*>> all() {
-    return {{AmodSkippedScore::kCarry, "carry"}, {AmodSkippedScore::kForceKeep, "force_keep"}};
+    return {{AmodSkippedScore::kInterleaved, "interleaved"},
+            {AmodSkippedScore::kCarry, "carry"},
+            {AmodSkippedScore::kForceKeep, "force_keep"}};
+  }
+};
+template <>
+struct EnumNames<AmodRoutable> {
+  static constexpr const char* what = "amod_routable";
+  static std::vector<std::pair<AmodRoutable, const char*>> all() {
+    return {{AmodRoutable::kAll, "all"}, {AmodRoutable::kRoles, "roles"}};
   }
 };
 
@@ -72,6 +81,7 @@ std::string to_string(ForcedKeep k) { return name_of(k); }
 std::string to_string(RopePositions k) { return name_of(k); }
 std::string to_string(RoutingMode k) { return name_of(k); }
 std::string to_string(AmodSkippedScore k) { return name_of(k); }
+std::string to_string(AmodRoutable k) { return name_of(k); }
 
 bool MoDConfig::is_mod_layer(int i) const {
   return std::find(mod_layers.begin(), mod_layers.end(), i) != mod_layers.end();
@@ -92,6 +102,13 @@ void validate(const MoDConfig& c, int num_layers, const std::string& source) {
     err << "\n  router_init = \"" << c.router_init << "\", expected kaiming_uniform, xavier_uniform or zero";
   if (c.router == RouterKind::kAttention && c.is_mod_layer(0))
     err << "\n  router attention (A-MoD) needs the previous layer's attention map, so layer 0 cannot be MoD";
+  if (c.router == RouterKind::kAttention && c.amod_skipped == AmodSkippedScore::kInterleaved)
+    for (size_t i = 1; i < c.mod_layers.size(); ++i)
+      if (c.mod_layers[i] == c.mod_layers[i - 1] + 1)
+        err << "\n  A-MoD layers " << c.mod_layers[i - 1] << " and " << c.mod_layers[i]
+            << " are consecutive: layer " << c.mod_layers[i]
+            << " would have no full attention map to route by (A-MoD interleaves MoD and dense layers); choose "
+               "interleaved layers or set amod_skipped to \"carry\" or \"force_keep\" (adaptations)";
   const auto msg = err.str();
   if (!msg.empty()) throw std::invalid_argument(source + ": invalid MoD config:" + msg);
 }
@@ -112,6 +129,7 @@ nlohmann::json to_json(const MoDConfig& c) {
                         {"router_init_seed", c.router_init_seed},
                         {"amod_causal_normalise", c.amod_causal_normalise},
                         {"amod_skipped", to_string(c.amod_skipped)},
+                        {"amod_routable", to_string(c.amod_routable)},
                         {"mode", to_string(c.mode)},
                         {"selection", c.selection}};
 }
@@ -121,7 +139,8 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
   static const std::vector<std::string> known = {
       "mod_enable", "mod_layers_idx", "router", "skip_frac", "forced_keep", "rope_positions",
       "router_aux_loss_coef", "infer_threshold", "decode_threshold", "decode_skip", "scale_by_router",
-      "router_init", "router_init_seed", "amod_causal_normalise", "amod_skipped", "mode", "selection"};
+      "router_init", "router_init_seed", "amod_causal_normalise", "amod_skipped", "amod_routable", "mode",
+      "selection"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find(known.begin(), known.end(), it.key()) == known.end())
       throw std::invalid_argument(source + ": unknown MoD config key \"" + it.key() + "\"");
@@ -144,6 +163,8 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
     if (j.contains("amod_causal_normalise")) c.amod_causal_normalise = j.at("amod_causal_normalise").get<bool>();
     if (j.contains("amod_skipped"))
       c.amod_skipped = parse_enum<AmodSkippedScore>(j.at("amod_skipped").get<std::string>(), source);
+    if (j.contains("amod_routable"))
+      c.amod_routable = parse_enum<AmodRoutable>(j.at("amod_routable").get<std::string>(), source);
     if (j.contains("mode")) c.mode = parse_enum<RoutingMode>(j.at("mode").get<std::string>(), source);
     if (j.contains("selection")) c.selection = j.at("selection").get<std::string>();
   } catch (const nlohmann::json::exception& e) {

@@ -30,10 +30,19 @@ enum class RopePositions {
 // thresholds in eval mode (and always thresholds at decode).
 enum class RoutingMode { kAuto, kTopK, kThreshold };
 
-// What an A-MoD layer uses as the score of a token the previous (MoD) layer skipped.
+// A-MoD layers whose previous layer is also a MoD layer have no full attention map to route by; what they use as
+// the score of a token that previous layer skipped. The paper interleaves MoD and dense layers, so by default
+// consecutive A-MoD layers are a configuration error; the other two are adaptations.
 enum class AmodSkippedScore {
-  kCarry,      // the score from the last layer that processed it (default)
-  kForceKeep,  // +inf: always processed next
+  kInterleaved,  // every A-MoD layer must follow a dense layer (paper; default)
+  kCarry,        // adaptation: the score from the last layer that processed it (stale by one or more layers)
+  kForceKeep,    // adaptation: +inf, always processed next
+};
+
+// Which tokens an A-MoD layer may skip.
+enum class AmodRoutable {
+  kAll,    // every real token, capacity C = 1 - skip_frac of the sample (paper; default)
+  kRoles,  // adaptation: only the γ-MoD routable roles (image ∪ system, plus answers with forced_keep questions)
 };
 
 struct MoDConfig {
@@ -51,9 +60,13 @@ struct MoDConfig {
   bool scale_by_router = true;         // false: no p / r scaling of the deltas (tests, ablations)
   std::string router_init = "kaiming_uniform";  // "kaiming_uniform" (LLaVA-HR code), "xavier_uniform" (MGM), "zero"
   uint64_t router_init_seed = 0;
-  // A-MoD: divide column i by the number of queries that can see it (causal) instead of by N.
-  bool amod_causal_normalise = true;
-  AmodSkippedScore amod_skipped = AmodSkippedScore::kCarry;
+  // A-MoD (router attention) as the paper defines it by default: scores normalised by 1/N, every token routable
+  // at capacity C = 1 - skip_frac (k_b = ceil(C * valid_b)), MoD layers interleaved with dense ones. Adaptations
+  // for a causal decoder (the previous behaviour): amod_causal_normalise (divide column i by the number of
+  // queries that can see it), amod_routable "roles", amod_skipped "carry" / "force_keep" (consecutive layers).
+  bool amod_causal_normalise = false;
+  AmodRoutable amod_routable = AmodRoutable::kAll;
+  AmodSkippedScore amod_skipped = AmodSkippedScore::kInterleaved;
   RoutingMode mode = RoutingMode::kAuto;
   std::string selection;  // how mod_layers was chosen (e.g. "arank_mod", "threshold:110"), recorded only
 
@@ -70,5 +83,6 @@ std::string to_string(ForcedKeep k);
 std::string to_string(RopePositions k);
 std::string to_string(RoutingMode k);
 std::string to_string(AmodSkippedScore k);
+std::string to_string(AmodRoutable k);
 
 }  // namespace gmod

@@ -34,7 +34,8 @@ at::Tensor MoDDecoderLayer::decode_step(const at::Tensor& h, ForwardState& st, i
   const auto lp = lengths.index_select(0, idx);  // [P] their cached tokens
   auto stats = at::stack({qvalid.sum(), (lp + 1).sum(), P ? lp.max() : at::zeros({}, lopts)}).cpu();
   auto sa = stats.accessor<int64_t, 1>();
-  st.tokens.push_back({layer_idx, P, sa[0], sa[1]});
+  // A decode token of any role may be skipped when the router decides at decode; otherwise none is routable.
+  st.tokens.push_back({layer_idx, P, sa[0], sa[1], sc.keep_prob.defined() && cfg.decode_skip ? sa[0] : 0});
   if (P == 0) return h;
 
   int64_t T = cache.length();

@@ -14,7 +14,7 @@ at::TensorOptions long_opts(at::Device d) { return at::TensorOptions().dtype(at:
 }  // namespace
 
 RoutingMasks routing_masks(const at::Tensor& roles, const at::Tensor& key_valid, int64_t B, int64_t L,
-                           ForcedKeep forced_keep, at::Device device) {
+                           ForcedKeep forced_keep, at::Device device, bool all_routable) {
   RoutingMasks m;
   m.valid = key_valid.defined() ? key_valid.to(at::kBool)
                                 : at::ones({B, L}, at::TensorOptions().dtype(at::kBool).device(device));
@@ -26,9 +26,9 @@ RoutingMasks routing_masks(const at::Tensor& roles, const at::Tensor& key_valid,
     m.valid = m.valid & is(TokenRole::kPad).logical_not();
     auto routable = is(TokenRole::kImage) | is(TokenRole::kSystem);
     if (forced_keep == ForcedKeep::kQuestions) routable = routable | is(TokenRole::kAnswer);
-    m.routable = m.valid & routable;
+    m.routable = all_routable ? m.valid : m.valid & routable;
   } else {
-    m.routable = at::zeros_like(m.valid);
+    m.routable = all_routable ? m.valid : at::zeros_like(m.valid);
   }
   m.forced = m.valid & m.routable.logical_not();
   return m;
@@ -39,9 +39,40 @@ at::Tensor topk_capacity(const RoutingMasks& m, double skip_frac) {
   return m.valid.sum(1) - skip;
 }
 
-at::Tensor select_topk(const at::Tensor& score, const RoutingMasks& m, const at::Tensor& k) {
+HostCapacity host_capacity(const at::Tensor& counts, double skip_frac, ForcedKeep forced_keep, bool all_routable) {
+  if (counts.dim() != 2 || counts.size(1) != 3 || !counts.device().is_cpu())
+    throw std::invalid_argument("MoD layer: host_role_counts must be a [B, 3] CPU tensor (count_routing_roles)");
+  auto c = counts.to(at::kLong).contiguous();
+  auto a = c.accessor<int64_t, 2>();
+  HostCapacity h;
+  for (int64_t b = 0; b < c.size(0); ++b) {
+    const int64_t valid = a[b][kCountValid];
+    const int64_t routable =
+        all_routable ? valid : a[b][kCountImageSystem] + (forced_keep == ForcedKeep::kQuestions ? a[b][kCountAnswer] : 0);
+    // The same double arithmetic as topk_capacity, so host and device agree exactly.
+    const int64_t k = valid - static_cast<int64_t>(std::floor(static_cast<double>(routable) * skip_frac));
+    h.valid.push_back(valid);
+    h.routable.push_back(routable);
+    h.k.push_back(k);
+    h.kmax = std::max(h.kmax, k);
+  }
+  return h;
+}
+
+LayerTokens HostCapacity::tokens(int layer) const {
+  LayerTokens t{layer, 0, 0, 0, 0};
+  for (size_t b = 0; b < k.size(); ++b) {
+    t.processed += k[b];
+    t.total += valid[b];
+    t.attn_pairs += k[b] * (k[b] + 1) / 2;
+    t.routable += routable[b];
+  }
+  return t;
+}
+
+at::Tensor select_topk(const at::Tensor& score, const RoutingMasks& m, const at::Tensor& k, int64_t kmax) {
   const int64_t B = score.size(0), L = score.size(1);
-  const int64_t kmax = k.numel() ? k.max().item<int64_t>() : 0;
+  if (kmax < 0) kmax = k.numel() ? k.max().item<int64_t>() : 0;  // host sync: callers with a HostCapacity pass it
   if (kmax <= 0) return at::zeros_like(m.valid);
   auto s = score.to(at::kDouble);
   auto key = at::where(m.forced, at::full_like(s, kInf), at::where(m.routable, s, at::full_like(s, -kInf)));
@@ -51,13 +82,13 @@ at::Tensor select_topk(const at::Tensor& score, const RoutingMasks& m, const at:
   return at::zeros({B, L}, long_opts(score.device())).scatter(1, top, take.to(at::kLong)).to(at::kBool);
 }
 
-Compaction compact(const at::Tensor& selected) {
+Compaction compact(const at::Tensor& selected, const at::Tensor& counts, int64_t kmax) {
   const int64_t L = selected.size(1);
   auto ar = at::arange(L, long_opts(selected.device())).unsqueeze(0);
   auto key = at::where(selected, ar, ar + L);  // selected first, each group ascending
   Compaction c;
-  c.counts = selected.sum(1);
-  c.kmax = c.counts.numel() ? c.counts.max().item<int64_t>() : 0;
+  c.counts = counts.defined() ? counts : selected.sum(1);
+  c.kmax = kmax >= 0 ? kmax : c.counts.numel() ? c.counts.max().item<int64_t>() : 0;  // host sync without kmax
   c.index = at::remainder(std::get<0>(key.sort(1)).narrow(1, 0, c.kmax), L);
   c.valid = at::arange(c.kmax, long_opts(selected.device())).unsqueeze(0) < c.counts.unsqueeze(1);
   return c;
@@ -135,9 +166,27 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   KVCache* cache = st.caches ? &(*st.caches)[layer_idx] : nullptr;
   if (cache && cache->k.defined()) return decode_step(h, st, layer_idx, *cache);
 
-  auto masks = routing_masks(st.token_roles, st.key_valid, B, L, cfg.forced_keep, h.device());
+  const bool amod = cfg.router == RouterKind::kAttention;
+  const bool all_routable = amod && cfg.amod_routable == AmodRoutable::kAll;
+  auto masks = routing_masks(st.token_roles, st.key_valid, B, L, cfg.forced_keep, h.device(), all_routable);
   auto sc = score(h);
   const bool topk = uses_topk();
+  // Capacity-driven selections (training top-k, A-MoD, and the replay of either) have counts that follow from the
+  // roles alone: take them from the host and never wait for the device. Thresholds and forced selections are
+  // data-dependent and read their counts back (inference and analysis only).
+  const bool by_capacity = !forced_selection.defined() && (amod || topk);
+  HostCapacity plan;
+  at::Tensor k_dev;
+  if (by_capacity) {
+    if (st.host_role_counts.defined() && st.host_role_counts.size(0) != B)
+      throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) + ": host_role_counts has " +
+                                  std::to_string(st.host_role_counts.size(0)) + " rows for a batch of " +
+                                  std::to_string(B));
+    if (!st.host_role_counts.defined())  // callers other than MultimodalLM::forward: count once, for every layer
+      st.host_role_counts = count_routing_roles(st.token_roles, st.key_valid, B, L);
+    plan = host_capacity(st.host_role_counts, cfg.skip_frac, cfg.forced_keep, all_routable);
+    k_dev = topk_capacity(masks, cfg.skip_frac);  // the same values on the device, without a copy
+  }
   at::Tensor sel;
   if (st.routing_pass == RoutingPass::kReplay) {  // recompute of a checkpointed layer: the first pass's tokens
     if (!st.routing_selection.defined() || st.routing_selection.sizes() != masks.valid.sizes())
@@ -148,13 +197,13 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     if (forced_selection.sizes() != masks.valid.sizes())
       throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) + ": forced_selection must be [B, L]");
     sel = forced_selection.to(masks.valid.device()).to(at::kBool) & masks.valid;
-  } else if (cfg.router == RouterKind::kAttention) {
+  } else if (amod) {
     if (!st.routing_scores.defined())
       throw std::logic_error("A-MoD layer " + std::to_string(layer_idx) +
                              ": no routing scores from the previous layer (convert_to_mod sets that layer up)");
-    sel = select_topk(st.routing_scores, masks, topk_capacity(masks, cfg.skip_frac));
+    sel = select_topk(st.routing_scores, masks, k_dev, plan.kmax);
   } else if (topk) {
-    sel = select_topk(sc.keep_prob, masks, topk_capacity(masks, cfg.skip_frac));
+    sel = select_topk(sc.keep_prob, masks, k_dev, plan.kmax);
   } else {
     const double thr = cfg.router == RouterKind::kGammaShared ? cfg.infer_threshold : cfg.decode_threshold;
     sel = masks.forced | (masks.routable & (sc.keep_prob > thr));
@@ -164,12 +213,18 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   if (sc.logits.defined() && topk && !forced_selection.defined())
     st.aux_losses.push_back(routing_loss(sc.logits, sel, masks.valid));
 
-  auto c = compact(sel);
-  auto stats = at::stack({c.counts.sum(), masks.valid.sum(), at::floor_divide(c.counts * (c.counts + 1), 2).sum(),
-                          c.counts.numel() ? c.counts.min() : at::zeros({}, c.counts.options())})
-                   .cpu();
-  auto sa = stats.accessor<int64_t, 1>();
-  st.tokens.push_back({layer_idx, sa[0], sa[1], sa[2]});
+  Compaction c;
+  if (by_capacity) {
+    c = compact(sel, k_dev, plan.kmax);
+    st.tokens.push_back(plan.tokens(layer_idx));
+  } else {
+    c = compact(sel);
+    auto stats = at::stack({c.counts.sum(), masks.valid.sum(), at::floor_divide(c.counts * (c.counts + 1), 2).sum(),
+                            masks.routable.sum()})
+                     .cpu();
+    auto sa = stats.accessor<int64_t, 1>();
+    st.tokens.push_back({layer_idx, sa[0], sa[1], sa[2], sa[3]});
+  }
   if (c.kmax == 0) {
     if (cache) {
       const auto& w = self_attn->k_proj->weight;
@@ -189,18 +244,21 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   if (cfg.rope_positions == RopePositions::kCompacted) pos = at::arange(K, long_opts(h.device())).unsqueeze(0);
   else pos = st.positions.expand({B, L}).gather(1, c.index);
   auto [cos, sin] = st.rope->cos_sin(pos, h.scalar_type());
-  const bool ragged = sa[3] != K;
-  auto mask = ragged ? AttentionMask::causal(c.valid, K, K, 0) : AttentionMask{};
+  // Plain causal attention over the compacted rows (kept tokens first, see the header): the fused kernel, no mask.
+  // Attention maps for analysis are those of the masked path, so padded rows read as "sees only itself".
+  auto mask = st.want_attn_probs ? AttentionMask::causal(c.valid, K, K, 0) : AttentionMask{};
   at::Tensor probs;
-  auto a = x + self_attn->forward(n, cos, sin, mask, st.want_attn_probs ? &probs : nullptr, cache);
+  AttentionSide side;
+  auto a = x + self_attn->forward(n, cos, sin, mask, st.want_attn_probs ? &probs : nullptr, cache,
+                                  emit_scores ? &side : nullptr);
   if (st.want_attn_probs) st.attn_probs.push_back(probs);  // compacted [B, H, K, K]
   if (cache) cache->lengths = c.counts;
   auto m = mlp->forward(post_attention_layernorm->forward(a));
   auto y = combine(x, a, m, sc.weight.defined() ? sc.weight.gather(1, c.index) : at::Tensor());
 
-  if (emit_scores) {
-    auto qk = self_attn->rotated_qk(n, cos, sin);
-    auto s = attention_column_scores(qk.first, qk.second, c.valid, cfg.amod_causal_normalise);  // [B, K]
+  if (emit_scores) {  // consecutive A-MoD layers (adaptation): scores of the processed tokens, others per amod_skipped
+    at::NoGradGuard no_grad;
+    auto s = attention_column_scores(side.q, side.k, c.valid, cfg.amod_causal_normalise, 128, side.lse);  // [B, K]
     auto base = (cfg.amod_skipped == AmodSkippedScore::kCarry && st.routing_scores.defined())
                     ? st.routing_scores.to(at::kFloat)
                     : at::full({B, L}, kInf, h.options().dtype(at::kFloat));

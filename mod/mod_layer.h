@@ -1,10 +1,20 @@
 // The Mixture-of-Depths decoder layer. Each sample's tokens are split by role into routable
 // (image ∪ system prefix), forced-keep (questions, or questions + answers) and padding (never
 // processed). The layer picks the tokens to process (top-k in training, thresholds at inference),
-// gathers them into a compacted [B, kmax, D] sequence (key-padding mask for samples with k < kmax),
-// runs attention + MLP on it (so cost scales with the kept tokens), and scatters the results back;
-// skipped tokens leave the layer bit-identical. It reuses the dense layer's submodules, so parameter
-// names stay llm.layers.{i}.self_attn.q_proj.weight etc.
+// gathers them into a compacted [B, kmax, D] sequence, runs attention + MLP on it (so cost scales with
+// the kept tokens), and scatters the results back; skipped tokens leave the layer bit-identical.
+//
+// Ragged kept counts without a mask: each sample's kept tokens come first in its compacted row (ascending),
+// the slots up to kmax after them. Under plain causal attention (the fused kernel, no boolean mask) a real
+// query then only sees real keys; the padded slots' rows are computed and discarded by the scatter (no
+// gradient reaches them). The result equals the masked path within float rounding.
+//
+// No host synchronisation in training: the top-k capacities (γ-MoD, per-layer, A-MoD, and their replay under
+// activation checkpointing) follow from the token roles alone, so they are taken from ForwardState::
+// host_role_counts (counted once per forward on the host) and the accounting is filled from them. Only the
+// data-dependent inference paths (thresholds, decode, forced_selection) read counts back from the device.
+//
+// It reuses the dense layer's submodules, so parameter names stay llm.layers.{i}.self_attn.q_proj.weight etc.
 //
 // Capacity (training): k_b = valid_b - floor(skip_frac * routable_b) per sample, from that sample's
 // roles. The official code uses k = ceil(L - 0.5 R) with the padded batch length L and a constant R,
@@ -25,15 +35,24 @@ struct RoutingMasks {
   at::Tensor forced;    // [B, L] bool: valid and not routable, always processed
 };
 // roles [B, L] int8 TokenRole (undefined: nothing routable); key_valid [B, L] bool (undefined: no padding).
+// `all_routable` (A-MoD as the paper defines it): every valid token is routable, whatever its role.
 RoutingMasks routing_masks(const at::Tensor& roles, const at::Tensor& key_valid, int64_t B, int64_t L,
-                           ForcedKeep forced_keep, at::Device device);
+                           ForcedKeep forced_keep, at::Device device, bool all_routable = false);
 
-// Per-sample training capacity k_b = valid_b - floor(skip_frac * routable_b); [B] int64.
+// Per-sample training capacity k_b = valid_b - floor(skip_frac * routable_b); [B] int64 (on the masks' device).
 at::Tensor topk_capacity(const RoutingMasks& m, double skip_frac);
 
+// The same capacities on the host, from count_routing_roles (model/decoder_layer.h) [B, 3]: no device sync.
+struct HostCapacity {
+  std::vector<int64_t> k, valid, routable;  // per sample
+  int64_t kmax = 0;
+  LayerTokens tokens(int layer) const;      // processed Σk, total Σvalid, attn_pairs Σk(k+1)/2, routable
+};
+HostCapacity host_capacity(const at::Tensor& counts, double skip_frac, ForcedKeep forced_keep, bool all_routable);
+
 // Tokens processed in training: every forced token plus the highest-scoring routable tokens up to k_b.
-// score [B, L] (any real dtype), k [B] int64. Returns [B, L] bool.
-at::Tensor select_topk(const at::Tensor& score, const RoutingMasks& m, const at::Tensor& k);
+// score [B, L] (any real dtype), k [B] int64, kmax = max k_b (< 0: read from k, a host sync). Returns [B, L] bool.
+at::Tensor select_topk(const at::Tensor& score, const RoutingMasks& m, const at::Tensor& k, int64_t kmax = -1);
 
 // Sorted per-sample positions of the selected tokens, padded to the batch maximum with (distinct)
 // unselected positions so that a scatter of unchanged rows is a no-op.
@@ -43,7 +62,9 @@ struct Compaction {
   at::Tensor counts;  // [B] int64: selected tokens per sample
   int64_t kmax = 0;   // K
 };
-Compaction compact(const at::Tensor& selected);                          // [B, L] bool
+// selected [B, L] bool; `counts` [B] (= selected.sum(1)) and `kmax` (= max counts) when the caller knows them,
+// else they are computed (kmax < 0: a host sync).
+Compaction compact(const at::Tensor& selected, const at::Tensor& counts = at::Tensor(), int64_t kmax = -1);
 at::Tensor gather_tokens(const at::Tensor& h, const at::Tensor& index);  // [B, L, D] -> [B, K, D]
 // h with the valid rows of y [B, K, D] written back to their positions (other rows untouched).
 at::Tensor scatter_tokens(const at::Tensor& h, const Compaction& c, const at::Tensor& y);
@@ -75,7 +96,9 @@ class MoDDecoderLayer : public DecoderBlock {
   bool emit_scores = false;
 
   // Replay and analysis. When defined, the next full-sequence forward processes exactly these tokens
-  // ([B, L] bool, intersected with the valid ones) instead of routing; it is not cleared.
+  // ([B, L] bool, intersected with the valid ones) instead of routing; it is not cleared. (A replayed selection,
+  // RoutingPass::kReplay, is the first pass's: for capacity-driven routing its per-sample counts are taken from
+  // the host capacities, not re-read from the device.)
   at::Tensor forced_selection;
   bool record_selection = false;
   std::vector<at::Tensor> recorded;  // one [B, L] bool per forward (decode steps: [B, 1])

@@ -65,9 +65,13 @@ at::Tensor column_denominator(const at::Tensor& vb, bool causal_normalise, at::S
 }  // namespace
 
 at::Tensor attention_column_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid,
-                                   bool causal_normalise, int64_t tile) {
+                                   bool causal_normalise, int64_t tile, const at::Tensor& given_lse) {
   if (q.dim() != 4 || k.dim() != 4 || q.size(2) != k.size(2) || q.size(1) % k.size(1) != 0)
     throw std::invalid_argument("attention_column_scores: expected q [B,H,L,Dh] and k [B,Hkv,L,Dh] with H % Hkv == 0");
+  if (given_lse.defined() && (given_lse.dim() != 3 || given_lse.size(0) != q.size(0) || given_lse.size(1) != q.size(1) ||
+                              given_lse.size(2) != q.size(2)))
+    throw std::invalid_argument("attention_column_scores: lse must be [B, H, L] like q's first three dimensions");
+  at::NoGradGuard no_grad;  // scores only select tokens: nothing of this pass is kept for backward
   const auto ct = router_compute_dtype(q);
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2), Dh = q.size(3);
   auto qf = q.to(ct);
@@ -87,16 +91,25 @@ at::Tensor attention_column_scores(const at::Tensor& q, const at::Tensor& k, con
     return s.masked_fill(allowed.unsqueeze(1).logical_not(), ninf);                                     // [B,H,Tr,Tc]
   };
 
-  // Pass 1: per-row log-sum-exp, accumulated over key tiles (only tiles at or left of the diagonal).
-  std::vector<at::Tensor> lse_rows;
-  for (int64_t r0 = 0; r0 < L; r0 += tile) {
-    const int64_t r1 = std::min(L, r0 + tile);
-    auto lse = at::full({B, H, r1 - r0}, ninf, qf.options());
-    for (int64_t c0 = 0; c0 < r1; c0 += tile) lse = at::logaddexp(lse, at::logsumexp(block(r0, r1, c0, std::min(L, c0 + tile)), -1));
-    lse_rows.push_back(lse.masked_fill(at::isneginf(lse), 0.0));  // rows that see nothing contribute exp(-inf) = 0
+  // Pass 1 (unless the attention kernel handed it over): per-row log-sum-exp, accumulated over key tiles at or
+  // left of the diagonal.
+  at::Tensor lse;
+  if (given_lse.defined()) {
+    lse = given_lse.to(ct);
+  } else {
+    std::vector<at::Tensor> lse_rows;
+    for (int64_t r0 = 0; r0 < L; r0 += tile) {
+      const int64_t r1 = std::min(L, r0 + tile);
+      auto l = at::full({B, H, r1 - r0}, ninf, qf.options());
+      for (int64_t c0 = 0; c0 < r1; c0 += tile)
+        l = at::logaddexp(l, at::logsumexp(block(r0, r1, c0, std::min(L, c0 + tile)), -1));
+      lse_rows.push_back(l);
+    }
+    lse = at::cat(lse_rows, 2);  // [B, H, L]
   }
-  auto lse = at::cat(lse_rows, 2);                  // [B, H, L]
-  auto qw = vb.to(ct).unsqueeze(1).unsqueeze(-1);   // [B, 1, L, 1]: padded query rows do not count
+  // Padded query rows do not count: an lse of +inf makes their exp(S - lse) exactly 0 (so does a row that sees
+  // nothing, whose scores are all -inf).
+  lse = lse.masked_fill(vb.logical_not().unsqueeze(1), std::numeric_limits<double>::infinity());
 
   // Pass 2: column sums of exp(S - lse) over query tiles at or below the diagonal.
   std::vector<at::Tensor> cols;
@@ -105,8 +118,7 @@ at::Tensor attention_column_scores(const at::Tensor& q, const at::Tensor& k, con
     auto acc = at::zeros({B, H, c1 - c0}, qf.options());
     for (int64_t r0 = (c0 / tile) * tile; r0 < L; r0 += tile) {
       const int64_t r1 = std::min(L, r0 + tile);
-      auto p = at::exp(block(r0, r1, c0, c1) - lse.narrow(2, r0, r1 - r0).unsqueeze(-1));
-      acc = acc + (p * qw.narrow(2, r0, r1 - r0)).sum(2);
+      acc = acc + at::exp(block(r0, r1, c0, c1) - lse.narrow(2, r0, r1 - r0).unsqueeze(-1)).sum(2);
     }
     cols.push_back(acc);
   }
@@ -136,14 +148,13 @@ at::Tensor AttentionScoringLayer::forward(const at::Tensor& h, ForwardState& st,
   KVCache* cache = st.caches ? &(*st.caches)[layer_idx] : nullptr;
   const bool decode = cache && cache->k.defined();
   at::Tensor probs;
+  AttentionSide side;
   auto n = input_layernorm->forward(h);
-  auto a = self_attn->forward(n, st.cos, st.sin, st.mask, st.want_attn_probs ? &probs : nullptr, cache);
-  if (st.want_attn_probs) st.attn_probs.push_back(probs);
   // A-MoD layers process every token at decode, so scores are only needed for full sequences.
-  if (!decode) {
-    auto qk = self_attn->rotated_qk(n, st.cos, st.sin);
-    st.routing_scores = attention_column_scores(qk.first, qk.second, st.key_valid, causal_normalise);
-  }
+  auto a = self_attn->forward(n, st.cos, st.sin, st.mask, st.want_attn_probs ? &probs : nullptr, cache,
+                              decode ? nullptr : &side);
+  if (st.want_attn_probs) st.attn_probs.push_back(probs);
+  if (!decode) st.routing_scores = attention_column_scores(side.q, side.k, st.key_valid, causal_normalise, 128, side.lse);
   auto x = h + a;
   st.tokens.push_back({layer_idx, st.valid_tokens, st.valid_tokens});
   return x + mlp->forward(post_attention_layernorm->forward(x));

@@ -37,20 +37,24 @@ class ScalarRouterImpl : public torch::nn::Module {
 
 // Per-token A-MoD score: mean over heads and valid queries of the attention probability each key
 // receives. q [B, H, L, Dh], k [B, Hkv, L, Dh] with rotary applied; causal attention; `valid` [B, L]
-// bool (undefined = all valid) masks padded keys and drops padded query rows. With `causal_normalise`
-// column i is divided by the number of valid queries that can see it (#{valid j >= i}) instead of the
-// number of valid queries N (the paper's 1/N, which favours early tokens in a causal decoder).
-// Padded columns score 0. Memory O(L * tile) per head: two passes over key/query tiles (the first builds
-// each row's log-sum-exp, the second sums exp(QK^T * scale - lse) over query rows). Returns [B, L] fp32.
+// bool (undefined = all valid) masks padded keys and drops padded query rows. The normaliser is the
+// paper's 1/N (N = valid queries of the sample); with `causal_normalise` (adaptation for a causal decoder,
+// where column i is seen by fewer queries the later it is) column i is divided by #{valid j >= i} instead.
+// Padded columns score 0. Always computed without autograd (the scores only select tokens), so nothing is
+// kept for backward. `lse` [B, H, L] (optional): each row's log-sum-exp of its scaled, masked scores as the
+// attention kernel returned it; given, one tiled pass sums exp(QK^T * scale - lse) over query rows (the cost
+// of the QK^T half of an attention forward); undefined, a first tiled pass builds it. Memory O(L * tile)
+// per head. Returns [B, L] fp32.
 at::Tensor attention_column_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid,
-                                   bool causal_normalise, int64_t tile = 128);
+                                   bool causal_normalise, int64_t tile = 128, const at::Tensor& lse = at::Tensor());
 // The same from explicit probabilities [B, H, L, L] (reference for tests).
 at::Tensor attention_column_scores_from_probs(const at::Tensor& probs, const at::Tensor& valid,
                                               bool causal_normalise);
 
 // A dense layer that, after its normal forward, leaves A-MoD scores in ForwardState::routing_scores for
 // the next (attention-routed) MoD layer. Holds the dense layer's submodules, so parameter names stay
-// llm.layers.{i}.self_attn.* etc. Costs one extra Q/K projection and two QK^T-sized tiled passes.
+// llm.layers.{i}.self_attn.* etc. Reuses the attention's own rotated Q/K and, when the fused kernel returns it,
+// its log-sum-exp: one extra QK^T-sized tiled pass without autograd (two when the kernel gives no lse).
 class AttentionScoringLayer : public DecoderBlock {
  public:
   AttentionScoringLayer(const DenseDecoderLayer& dense, bool causal_normalise);

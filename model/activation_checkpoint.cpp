@@ -52,6 +52,7 @@ ForwardState block_inputs(const ForwardState& st) {
   s.positions = st.positions;
   s.key_valid = st.key_valid;
   s.token_roles = st.token_roles;
+  s.host_role_counts = st.host_role_counts;
   s.cos = st.cos;
   s.sin = st.sin;
   s.mask = st.mask;

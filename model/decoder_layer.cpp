@@ -1,6 +1,23 @@
 #include "model/decoder_layer.h"
 
+#include "model/token_roles.h"
+
 namespace gmod {
+
+at::Tensor count_routing_roles(const at::Tensor& token_roles, const at::Tensor& key_valid, int64_t B, int64_t L) {
+  auto opts = at::TensorOptions().dtype(at::kLong);
+  auto dev = token_roles.defined() ? token_roles.device() : key_valid.defined() ? key_valid.device() : at::Device(at::kCPU);
+  auto valid = key_valid.defined() ? key_valid.to(at::kBool) : at::ones({B, L}, opts.dtype(at::kBool).device(dev));
+  auto zero = at::zeros({B}, opts.device(dev));
+  at::Tensor img_sys = zero, answer = zero;
+  if (token_roles.defined()) {
+    auto is = [&](TokenRole r) { return token_roles == static_cast<int64_t>(r); };
+    valid = valid & is(TokenRole::kPad).logical_not();
+    img_sys = (valid & (is(TokenRole::kImage) | is(TokenRole::kSystem))).sum(1);
+    answer = (valid & is(TokenRole::kAnswer)).sum(1);
+  }
+  return at::stack({valid.sum(1), img_sys, answer}, 1).to(at::kCPU);  // [B, 3]
+}
 
 DenseDecoderLayer::DenseDecoderLayer(const LlamaConfig& c) {
   self_attn = register_module("self_attn", std::make_shared<AttentionImpl>(c));

@@ -18,7 +18,15 @@ struct LayerTokens {
   int64_t processed;  // token positions this layer ran attention+MLP on (valid tokens only)
   int64_t total;      // valid token positions that entered the layer
   int64_t attn_pairs = -1;  // causal query-key pairs computed, summed over samples; -1 = not reported (dense)
+  int64_t routable = -1;    // valid tokens the layer was allowed to skip (MoD layers); -1 = not a routing layer
 };
+
+// Per-sample token counts that MoD capacities and accounting depend on, known on the host: [B, 3] int64 on the CPU,
+// columns kCountValid (real tokens: key_valid and role != pad), kCountImageSystem, kCountAnswer (real tokens of
+// those roles). Undefined roles: only kCountValid is filled. One device-to-host copy when the inputs live on an
+// accelerator (none on the CPU); the data pipeline can hand it over precomputed (ModelInputs::host_role_counts).
+enum HostCountColumn : int64_t { kCountValid = 0, kCountImageSystem = 1, kCountAnswer = 2 };
+at::Tensor count_routing_roles(const at::Tensor& token_roles, const at::Tensor& key_valid, int64_t B, int64_t L);
 
 // How a routing block treats its data-dependent token selection in this pass (activation checkpointing,
 // model/activation_checkpoint.h): kRecord stores it in ForwardState::routing_selection, kReplay takes it from there
@@ -30,6 +38,7 @@ struct ForwardState {
   at::Tensor positions;    // [B, L] int64 absolute positions of the current tokens
   at::Tensor key_valid;    // [B, L] bool, true = real token; undefined = no padding
   at::Tensor token_roles;  // [B, L] int8 TokenRole; undefined when unknown (MoD then routes nothing)
+  at::Tensor host_role_counts;  // [B, 3] int64 CPU (count_routing_roles); undefined = MoD layers count themselves
   at::Tensor cos, sin;     // [B|1, L, Dh] rotary tables for `positions`
   AttentionMask mask;      // full-sequence mask (undefined `allowed` = plain causal)
   std::vector<KVCache>* caches = nullptr;  // one per layer during generation

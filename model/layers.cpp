@@ -1,5 +1,10 @@
 #include "model/layers.h"
 
+#include <ATen/ops/_scaled_dot_product_efficient_attention.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
+#include <c10/util/Exception.h>
+
 #include <cmath>
 
 namespace gmod {
@@ -61,6 +66,33 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
   auto s = x.sizes();  // [B, Hkv, L, Dh]
   return x.unsqueeze(2).expand({s[0], s[1], n_rep, s[2], s[3]}).reshape({s[0], s[1] * n_rep, s[2], s[3]});
 }
+
+// Plain causal attention through the fused kernel SDPA would pick, keeping the per-row log-sum-exp it computes
+// anyway. Returns {out [B,H,L,Dh], lse [B,H,L] fp32}, or {undefined, undefined} when no such kernel applies.
+std::pair<at::Tensor, at::Tensor> causal_attention_with_lse(const at::Tensor& q, const at::Tensor& k,
+                                                            const at::Tensor& v, double scale) {
+  const auto dt = q.scalar_type();
+  if (q.device().is_cpu()) {
+    if (dt != at::kFloat && dt != at::kDouble && dt != at::kBFloat16 && dt != at::kHalf) return {};
+    auto r = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, std::nullopt, scale);
+    return {std::get<0>(r), std::get<1>(r)};
+  }
+  if (!q.device().is_cuda()) return {};
+  try {
+    if (dt == at::kHalf || dt == at::kBFloat16) {
+      auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true, false, scale);
+      return {std::get<0>(r), std::get<1>(r)};
+    }
+    if (dt == at::kFloat) {
+      auto r = at::_scaled_dot_product_efficient_attention(q, k, v, std::nullopt, /*compute_log_sumexp=*/true, 0.0,
+                                                           /*is_causal=*/true, scale);
+      return {std::get<0>(r), std::get<1>(r).narrow(2, 0, q.size(2))};  // lse may be padded to a tile multiple
+    }
+  } catch (const c10::Error&) {  // shape or architecture the kernel does not support: the caller falls back
+  }
+  return {};
+}
+
 }  // namespace
 
 std::pair<at::Tensor, at::Tensor> explicit_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -95,7 +127,7 @@ std::pair<at::Tensor, at::Tensor> AttentionImpl::rotated_qk(const at::Tensor& x,
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                  const AttentionMask& mask, at::Tensor* probs, KVCache* cache) {
+                                  const AttentionMask& mask, at::Tensor* probs, KVCache* cache, AttentionSide* side) {
   auto B = x.size(0), L = x.size(1);
   auto [q, k] = rotated_qk(x, cos, sin);
   auto v = v_proj->forward(x).view({B, L, n_kv_heads, head_dim}).transpose(1, 2);
@@ -116,7 +148,21 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
     throw std::logic_error("attention: a KV cache needs an explicit mask (AttentionMask::causal)");
   at::Tensor out;
   const int64_t rep = n_heads / n_kv_heads;
-  if (probs) {
+  if (side) {
+    side->q = q.detach();
+    side->k = k.detach();
+    side->lse = at::Tensor();
+    if (causal && !probs && !cache) {
+      auto r = causal_attention_with_lse(q, repeat_kv(k, rep), repeat_kv(v, rep), scale);
+      if (r.first.defined()) {
+        out = r.first;
+        side->lse = r.second.detach().to(at::kFloat);
+      }
+    }
+  }
+  if (out.defined()) {
+    // fused kernel with its log-sum-exp (above)
+  } else if (probs) {
     auto r = explicit_attention(q, repeat_kv(k, rep), repeat_kv(v, rep), mask.allowed, causal, scale);
     out = r.first;
     *probs = r.second;

@@ -60,6 +60,16 @@ struct KVCache {
   int64_t length() const { return k.defined() ? k.size(2) : 0; }
 };
 
+// What a caller may ask an attention forward to hand back besides its output (A-MoD scoring): the rotated queries
+// q [B, H, Lq, Dh] and keys k [B, Hkv, Lk, Dh], detached, and each query row's log-sum-exp of its scaled scores
+// lse [B, H, Lq] fp32 (detached) when the fused kernel that ran provides it: plain causal attention (no mask, no
+// cache, no explicit probabilities) through the CPU flash kernel, or CUDA's flash (fp16/bf16) or memory-efficient
+// (fp32) kernel. Otherwise lse stays undefined. The kernels are the ones SDPA dispatches to, so the output is the
+// same as without `side` (bitwise on the CPU).
+struct AttentionSide {
+  at::Tensor q, k, lse;
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const LlamaConfig& c);
@@ -67,7 +77,7 @@ class AttentionImpl : public torch::nn::Module {
   // post-softmax attention probabilities [B, H, Lq, Lk] (fp32). With `cache`, new K/V are appended
   // and queries attend to the whole cache.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const AttentionMask& mask,
-                     at::Tensor* probs = nullptr, KVCache* cache = nullptr);
+                     at::Tensor* probs = nullptr, KVCache* cache = nullptr, AttentionSide* side = nullptr);
   // Query/key projections with rotary applied (for A-MoD column sums): q [B,H,L,Dh], k [B,Hkv,L,Dh].
   std::pair<at::Tensor, at::Tensor> rotated_qk(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 

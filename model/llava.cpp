@@ -108,6 +108,10 @@ at::Tensor MultimodalLM::logits(const at::Tensor& hidden) const {
 ModelOutput MultimodalLM::forward(const ModelInputs& in, ForwardState& st) {
   prepare_forward_state(st, in.input_ids, in.attention_mask, in.positions);
   st.token_roles = in.token_roles;
+  // Once per forward, on the host: MoD layers take their capacities from these counts (no per-layer sync).
+  st.host_role_counts = in.host_role_counts.defined()
+                            ? in.host_role_counts
+                            : count_routing_roles(in.token_roles, st.key_valid, in.input_ids.size(0), in.input_ids.size(1));
   auto h = llm->forward(embed_inputs(in.input_ids, in.pixel_values), st);
   ModelOutput out;
   out.logits = logits(h);

@@ -24,6 +24,7 @@ struct ModelInputs {
   at::Tensor labels;          // [B, L] int64 with -100 = ignored; undefined = no loss
   at::Tensor positions;       // [B, L] int64; undefined = 0..L-1
   at::Tensor token_roles;     // [B, L] int8 TokenRole (for MoD routing); optional
+  at::Tensor host_role_counts;  // [B, 3] int64 CPU count_routing_roles(token_roles, attention_mask); optional
 };
 
 struct ModelOutput {

@@ -19,8 +19,8 @@ json Trainer::evaluate() {
   int64_t batches = loader.micro_steps_per_epoch();
   if (cfg_.eval.max_batches > 0) batches = std::min<int64_t>(batches, cfg_.eval.max_batches);
   const size_t n_mod = mod_layers_.size();
-  // [lm_sum, supervised, samples, exact hits, exact counted, processed..., entered...]
-  at::Tensor packed = at::zeros({5 + 2 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
+  // [lm_sum, supervised, samples, exact hits, exact counted, processed..., entered..., routable...]
+  at::Tensor packed = at::zeros({5 + 3 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
   auto acc = packed.accessor<double, 1>();
   {
     torch::NoGradGuard no_grad;
@@ -36,7 +36,9 @@ json Trainer::evaluate() {
       acc[2] += double(b.size());
       for (const LayerTokens& lt : st.tokens)
         for (size_t i = 0; i < n_mod; ++i)
-          if (lt.layer == mod_layers_[i]) acc[5 + i] += double(lt.processed), acc[5 + n_mod + i] += double(lt.total);
+          if (lt.layer == mod_layers_[i])
+            acc[5 + i] += double(lt.processed), acc[5 + n_mod + i] += double(lt.total),
+                acc[5 + 2 * n_mod + i] += double(std::max<int64_t>(lt.routable, 0));
       if (cfg_.eval.exact_match) {
         const auto [hits, counted] = first_answer_exact_match(*model_, in);
         acc[3] += double(hits);
@@ -52,10 +54,14 @@ json Trainer::evaluate() {
   json out{{"loss", r[0] / std::max(1.0, r[1])}, {"supervised_tokens", int64_t(r[1])}, {"samples", int64_t(r[2])}};
   if (cfg_.eval.exact_match) out["exact_match"] = r[3] / std::max(1.0, r[4]), out["exact_match_samples"] = int64_t(r[4]);
   if (n_mod > 0) {
-    json sr = json::object();
-    for (size_t i = 0; i < n_mod; ++i)
+    json sr = json::object(), srr = json::object();
+    for (size_t i = 0; i < n_mod; ++i) {
+      const double skipped = r[5 + n_mod + i] - r[5 + i];
       if (r[5 + n_mod + i] > 0) sr[std::to_string(mod_layers_[i])] = 1.0 - r[5 + i] / r[5 + n_mod + i];
-    out["skip_ratio"] = sr;
+      if (r[5 + 2 * n_mod + i] > 0) srr[std::to_string(mod_layers_[i])] = skipped / r[5 + 2 * n_mod + i];
+    }
+    out["skip_ratio"] = sr;  // of all tokens (α)
+    out["skip_ratio_routable"] = srr;
   }
   return out;
 }

@@ -211,7 +211,12 @@ nlohmann::json MetricsLogger::log(const StepMetrics& m, const nlohmann::json& me
   if (!m.skip_ratio.empty()) {
     nlohmann::json sr = nlohmann::json::object();
     for (const auto& [layer, r] : m.skip_ratio) sr[std::to_string(layer)] = r;
-    j["skip_ratio"] = sr;
+    j["skip_ratio"] = sr;  // of all tokens entering the layer (α)
+  }
+  if (!m.skip_ratio_routable.empty()) {
+    nlohmann::json sr = nlohmann::json::object();
+    for (const auto& [layer, r] : m.skip_ratio_routable) sr[std::to_string(layer)] = r;
+    j["skip_ratio_routable"] = sr;  // of the tokens the layer may skip (what mod.config.skip_frac sets)
   }
   if (!enabled_) return j;
   write(j);

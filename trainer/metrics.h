@@ -47,7 +47,8 @@ struct StepMetrics {
   double dense_flops = 0;      // the dense model's FLOPs on the same tokens, all ranks
   bool skipped = false;        // optimizer skipped the update (non-finite gradient)
   int64_t skipped_total = 0;
-  std::map<int, double> skip_ratio;  // MoD layer -> share of valid tokens it skipped (global)
+  std::map<int, double> skip_ratio;  // MoD layer -> share of all valid tokens it skipped (the paper's α; global)
+  std::map<int, double> skip_ratio_routable;  // MoD layer -> share of its routable tokens it skipped (global)
 };
 
 class MetricsLogger {

@@ -373,7 +373,7 @@ StepMetrics Trainer::train_step() {
   const auto opts = at::TensorOptions().dtype(at::kDouble).device(device_);
   at::Tensor lm_sum = at::zeros({}, opts), routing_sum = at::zeros({}, opts);
   const size_t n_mod = mod_layers_.size();
-  std::vector<int64_t> processed(n_mod, 0), entered(n_mod, 0);
+  std::vector<int64_t> processed(n_mod, 0), entered(n_mod, 0), routable(n_mod, 0);
   int64_t tokens = 0, samples = 0, padded = 0;
   TrainFlops step_flops;  // this rank's micro-batches, from what each layer processed
   for (const Batch& b : micro) {
@@ -403,12 +403,13 @@ StepMetrics Trainer::train_step() {
         flop_parts_);
     for (const LayerTokens& lt : st.tokens)
       for (size_t i = 0; i < n_mod; ++i)
-        if (lt.layer == mod_layers_[i]) processed[i] += lt.processed, entered[i] += lt.total;
+        if (lt.layer == mod_layers_[i])
+          processed[i] += lt.processed, entered[i] += lt.total, routable[i] += std::max<int64_t>(lt.routable, 0);
   }
 
   // One all-reduce for every reported quantity and the stop flag: [lm_sum, routing_sum, tokens, samples, stop,
-  // processed..., entered..., padded, flops, dense_flops].
-  at::Tensor packed = at::zeros({8 + 2 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
+  // processed..., entered..., padded, flops, dense_flops, routable...].
+  at::Tensor packed = at::zeros({8 + 3 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
   auto acc = packed.accessor<double, 1>();
   acc[2] = double(tokens);
   acc[3] = double(samples);
@@ -416,6 +417,7 @@ StepMetrics Trainer::train_step() {
   for (size_t i = 0; i < n_mod; ++i) acc[5 + i] = double(processed[i]), acc[5 + n_mod + i] = double(entered[i]);
   acc[5 + 2 * n_mod] = double(padded);
   acc[6 + 2 * n_mod] = step_flops.flops, acc[7 + 2 * n_mod] = step_flops.dense_flops;
+  for (size_t i = 0; i < n_mod; ++i) acc[8 + 2 * n_mod + i] = double(routable[i]);
   packed = packed.to(device_);
   packed[0] = lm_sum;
   packed[1] = routing_sum;
@@ -438,8 +440,11 @@ StepMetrics Trainer::train_step() {
   m.samples = int64_t(r[3]);
   m.padded_tokens = int64_t(r[5 + 2 * n_mod]);
   stop_requested_ = stop_requested_ || r[4] > 0;
-  for (size_t i = 0; i < n_mod; ++i)
+  for (size_t i = 0; i < n_mod; ++i) {
+    const double skipped = r[5 + n_mod + i] - r[5 + i];
     if (r[5 + n_mod + i] > 0) m.skip_ratio[mod_layers_[i]] = 1.0 - r[5 + i] / r[5 + n_mod + i];
+    if (r[8 + 2 * n_mod + i] > 0) m.skip_ratio_routable[mod_layers_[i]] = skipped / r[8 + 2 * n_mod + i];
+  }
   m.grad_norm = res.grad_norm;
   m.skipped = res.skipped;
   if (res.skipped) {

@@ -1,7 +1,7 @@
 # Checks the figures of `gmod eval --json` by value (cmake -P, no Python):
 #   cmake -DJSON=eval.json -DSAMPLES=n -DBATCHES=n -DMOD_LAYERS=2,3,4 -P check_eval_json.cmake
 # Every layer sees the same tokens (total); a dense layer processes all of them, a MoD layer fewer; the per-layer
-# skip ratios name exactly MOD_LAYERS; FLOPs are the dense FLOPs for a dense model and fewer with MoD layers;
+# skip ratios (of all tokens, and of the routable ones, at least as large) name exactly MOD_LAYERS; FLOPs are the dense FLOPs for a dense model and fewer with MoD layers;
 # loss is positive and exact match a fraction.
 cmake_minimum_required(VERSION 3.25)
 file(READ "${JSON}" j)
@@ -43,6 +43,12 @@ foreach(i RANGE ${last})
     expect("MoD layer ${layer} processed no token" processed GREATER 0)
     string(JSON sr ERROR_VARIABLE no_sr GET "${j}" skip_ratio "${layer}")
     expect("skip_ratio has no layer ${layer}" NOT no_sr)
+    # Routable tokens are a subset of all tokens: their skipped share is at least the share of all (α).
+    string(JSON srr ERROR_VARIABLE no_srr GET "${j}" skip_ratio_routable "${layer}")
+    expect("skip_ratio_routable has no layer ${layer}" NOT no_srr)
+    if(NOT no_sr AND NOT no_srr)
+      expect("layer ${layer}: skip_ratio_routable ${srr} < skip_ratio ${sr}" NOT srr LESS sr)
+    endif()
   else()
     expect("layer ${layer} is a MoD layer, expected only ${MOD_LAYERS}" NOT mod)
     expect("dense layer ${layer} processed ${processed} of ${total} tokens" processed EQUAL total)

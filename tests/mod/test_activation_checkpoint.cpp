@@ -41,6 +41,11 @@ MoDConfig mod_config(RouterKind kind) {
   c.router = kind;
   c.mod_layers = {1, 2, 3};
   c.router_aux_loss_coef = 0.5;
+  if (kind == RouterKind::kAttention) {  // consecutive A-MoD layers: the carried-score adaptation
+    c.amod_skipped = AmodSkippedScore::kCarry;
+    c.amod_causal_normalise = true;
+    c.amod_routable = AmodRoutable::kRoles;
+  }
   return c;
 }
 
@@ -152,6 +157,14 @@ TEST(ActivationCheckpointing, PerLayerRouterAndAttentionRoutedModBitwiseEqualFp3
   }
 }
 
+TEST(ActivationCheckpointing, PaperAModBitwiseEqualFp32) {
+  MoDConfig cfg;  // A-MoD defaults: interleaved, every token routable, 1/N scores from the attention's lse
+  cfg.router = RouterKind::kAttention;
+  cfg.mod_layers = {1, 3};
+  auto m = make_model(4, at::kFloat, &cfg);
+  expect_checkpointing_exact(*m, &cfg, "A-MoD (paper)");
+}
+
 TEST(ActivationCheckpointing, Bf16GradientsBitwiseEqual) {
   const MoDConfig cfg = mod_config(RouterKind::kGammaShared);
   auto dense = make_model(3, at::kBFloat16, nullptr);
@@ -197,8 +210,25 @@ TEST(ActivationCheckpointing, ModLayerReplaysTheRecordedSelection) {
 
   ForwardState rep = st;
   rep.routing_pass = RoutingPass::kReplay;
-  rep.routing_selection = in.attention_mask.clone();
-  rep.routing_selection.select(1, 3).fill_(false);
+  // Not the top-k, but with the first pass's per-sample counts (a real replay is the first pass's selection, and
+  // the capacities come from the host): every sample drops position 3 if it was kept and takes the first unselected
+  // routable position instead, else swaps its first kept routable token for an unselected one.
+  rep.routing_selection = rec.routing_selection.clone();
+  {
+    auto a = rep.routing_selection.accessor<bool, 2>();
+    for (int64_t b = 0; b < 3; ++b) {
+      int64_t drop = a[b][3] ? 3 : -1, take = -1;
+      for (int64_t i = 2; i < 14; ++i) {  // the routable (image-role) span
+        if (drop < 0 && a[b][i] && i != 3) drop = i;
+        if (take < 0 && !a[b][i] && i != 3) take = i;
+      }
+      ASSERT_GE(drop, 0);
+      ASSERT_GE(take, 0);
+      a[b][drop] = false;
+      a[b][take] = true;
+    }
+  }
+  ASSERT_FALSE(at::equal(rep.routing_selection, rec.routing_selection));
   auto out = layer->forward(h, rep, 1);
   EXPECT_EQ(layer->recorded.size(), 1u) << "a replayed pass is not recorded again";
   ASSERT_EQ(rep.tokens.size(), 1u);

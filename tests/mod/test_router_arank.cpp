@@ -34,21 +34,46 @@ TEST(AModScores, TiledColumnScoresEqualExplicitAttention) {
 }
 
 TEST(AModScores, AttentionRoutedModelTrainsAndReportsCapacity) {
+  // Paper defaults: interleaved MoD layers, every real token routable at capacity C = 1 - skip_frac, 1/N scores.
   auto model = test::random_text_lm(4, 5);
   auto dense_names = model->named_parameters().keys();
   MoDConfig cfg;
   cfg.router = RouterKind::kAttention;
-  cfg.mod_layers = {1, 2, 3};
+  cfg.mod_layers = {1, 3};
+  EXPECT_FALSE(cfg.amod_causal_normalise);
   convert_to_mod(*model, cfg);
   EXPECT_EQ(model->named_parameters().keys(), dense_names);
   EXPECT_TRUE(std::dynamic_pointer_cast<AttentionScoringLayer>((*model->llm->layers)[0]) != nullptr);
+  EXPECT_TRUE(std::dynamic_pointer_cast<AttentionScoringLayer>((*model->llm->layers)[2]) != nullptr);
   auto in = test::text_inputs({16, 12}, 16, 10, 4);
   ForwardState st;
   auto out = model->forward(in, st);
   EXPECT_TRUE(st.aux_losses.empty());
   out.logits.sum().backward();
   ASSERT_EQ(st.tokens.size(), 4u);
-  for (int l = 1; l < 4; ++l) EXPECT_EQ(st.tokens[l].processed, (16 - 5) + (12 - 5)) << "layer " << l;
+  for (int l : {1, 3}) {
+    EXPECT_EQ(st.tokens[l].processed, (16 - 8) + (12 - 6)) << "layer " << l;  // ceil(0.5 n) of all n tokens
+    EXPECT_EQ(st.tokens[l].routable, 16 + 12) << "layer " << l;
+  }
+  // Consecutive A-MoD layers have no full map to route by: an error unless an adaptation is chosen.
+  MoDConfig consecutive = cfg;
+  consecutive.mod_layers = {1, 2, 3};
+  try {
+    convert_to_mod(*test::random_text_lm(4, 1), consecutive);
+    ADD_FAILURE() << "consecutive A-MoD layers accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("layers 1 and 2 are consecutive"), std::string::npos) << e.what();
+  }
+  // The adaptation (previous behaviour): causal normalisation, image/system routable only, carried scores.
+  auto adapted_model = test::random_text_lm(4, 5);
+  MoDConfig adapted = consecutive;
+  adapted.amod_causal_normalise = true;
+  adapted.amod_routable = AmodRoutable::kRoles;
+  adapted.amod_skipped = AmodSkippedScore::kCarry;
+  convert_to_mod(*adapted_model, adapted);
+  ForwardState st2;
+  adapted_model->forward(in, st2).logits.sum().backward();
+  for (int l = 1; l < 4; ++l) EXPECT_EQ(st2.tokens[l].processed, (16 - 5) + (12 - 5)) << "layer " << l;
   MoDConfig bad = cfg;
   bad.mod_layers = {0, 1};
   EXPECT_THROW(convert_to_mod(*test::random_text_lm(2, 1), bad), std::invalid_argument);

@@ -191,6 +191,13 @@ std::string expect_exact_resume(const std::vector<std::string>& sets) {
     for (const char* f : {"loss", "lm_loss", "routing_loss", "grad_norm", "lr", "tokens", "skip_ratio"})
       EXPECT_EQ(mu[k][f].dump(), ms[k][f].dump()) << "step " << k << " " << f;
   EXPECT_TRUE(mu[1].contains("skip_ratio"));  // MoD layers report
+  // Both ratios per layer: routable tokens are a subset of all tokens, so their skipped share is at least α.
+  EXPECT_TRUE(mu[1].contains("skip_ratio_routable"));
+  if (mu[1].contains("skip_ratio_routable")) {
+    for (auto& [layer, alpha] : mu[1]["skip_ratio"].items()) {
+      EXPECT_GE(mu[1]["skip_ratio_routable"][layer].get<double>(), alpha.get<double>() - 1e-12) << "layer " << layer;
+    }
+  }
   expect_same_model(ckpt(u, 6), ckpt(s, 6));
   for (const char* n : {"master", "exp_avg", "exp_avg_sq"})
     EXPECT_TRUE(bit_equal(flat_optimizer(ckpt(u, 6), n), flat_optimizer(ckpt(s, 6), n))) << n;

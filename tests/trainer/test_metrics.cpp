@@ -28,6 +28,7 @@ TEST(Metrics, LoggerAppendsOneJsonLinePerStepWithEveryField) {
     m.flops = 2e5;
     m.dense_flops = 3e5;
     m.skip_ratio = {{3, 0.5}};
+    m.skip_ratio_routable = {{3, 0.8}};
     nlohmann::json j = log.log(m, gmod::memory_stats(at::kCPU));
     EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), 200.0);
     EXPECT_DOUBLE_EQ(j["mfu"].get<double>(), 0.4);
@@ -51,6 +52,7 @@ TEST(Metrics, LoggerAppendsOneJsonLinePerStepWithEveryField) {
                         "mfu", "data_wait_pct", "skipped", "skipped_total", "memory", "skip_ratio"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_DOUBLE_EQ(j["skip_ratio"]["3"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(j["skip_ratio_routable"]["3"].get<double>(), 0.8);
   EXPECT_EQ(nlohmann::json::parse(l2)["eval"]["loss"].get<double>(), 1.0);
 }
 
