@@ -2,7 +2,12 @@
 
 #include "mod/conversion.h"
 #include "model/activation_checkpoint.h"
+#include "model/config.h"
+#include "trainer/model_setup.h"
 
+#include <charconv>
+#include <climits>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -55,8 +60,22 @@ void merge_checked(json& dflt, const json& user, const std::string& path, std::v
   }
 }
 
-// "a.b=value" into the merged tree; the value is parsed according to the existing field's type.
-void apply_override(json& cfg, const std::string& ov, std::vector<std::string>& errs) {
+// Decimal integer of the whole string (no blanks, no hex); throws naming what is wrong.
+template <class T>
+T parse_integer(const std::string& s) {
+  T x{};
+  const char* b = s.data();
+  const char* e = b + s.size();
+  if (b != e && *b == '+') ++b;
+  const auto r = std::from_chars(b, e, x);
+  if (r.ec == std::errc::result_out_of_range) throw std::invalid_argument("out of range of a 64-bit integer");
+  if (r.ec != std::errc() || r.ptr != e || b == e) throw std::invalid_argument("not a decimal integer");
+  return x;
+}
+
+// "a.b=value" into the merged tree; the value is parsed according to the existing field's type. `keys` gets the
+// key of every override applied (messages say when a bad value came from --set).
+void apply_override(json& cfg, const std::string& ov, std::vector<std::string>& errs, std::set<std::string>& keys) {
   const auto eq = ov.find('=');
   if (eq == std::string::npos || eq == 0) {
     errs.push_back("--set " + ov + ": expected key.path=value");
@@ -86,9 +105,9 @@ void apply_override(json& cfg, const std::string& ov, std::vector<std::string>& 
       d = value == "true";
     } else if (d.is_number_unsigned()) {
       if (!value.empty() && value[0] == '-') throw std::invalid_argument("expected a non-negative integer");
-      d = std::stoull(value, &used);
+      d = parse_integer<uint64_t>(value);
     } else if (d.is_number_integer()) {
-      d = std::stoll(value, &used);
+      d = parse_integer<int64_t>(value);
     } else if (d.is_number_float()) {
       d = std::stod(value, &used);
     } else {  // arrays: JSON text, e.g. ["0-3"] or [1,2]
@@ -97,6 +116,7 @@ void apply_override(json& cfg, const std::string& ov, std::vector<std::string>& 
       d = v;
     }
     if (used != 0 && used != value.size()) throw std::invalid_argument("trailing characters");
+    keys.insert(key);
   } catch (const std::exception& e) {
     errs.push_back("--set " + key + "=" + value + ": cannot parse as " + type_name(d) + " (" + e.what() + ")");
   }
@@ -105,6 +125,49 @@ void apply_override(json& cfg, const std::string& ov, std::vector<std::string>& 
 template <typename T>
 void get(const json& j, const char* key, T& out) {
   out = j.at(key).get<T>();
+}
+
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// One number `v` at `key` whose field the defaults `d` type: a signed default is a C++ int field (read as 64 bits
+// here, so 4294967297 is out of range instead of wrapping to 1), an unsigned one a uint64_t, a float a double that
+// must be finite (nan/inf would switch clipping or the bad-data guard off, or freeze the weights).
+void check_number(const json& d, const json& v, const std::string& key, std::vector<std::string>& errs) {
+  if (d.is_number_float() && v.is_number() && !std::isfinite(v.get<double>())) {
+    errs.push_back(key + ": " + num(v.get<double>()) + " is not a finite number");
+  } else if (d.is_number_integer() && !d.is_number_unsigned() && v.is_number_integer()) {
+    const bool too_big = v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT_MAX)
+                                                : v.get<int64_t>() > INT_MAX || v.get<int64_t>() < INT_MIN;
+    if (too_big)
+      errs.push_back(key + ": " + v.dump() + " is out of range (a 32-bit integer, at most " +
+                     std::to_string(INT_MAX) + ")");
+  }
+}
+
+// Walks the merged tree `v` with the defaults `d` as schema (check_number on every number, also inside arrays).
+void check_ranges(const json& d, const json& v, const std::string& path, const std::set<std::string>& overridden,
+                  std::vector<std::string>& errs) {
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (!d.contains(it.key())) continue;
+    const std::string key = path.empty() ? it.key() : path + "." + it.key();
+    const json &dv = d[it.key()], &vv = it.value();
+    const size_t before = errs.size();
+    if (dv.is_object() && vv.is_object()) {
+      check_ranges(dv, vv, key, overridden, errs);
+    } else if (vv.is_array()) {
+      // Arrays of numbers (mod.config.mod_layers_idx): elements are ints.
+      for (size_t i = 0; i < vv.size(); ++i)
+        if (vv[i].is_number()) check_number(json(int(0)), vv[i], key + "[" + std::to_string(i) + "]", errs);
+    } else if (vv.is_number()) {
+      check_number(dv, vv, key, errs);
+    }
+    if (overridden.count(key))
+      for (size_t i = before; i < errs.size(); ++i) errs[i] += " (from --set)";
+  }
 }
 
 }  // namespace
@@ -165,7 +228,9 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
   std::vector<std::string> errs;
   json j = to_json(TrainConfig{});
   merge_checked(j, user, "", errs);
-  for (const auto& ov : overrides) apply_override(j, ov, errs);
+  std::set<std::string> overridden;
+  for (const auto& ov : overrides) apply_override(j, ov, errs, overridden);
+  check_ranges(to_json(TrainConfig{}), j, "", overridden, errs);
 
   TrainConfig c;
   if (errs.empty()) {
@@ -238,26 +303,31 @@ TrainConfig read_train_config(const std::string& path, const std::vector<std::st
   return train_config_from_json(j, overrides, path.empty() ? "config" : path);
 }
 
-std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges) {
-  std::set<int> out;
+std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges, int num_layers) {
+  // Bounds first, expansion after: "0-2147483647" must not allocate one entry per index.
+  const int64_t limit = num_layers >= 0 ? num_layers : int64_t(kMaxLayerIndex) + 1;
+  std::vector<std::pair<int64_t, int64_t>> spans;
   for (const auto& r : ranges) {
-    size_t used = 0;
+    int64_t a = 0, b = 0;
     try {
-      const auto dash = r.find('-');
-      int a = std::stoi(r.substr(0, dash), &used);
-      if (used != (dash == std::string::npos ? r.size() : dash)) throw std::invalid_argument("junk");
-      int b = a;
-      if (dash != std::string::npos) {
-        const std::string tail = r.substr(dash + 1);
-        b = std::stoi(tail, &used);
-        if (used != tail.size()) throw std::invalid_argument("junk");
-      }
+      const auto dash = r.find('-', 1);  // "-1" is a (negative) number, not a range
+      a = parse_integer<int64_t>(r.substr(0, dash));
+      b = dash == std::string::npos ? a : parse_integer<int64_t>(r.substr(dash + 1));
       if (a < 0 || b < a) throw std::invalid_argument("order");
-      for (int i = a; i <= b; ++i) out.insert(i);
     } catch (const std::exception&) {
       throw std::invalid_argument("layer range \"" + r + "\": expected \"N\" or \"A-B\" with 0 <= A <= B");
     }
+    if (b >= limit)
+      throw std::invalid_argument(
+          "layer range \"" + r + "\": layer " + std::to_string(b) + " does not exist (" +
+          (num_layers >= 0 ? "the model has " + std::to_string(num_layers) + " layers, 0-" + std::to_string(num_layers - 1)
+                           : "layer indices go up to " + std::to_string(kMaxLayerIndex)) +
+          ")");
+    spans.emplace_back(a, b);
   }
+  std::set<int> out;
+  for (const auto& [a, b] : spans)
+    for (int64_t i = a; i <= b; ++i) out.insert(int(i));
   return {out.begin(), out.end()};
 }
 
@@ -276,8 +346,67 @@ int grad_accum_steps(const TrainConfig& c, int world) {
   return c.batch.grad_accum;
 }
 
-std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
+bool parse_device(const std::string& s, int* index) {
+  *index = -1;
+  if (s == "cpu" || s == "cuda") return true;
+  if (s.rfind("cuda:", 0) != 0 || s.size() == 5 || s.size() > 9) return false;
+  for (size_t i = 5; i < s.size(); ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  *index = std::stoi(s.substr(5));
+  return true;
+}
+
+std::vector<std::string> check_config_fits_model(const TrainConfig& c, const LlavaConfig& m, const std::string& model) {
   std::vector<std::string> e;
+  const int n = m.text.num_hidden_layers, positions = m.text.max_position_embeddings;
+  if (c.data.max_len > positions)
+    e.push_back("data.max_len: " + std::to_string(c.data.max_len) + " is beyond the model's max_position_embeddings (" +
+                std::to_string(positions) + ", " + model + ")");
+  try {
+    parse_layer_ranges(c.freeze.llm_layers, n);
+  } catch (const std::exception& ex) {
+    e.push_back(std::string("freeze.llm_layers: ") + ex.what());
+  }
+  if (c.mod.enabled) {
+    for (size_t i = 0; i < c.mod.config.mod_layers.size(); ++i) {
+      const int l = c.mod.config.mod_layers[i];
+      if (l < 0 || l >= n)
+        e.push_back("mod.config.mod_layers_idx[" + std::to_string(i) + "]: layer " + std::to_string(l) +
+                    " does not exist (the model has " + std::to_string(n) + " layers, " + model + ")");
+    }
+    if (c.mod.config.mod_layers.empty()) {
+      ConversionRule rule;
+      bool parsed = true;
+      try {
+        rule = parse_conversion_rule(c.mod.rule);
+      } catch (const std::exception&) {
+        parsed = false;  // check_train_config names the syntax error
+      }
+      try {
+        if (parsed) select_mod_layers(rule, n, std::vector<double>(size_t(std::max(n, 0)), 0.0));
+      } catch (const std::exception& ex) {
+        e.push_back(std::string("mod.rule: ") + ex.what() + " (" + model + ")");
+      }
+    }
+  }
+  return e;
+}
+
+std::vector<std::string> check_train_config(const TrainConfig& c, int world, int ranks_on_node) {
+  std::vector<std::string> e;
+  // Floats first: every one must be finite (NaN would pass the range checks below as `x < 0` is false).
+  const std::pair<const char*, double> floats[] = {
+      {"data.max_bad_fraction", c.data.max_bad_fraction},   {"optimizer.lr", c.optimizer.lr},
+      {"optimizer.beta1", c.optimizer.beta1},               {"optimizer.beta2", c.optimizer.beta2},
+      {"optimizer.eps", c.optimizer.eps},                   {"optimizer.weight_decay", c.optimizer.weight_decay},
+      {"optimizer.warmup_ratio", c.optimizer.warmup_ratio}, {"optimizer.min_lr", c.optimizer.min_lr},
+      {"optimizer.max_grad_norm", c.optimizer.max_grad_norm}, {"metrics.peak_tflops", c.metrics.peak_tflops},
+      {"mod.config.skip_frac", c.mod.config.skip_frac},
+      {"mod.config.router_aux_loss_coef", c.mod.config.router_aux_loss_coef},
+      {"mod.config.infer_threshold", c.mod.config.infer_threshold},
+      {"mod.config.decode_threshold", c.mod.config.decode_threshold}};
+  for (const auto& [key, v] : floats)
+    if (!std::isfinite(v)) e.push_back(std::string(key) + ": " + num(v) + " is not a finite number");
   auto need_file = [&](const std::string& key, const std::string& p) {
     if (p.empty()) e.push_back(key + ": required");
     else if (!fs::exists(p)) e.push_back(key + ": " + p + " does not exist");
@@ -285,8 +414,13 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
   // model
   if (c.model.dtype != "fp32" && c.model.dtype != "bf16")
     e.push_back("model.dtype: \"" + c.model.dtype + "\", expected fp32 or bf16");
-  if (c.model.device != "cpu" && c.model.device.rfind("cuda", 0) != 0)
-    e.push_back("model.device: \"" + c.model.device + "\", expected cpu or cuda");
+  int device_index = -1;
+  if (!parse_device(c.model.device, &device_index))
+    e.push_back("model.device: \"" + c.model.device + "\", expected cpu, cuda or cuda:N");
+  else if (device_index >= 0 && ranks_on_node > 1)
+    e.push_back("model.device: \"" + c.model.device + "\" names one GPU, but " + std::to_string(ranks_on_node) +
+                " ranks run on this node and would share it; use \"cuda\" (each rank takes GPU local_rank % "
+                "device_count)");
   if (c.model.init != "pretrained" && c.model.init != "random")
     e.push_back("model.init: \"" + c.model.init + "\", expected pretrained or random");
   try {
@@ -294,6 +428,7 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
   } catch (const std::exception& ex) {
     e.push_back(std::string("model.activation_checkpointing: ") + ex.what());
   }
+  const size_t model_errors = e.size();
   if (c.model.path.empty() == c.model.llm.empty()) {
     e.push_back(c.model.path.empty() ? "model.path or model.llm (+ model.vision, model.projector): one is required"
                                      : "model.path and model.llm are both set: give either a combined model directory "
@@ -313,6 +448,17 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
     if (!c.model.projector.empty() && c.model.vision.empty())
       e.push_back("model.projector: needs model.vision (a projector maps vision features)");
   }
+  bool fits_checked = false;  // freeze.llm_layers checked against the model's layers (else: syntax only, below)
+  if (e.size() == model_errors) {
+    // The model's config (JSON only, nothing allocated): its own problems, and the settings that must fit it.
+    try {
+      const LlavaConfig m = run_model_config(c.model);
+      fits_checked = true;
+      for (auto& x : check_config_fits_model(c, m, describe_model_source(c.model))) e.push_back(std::move(x));
+    } catch (const std::exception& ex) {
+      e.push_back(std::string("model: ") + ex.what());
+    }
+  }
   // data
   if (c.data.demo_records > 0) {
     const std::string name = fs::path(c.data.train).filename().string();
@@ -331,8 +477,12 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
   if (c.data.truncation != "turn" && c.data.truncation != "skip")
     e.push_back("data.truncation: \"" + c.data.truncation + "\", expected turn or skip");
   if (c.data.max_len < 8) e.push_back("data.max_len: " + std::to_string(c.data.max_len) + ", expected >= 8");
-  if (c.data.workers < 0) e.push_back("data.workers: must be >= 0");
-  if (c.data.prefetch < 1) e.push_back("data.prefetch: must be >= 1");
+  if (c.data.workers < 0 || c.data.workers > 256)
+    e.push_back("data.workers: " + std::to_string(c.data.workers) + ", expected 0 to 256 (threads per rank)");
+  if (c.data.prefetch < 1 || c.data.prefetch > 4096)
+    e.push_back("data.prefetch: " + std::to_string(c.data.prefetch) + ", expected 1 to 4096 (micro-batches ahead)");
+  if (c.data.demo_records < 0 || c.data.demo_records > 1000000)
+    e.push_back("data.demo_records: " + std::to_string(c.data.demo_records) + ", expected 0 to 1000000");
   if (c.data.max_bad_fraction < 0 || c.data.max_bad_fraction > 1) e.push_back("data.max_bad_fraction: must be in [0, 1]");
   const bool demo_eval = c.data.demo_records > 0 && fs::path(c.eval.data).parent_path() == fs::path(c.data.train).parent_path();
   if (!c.eval.data.empty() && !demo_eval && !fs::exists(c.eval.data)) e.push_back("eval.data: " + c.eval.data + " does not exist");
@@ -360,19 +510,23 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
   if (c.batch.micro_batch < 1) e.push_back("batch.micro_batch: must be >= 1");
   if (c.batch.global_batch < 0) e.push_back("batch.global_batch: must be >= 0");
   if (c.batch.global_batch > 0) {
-    const int per_micro = world * std::max(1, c.batch.micro_batch);
+    const int64_t per_micro = int64_t(world) * std::max(1, c.batch.micro_batch);
     if (c.batch.global_batch % per_micro != 0)
       e.push_back("batch.global_batch: " + std::to_string(c.batch.global_batch) + " is not a multiple of world size (" +
                   std::to_string(world) + ") x micro_batch (" + std::to_string(c.batch.micro_batch) + ")");
   } else if (c.batch.grad_accum < 1) {
     e.push_back("batch.grad_accum: " + std::to_string(c.batch.grad_accum) + ", must be >= 1");
+  } else if (int64_t(world) * std::max(1, c.batch.micro_batch) * c.batch.grad_accum > INT_MAX) {
+    e.push_back("batch.grad_accum: world size (" + std::to_string(world) + ") x micro_batch (" +
+                std::to_string(c.batch.micro_batch) + ") x grad_accum (" + std::to_string(c.batch.grad_accum) +
+                ") samples per step is out of range (at most " + std::to_string(INT_MAX) + ")");
   }
   // schedule
   if (c.schedule.max_steps < 0 || c.schedule.exit_at_step < 0) e.push_back("schedule.max_steps / exit_at_step: must be >= 0");
   if (c.schedule.max_steps == 0 && c.schedule.epochs < 1) e.push_back("schedule.epochs: must be >= 1 when max_steps = 0");
   // freeze
   try {
-    parse_layer_ranges(c.freeze.llm_layers);
+    if (!fits_checked) parse_layer_ranges(c.freeze.llm_layers);
   } catch (const std::exception& ex) {
     e.push_back(std::string("freeze.llm_layers: ") + ex.what());
   }
@@ -402,8 +556,8 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
   return e;
 }
 
-void validate_train_config(const TrainConfig& c, int world) {
-  auto errs = check_train_config(c, world);
+void validate_train_config(const TrainConfig& c, int world, int ranks_on_node) {
+  auto errs = check_train_config(c, world, ranks_on_node);
   if (errs.empty()) return;
   std::string msg = "invalid training config, " + std::to_string(errs.size()) + " problem(s):";
   for (const auto& x : errs) msg += "\n  " + x;

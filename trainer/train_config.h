@@ -25,7 +25,8 @@ struct ModelSection {
   int vision_feature_layer = -2;                          // parts only: CLIP layer whose features are projected
   std::string vision_feature_select_strategy = "default";  // parts only: "default" drops CLS, "full" keeps it
   std::string dtype = "fp32";    // compute/parameter dtype: "fp32" or "bf16" (optimizer keeps fp32 master weights)
-  std::string device = "cpu";    // "cpu" or "cuda" (each rank takes GPU local_rank % device_count)
+  // "cpu", "cuda" (each rank takes GPU local_rank % device_count) or "cuda:N" (only with one rank per node)
+  std::string device = "cpu";
   // "pretrained": load the weights from `path`; "random": only read config.json and initialise like transformers
   // with `init_seed` (demos and tests; identical on every rank).
   std::string init = "pretrained";
@@ -166,10 +167,18 @@ TrainConfig read_train_config(const std::string& path, const std::vector<std::st
 // The same from an already parsed JSON object (`source` names it in messages).
 TrainConfig train_config_from_json(const nlohmann::json& j, const std::vector<std::string>& overrides = {},
                                    const std::string& source = "config");
-// Every problem of `c` for a job of `world` ranks (impossible combinations, missing files), one per entry.
-std::vector<std::string> check_train_config(const TrainConfig& c, int world);
+// Every problem of `c` for a job of `world` ranks, `ranks_on_node` of them on this node (impossible combinations,
+// values out of range, non-finite floats, missing files, the model's own config.json problems and settings that do
+// not fit the model: data.max_len beyond its positions, layers it does not have), one per entry, key first.
+std::vector<std::string> check_train_config(const TrainConfig& c, int world, int ranks_on_node = 1);
 // Throws std::invalid_argument listing everything check_train_config found.
-void validate_train_config(const TrainConfig& c, int world);
+void validate_train_config(const TrainConfig& c, int world, int ranks_on_node = 1);
+// The settings of `c` that must fit the model `m` (named `model` in messages): data.max_len <= its
+// max_position_embeddings, freeze.llm_layers and MoD layers among its decoder layers.
+struct LlavaConfig;
+std::vector<std::string> check_config_fits_model(const TrainConfig& c, const LlavaConfig& m, const std::string& model);
+// model.device: "cpu", "cuda" (index -1) or "cuda:N" (index N); false for anything else.
+bool parse_device(const std::string& s, int* index);
 
 // optimizer.reduce_dtype with "param" resolved to model.dtype: "fp32" or "bf16".
 std::string effective_reduce_dtype(const TrainConfig& c);
@@ -179,7 +188,10 @@ bool decays_weight(const std::string& name, const std::vector<std::string>& no_d
 
 // Micro-batches per optimizer step for this world size.
 int grad_accum_steps(const TrainConfig& c, int world);
-// "0-3" / "7" ranges -> sorted unique layer indices; throws on bad syntax.
-std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges);
+// "0-3" / "7" ranges -> sorted unique layer indices; throws std::invalid_argument on bad syntax and on an index
+// >= num_layers (the model's decoder layers), checked before anything is expanded. num_layers < 0 (model not known
+// yet): indices up to kMaxLayerIndex.
+inline constexpr int kMaxLayerIndex = 65535;
+std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges, int num_layers = -1);
 
 }  // namespace gmod
