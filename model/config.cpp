@@ -247,14 +247,17 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
   if (j.contains("mod_enable") && !j["mod_enable"].is_boolean())
     errors.push_back(where + "field 'mod_enable' has the wrong type (" + std::string(j["mod_enable"].type_name()) +
                      "), expected true or false");
-  if (j.contains("mod_layers_idx")) {
-    const auto& idx = j["mod_layers_idx"];
+  // MoD layer lists: official γ-MoD's top-level mod_layers_idx, or gmod's inside "mod" (read elsewhere as ints).
+  for (const nlohmann::json* holder : {&j, j.contains("mod") && j["mod"].is_object() ? &j["mod"] : nullptr}) {
+    if (!holder || !holder->contains("mod_layers_idx")) continue;
+    const auto& idx = (*holder)["mod_layers_idx"];
     bool ok = idx.is_array();
     for (size_t i = 0; ok && i < idx.size(); ++i)
       ok = idx[i].is_number_integer() && idx[i].get<int64_t>() >= 0 && idx[i].get<int64_t>() < c.text.num_hidden_layers;
     if (!ok)
-      errors.push_back(where + "field 'mod_layers_idx' must be a list of layer indices in [0, num_hidden_layers = " +
-                       std::to_string(c.text.num_hidden_layers) + "), got " + idx.dump());
+      errors.push_back(where + "field '" + (holder == &j ? "" : "mod.") + "mod_layers_idx' must be a list of layer " +
+                       "indices in [0, num_hidden_layers = " + std::to_string(c.text.num_hidden_layers) + "), got " +
+                       idx.dump());
   }
   if (c.projector_type != "mlp2x_gelu")
     errors.push_back(where + "projector type '" + c.projector_type + "' is not supported (mlp2x_gelu)");

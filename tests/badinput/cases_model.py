@@ -113,6 +113,10 @@ def cases(ctx):
             r"field 'mod' has the wrong type \(string", cmds=("forward", "eval", "export"))
     through("model_mod_layers_idx_beyond", bad_model(ctx, "mod_idx", set_key(None, "mod_layers_idx", [3, 4294967297])),
             r"field 'mod_layers_idx' must be a list of layer indices", cmds=("forward",))
+    through("model_mod_object_layers_2pow32_plus1",
+            bad_model(ctx, "mod_obj_idx", set_key(None, "mod", {"mod_enable": True, "mod_layers_idx": [4294967297]})),
+            r"field 'mod\.mod_layers_idx' must be a list of layer indices .* got \[4294967297\]",
+            cmds=("forward", "export"))
 
     # --- values that cannot be right.
     through("model_rms_norm_eps_negative", bad_model(ctx, "eps_neg", set_key("text_config", "rms_norm_eps", -1)),

@@ -130,6 +130,11 @@ TEST(ModelConfigValidation, ModFieldsMustHaveTheirTypes) {
   EXPECT_TRUE(has(err, "field 'mod_layers_idx' must be a list of layer indices in [0, num_hidden_layers = 2), got [1,2]"))
       << err;
   j = llava();
+  j["mod"] = {{"mod_layers_idx", {1, 4294967297ull}}};  // read as ints elsewhere: would wrap to layer 1
+  err = error_of(j);
+  EXPECT_TRUE(has(err, "field 'mod.mod_layers_idx' must be a list of layer indices in [0, num_hidden_layers = 2)"))
+      << err;
+  j = llava();
   j["mod"] = nullptr;  // absent
   EXPECT_EQ(error_of(j), "");
 }
