@@ -59,13 +59,9 @@ int run_train(const TrainOptions& o) {
   Runtime runtime(nullptr, nullptr);
   return run_guarded([&] {
     if (o.threads > 0) at::set_num_threads(o.threads);
-    TrainConfig cfg = read_train_config(o.config, o.sets);
     const int rank = world_rank(), world = world_size();
-    try {
-      validate_train_config(cfg, world, ranks_on_node());
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument((o.config.empty() ? std::string("defaults") : o.config) + ": " + e.what());
-    }
+    // Every problem of the file (reading and validation) in one message naming it.
+    TrainConfig cfg = read_valid_train_config(o.config, o.sets, world, ranks_on_node());
     if (rank == 0) std::cout << "effective config:\n" << to_json(cfg).dump(2) << "\n";
     if (o.dry_run) return 0;
 

@@ -148,13 +148,15 @@ void check_number(const json& d, const json& v, const std::string& key, std::vec
   }
 }
 
-// Walks the merged tree `v` with the defaults `d` as schema (check_number on every number, also inside arrays).
-void check_ranges(const json& d, const json& v, const std::string& path, const std::set<std::string>& overridden,
+// Walks the merged tree `v` with the defaults `d` as schema (check_number on every number, also inside arrays); a
+// value found bad is put back to its default (so that the rest can still be converted and validated).
+void check_ranges(const json& d, json& v, const std::string& path, const std::set<std::string>& overridden,
                   std::vector<std::string>& errs) {
   for (auto it = v.begin(); it != v.end(); ++it) {
     if (!d.contains(it.key())) continue;
     const std::string key = path.empty() ? it.key() : path + "." + it.key();
-    const json &dv = d[it.key()], &vv = it.value();
+    const json& dv = d[it.key()];
+    json& vv = it.value();
     const size_t before = errs.size();
     if (dv.is_object() && vv.is_object()) {
       check_ranges(dv, vv, key, overridden, errs);
@@ -165,9 +167,22 @@ void check_ranges(const json& d, const json& v, const std::string& path, const s
     } else if (vv.is_number()) {
       check_number(dv, vv, key, errs);
     }
+    if (errs.size() > before && !dv.is_object()) vv = dv;
     if (overridden.count(key))
       for (size_t i = before; i < errs.size(); ++i) errs[i] += " (from --set)";
   }
+}
+
+// The key a reading problem is about: "--set a.b=v: ..." / "a.b[1]: ..." / "a.b: ..." -> "a.b".
+std::string problem_key(std::string m) {
+  if (m.rfind("--set ", 0) == 0) m = m.substr(6);
+  return m.substr(0, m.find_first_of(":=[ "));
+}
+
+// True when the validation message `m` is about `key` or a field inside it ("key:", "key[", "key.", "key /").
+bool about(const std::string& m, const std::string& key) {
+  return !key.empty() && m.size() > key.size() && m.compare(0, key.size(), key) == 0 &&
+         std::string(":[. /").find(m[key.size()]) != std::string::npos;
 }
 
 }  // namespace
@@ -224,7 +239,7 @@ json to_json(const TrainConfig& c) {
 }
 
 TrainConfig train_config_from_json(const json& user, const std::vector<std::string>& overrides,
-                                   const std::string& source) {
+                                   const std::string& source, std::vector<std::string>* problems) {
   std::vector<std::string> errs;
   json j = to_json(TrainConfig{});
   merge_checked(j, user, "", errs);
@@ -233,7 +248,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
   check_ranges(to_json(TrainConfig{}), j, "", overridden, errs);
 
   TrainConfig c;
-  if (errs.empty()) {
+  if (errs.empty() || problems) {  // bad values are at their defaults by now
     try {
       const json &m = j["model"], &d = j["data"], &e = j["eval"], &o = j["optimizer"], &b = j["batch"],
                  &s = j["schedule"], &f = j["freeze"], &md = j["mod"], &ck = j["checkpoint"], &mt = j["metrics"];
@@ -281,7 +296,9 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       errs.push_back(ex.what());
     }
   }
-  if (!errs.empty()) {
+  if (problems) {
+    problems->insert(problems->end(), errs.begin(), errs.end());
+  } else if (!errs.empty()) {
     std::string msg = source + ": " + std::to_string(errs.size()) + " problem(s):";
     for (const auto& e : errs) msg += "\n  " + e;
     throw std::invalid_argument(msg);
@@ -289,7 +306,8 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
   return c;
 }
 
-TrainConfig read_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+TrainConfig read_train_config(const std::string& path, const std::vector<std::string>& overrides,
+                              std::vector<std::string>* problems) {
   json j = json::object();
   if (!path.empty()) {
     std::ifstream in(path);
@@ -300,7 +318,26 @@ TrainConfig read_train_config(const std::string& path, const std::vector<std::st
       throw std::invalid_argument(path + ": not valid JSON: " + e.what());
     }
   }
-  return train_config_from_json(j, overrides, path.empty() ? "config" : path);
+  return train_config_from_json(j, overrides, path.empty() ? "config" : path, problems);
+}
+
+TrainConfig read_valid_train_config(const std::string& path, const std::vector<std::string>& overrides, int world,
+                                    int ranks_on_node) {
+  std::vector<std::string> problems;
+  TrainConfig c = read_train_config(path, overrides, &problems);
+  std::vector<std::string> bad_keys;
+  for (const auto& p : problems) bad_keys.push_back(problem_key(p));
+  for (auto& m : check_train_config(c, world, ranks_on_node)) {
+    // A key that could not be read was validated at its default: what it says about that key is beside the point.
+    bool beside = false;
+    for (const auto& k : bad_keys) beside = beside || about(m, k);
+    if (!beside) problems.push_back(std::move(m));
+  }
+  if (problems.empty()) return c;
+  std::string msg = (path.empty() ? std::string("config") : path) + ": invalid training config, " +
+                    std::to_string(problems.size()) + " problem(s):";
+  for (const auto& x : problems) msg += "\n  " + x;
+  throw std::invalid_argument(msg);
 }
 
 std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges, int num_layers) {

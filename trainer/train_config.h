@@ -162,11 +162,18 @@ struct TrainConfig {
 
 nlohmann::json to_json(const TrainConfig& c);
 // Reads the JSON file (may be "" = defaults only), applies overrides ("a.b=value"), converts. Throws
-// std::invalid_argument listing every unknown key, wrong type and unparsable override.
-TrainConfig read_train_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// std::invalid_argument listing every unknown key, wrong type, out-of-range integer, non-finite float and
+// unparsable override. With `problems`, appends them there instead and returns the config with those values at
+// their defaults (an unreadable file or invalid JSON still throws).
+TrainConfig read_train_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                              std::vector<std::string>* problems = nullptr);
 // The same from an already parsed JSON object (`source` names it in messages).
 TrainConfig train_config_from_json(const nlohmann::json& j, const std::vector<std::string>& overrides = {},
-                                   const std::string& source = "config");
+                                   const std::string& source = "config", std::vector<std::string>* problems = nullptr);
+// read_train_config + check_train_config: every reading and validation problem of the file in one
+// std::invalid_argument that names `path` (validation messages about keys that could not be read are left out).
+TrainConfig read_valid_train_config(const std::string& path, const std::vector<std::string>& overrides, int world,
+                                    int ranks_on_node = 1);
 // Every problem of `c` for a job of `world` ranks, `ranks_on_node` of them on this node (impossible combinations,
 // values out of range, non-finite floats, missing files, the model's own config.json problems and settings that do
 // not fit the model: data.max_len beyond its positions, layers it does not have), one per entry, key first.

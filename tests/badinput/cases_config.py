@@ -120,9 +120,13 @@ def cases(ctx):
     multi = base_config(ctx, batch={"micro_batch": 4294967297}, optimizer={"lr": -1, "zero_stage": 7},
                         data={"max_len": 4294967304, "workers": -1})
     multi["optimizr"] = {}
+    # Reading problems (unknown key, out of range) and validation problems together, in one message naming the file;
+    # the out-of-range max_len is not also reported as "beyond the model's positions" at its default.
     train_file("json_every_problem_at_once", multi,
-               r"(?=.*3 problem\(s\))(?=.*optimizr: unknown key)(?=.*batch\.micro_batch: 4294967297)"
-               r"(?=.*data\.max_len: 4294967304)")
+               r"(?=.*json_every_problem_at_once\.json: invalid training config, 7 problem\(s\))"
+               r"(?=.*optimizr: unknown key)(?=.*batch\.micro_batch: 4294967297)(?=.*data\.max_len: 4294967304)"
+               r"(?=.*optimizer\.lr: must be > 0)(?=.*optimizer\.zero_stage: 7)(?=.*data\.workers: -1)"
+               r"(?!.*data\.max_len: 2048)")
     multi2 = base_config(ctx, optimizer={"lr": -1, "zero_stage": 7, "eps": 0}, data={"workers": -1, "max_len": 9999},
                          model={"device": "tpu"})
     train_file("validation_every_problem_at_once", multi2,

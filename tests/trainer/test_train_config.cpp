@@ -248,6 +248,36 @@ TEST(TrainConfig, NonFiniteFloatsAreNamedErrors) {
     EXPECT_TRUE(has(all, part)) << "missing \"" << part << "\" in:\n" << all;
 }
 
+// gmod train's reading: reading problems (unknown keys, types, ranges, non-finite values) and validation problems
+// of the same file in one message naming it; a value that could not be read is validated at its default, and what
+// validation says about that key is left out.
+TEST(TrainConfig, ReadingAndValidationProblemsComeTogether) {
+  gmod::test::TempDir dir;
+  json j = gmod::to_json(valid_config());
+  j["batch"]["micro_batch"] = 4294967297ull;
+  j["data"]["max_len"] = 4294967304ull;  // at its default 2048 it would also be "beyond the model's positions"
+  j["optimizer"]["lr"] = -1;
+  j["optimizer"]["min_lr"] = -2;
+  j["model"]["device"] = "gpu";
+  j["optimizr"] = json::object();
+  std::ofstream(dir.str("c.json")) << j.dump();
+  const std::string msg =
+      error_of([&] { gmod::read_valid_train_config(dir.str("c.json"), {"optimizer.eps=nan"}, 1); });
+  for (const std::string& part :
+       {dir.str("c.json") + ": invalid training config, 7 problem(s):", std::string("optimizr: unknown key"),
+        std::string("batch.micro_batch: 4294967297 is out of range"), std::string("data.max_len: 4294967304 is out of range"),
+        std::string("optimizer.eps: nan is not a finite number (from --set)"), std::string("optimizer.lr: must be > 0"),
+        std::string("optimizer.min_lr: must be in [0, lr]"), std::string("model.device: \"gpu\"")})
+    EXPECT_TRUE(has(msg, part)) << "missing \"" << part << "\" in:\n" << msg;
+  EXPECT_FALSE(has(msg, "beyond the model's")) << msg;
+  EXPECT_FALSE(has(msg, "optimizer.eps: must be")) << msg;
+  // A good file reads.
+  std::ofstream(dir.str("ok.json")) << gmod::to_json(valid_config()).dump();
+  EXPECT_EQ(gmod::read_valid_train_config(dir.str("ok.json"), {"batch.micro_batch=2"}, 1).batch.micro_batch, 2);
+  // Without `problems`, reading throws as before (gmod plan, gmod export).
+  EXPECT_THROW(gmod::read_train_config(dir.str("c.json")), std::invalid_argument);
+}
+
 TEST(TrainConfig, DeviceIsCpuCudaOrCudaN) {
   int index = 0;
   EXPECT_TRUE(gmod::parse_device("cpu", &index));
