@@ -77,6 +77,12 @@ def cases(ctx):
     # 1e999 overflows a double: the JSON parser's error, or a non-finite value, but never accepted.
     train_file("json_lr_1e999", '{"optimizer": {"lr": 1e999}}', r"(lr: inf is not a finite number|not valid JSON)")
     train_set("set_beta1_nan", ["optimizer.beta1=nan"], r"optimizer\.beta1: nan is not a finite number")
+    # These used to end later in a misleading "non-finite gradients" abort.
+    train_set("set_lr_inf", ["optimizer.lr=inf"], r"optimizer\.lr: inf is not a finite number")
+    train_set("set_weight_decay_nan_warmup_inf", ["optimizer.weight_decay=nan", "optimizer.warmup_ratio=inf"],
+              r"(?=.*optimizer\.weight_decay: nan is not)(?=.*optimizer\.warmup_ratio: inf is not)")
+    train_set("set_router_aux_loss_coef_inf", ["mod.enabled=true", "mod.config.router_aux_loss_coef=inf"],
+              r"mod\.config\.router_aux_loss_coef: inf is not a finite number")
 
     # --- ranges and consistency.
     train_set("set_lr_zero", ["optimizer.lr=0"], r"optimizer\.lr: must be > 0")
