@@ -161,8 +161,9 @@ inline DatasetConfig cli_dataset_config(const TextOptions& t, const CliModel& m)
   // Default: the model's context (LLaVA-1.5 trains at 2048).
   const int positions = m.model->config.text.max_position_embeddings;
   if (t.max_len && *t.max_len > positions)
-    throw UsageError("--max-len " + std::to_string(*t.max_len) + " is beyond the model's max_position_embeddings (" +
-                     std::to_string(positions) + ", " + m.dir + ")");
+    throw UsageError("--max-len " + std::to_string(*t.max_len) +
+                     " is beyond the model's max_position_embeddings (" + std::to_string(positions) + ", " +
+                     m.dir + ")");
   dc.sample.max_len = t.max_len.value_or(positions);
   const auto pre = std::filesystem::path(m.dir) / "preprocessor_config.json";
   if (std::filesystem::exists(pre))

@@ -47,10 +47,12 @@ void check_finite(const MultimodalLM& m, const std::string& source) {
     if (!t.is_floating_point() || at::isfinite(t).all().item<bool>()) continue;
     if (++n_bad <= 5)
       bad.push_back(p.key() + " (" + std::to_string(at::isnan(t).sum().item<int64_t>()) + " NaN, " +
-                    std::to_string(at::isinf(t).sum().item<int64_t>()) + " inf of " + std::to_string(t.numel()) + ")");
+                    std::to_string(at::isinf(t).sum().item<int64_t>()) + " inf of " +
+                    std::to_string(t.numel()) + ")");
   }
   if (n_bad == 0) return;
-  std::string msg = source + ": the weights are non-finite in " + std::to_string(n_bad) + " tensor(s), nothing exported:";
+  std::string msg =
+      source + ": the weights are non-finite in " + std::to_string(n_bad) + " tensor(s), nothing exported:";
   for (const auto& b : bad) msg += "\n  " + b;
   if (n_bad > bad.size()) msg += "\n  ... and " + std::to_string(n_bad - bad.size()) + " more";
   throw std::runtime_error(msg);

@@ -63,8 +63,8 @@ struct Reader {
     }
   }
   void wrong_type(const char* key, const char* expected) {
-    errors.push_back(where + "field '" + key + "' has the wrong type (" + j[key].type_name() + ": " + j[key].dump() +
-                     "), expected " + expected);
+    errors.push_back(where + "field '" + key + "' has the wrong type (" + j[key].type_name() + ": " +
+                     j[key].dump() + "), expected " + expected);
   }
 };
 
@@ -110,8 +110,10 @@ LlamaConfig parse_llama_config(const nlohmann::json& j, const std::string& where
   r.optional("mlp_bias", c.mlp_bias);
   r.optional("initializer_range", c.initializer_range);
   // Token ids: a list (several EOS ids in newer configs) keeps the default; an integer must fit.
-  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) r.get("bos_token_id", c.bos_token_id);
-  if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer()) r.get("eos_token_id", c.eos_token_id);
+  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
+    r.get("bos_token_id", c.bos_token_id);
+  if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
+    r.get("eos_token_id", c.eos_token_id);
   if (j.contains("pad_token_id") && j["pad_token_id"].is_number_integer()) {
     int pad = 0;
     const size_t before = errors.size();
@@ -130,7 +132,8 @@ LlamaConfig parse_llama_config(const nlohmann::json& j, const std::string& where
   check_positive(errors, where, "rms_norm_eps", c.rms_norm_eps);
   check_positive(errors, where, "rope_theta", c.rope_theta);
   check_positive(errors, where, "max_position_embeddings", c.max_position_embeddings);
-  if (c.head_dim < 0) errors.push_back(where + "'head_dim' must be positive, got " + std::to_string(c.head_dim));
+  if (c.head_dim < 0)
+    errors.push_back(where + "'head_dim' must be positive, got " + std::to_string(c.head_dim));
   if (c.initializer_range < 0)
     errors.push_back(where + "'initializer_range' must be >= 0, got " + num(c.initializer_range));
   if (c.num_attention_heads > 0 && c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads != 0)
@@ -138,18 +141,20 @@ LlamaConfig parse_llama_config(const nlohmann::json& j, const std::string& where
                      ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
   if (c.head_dim == 0 && c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads != 0)
     errors.push_back(where + "hidden_size (" + std::to_string(c.hidden_size) + ") is not a multiple of " +
-                     "num_attention_heads (" + std::to_string(c.num_attention_heads) + ") and no head_dim is given");
+                     "num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                     ") and no head_dim is given");
   if (c.num_attention_heads > 0 && c.head_dim >= 0 && c.dim_per_head() > 0 && c.dim_per_head() % 2 != 0)
     errors.push_back(where + "head dimension " + std::to_string(c.dim_per_head()) +
                      " must be even for rotary embeddings");
   if (c.num_attention_heads > 0 && c.head_dim == 0 && c.hidden_size > 0 && c.dim_per_head() == 0)
     errors.push_back(where + "num_attention_heads (" + std::to_string(c.num_attention_heads) +
                      ") is larger than hidden_size (" + std::to_string(c.hidden_size) + ")");
-  for (auto [name, id] : {std::pair<const char*, int>{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_id},
+  for (auto [name, id] : {std::pair<const char*, int>{"bos_token_id", c.bos_token_id},
+                          {"eos_token_id", c.eos_token_id},
                           {"pad_token_id", c.pad_token_id.value_or(0)}})
     if (c.vocab_size > 0 && (id < -1 || id >= c.vocab_size))
-      errors.push_back(where + "'" + name + "' " + std::to_string(id) + " is outside the vocabulary (vocab_size " +
-                       std::to_string(c.vocab_size) + ")");
+      errors.push_back(where + "'" + name + "' " + std::to_string(id) +
+                       " is outside the vocabulary (vocab_size " + std::to_string(c.vocab_size) + ")");
   return c;
 }
 
@@ -180,14 +185,16 @@ ClipVisionConfig parse_clip_vision_config(const nlohmann::json& j, const std::st
   if (c.initializer_range < 0)
     errors.push_back(where + "'initializer_range' must be >= 0, got " + num(c.initializer_range));
   if (c.patch_size > 0 && c.image_size > 0 && c.image_size % c.patch_size != 0)
-    errors.push_back(where + "image_size (" + std::to_string(c.image_size) + ") is not a multiple of patch_size (" +
-                     std::to_string(c.patch_size) + ")");
-  else if (c.patch_size > 0 && c.image_size > 0 && int64_t(c.image_size / c.patch_size) * (c.image_size / c.patch_size) > 1 << 20)
+    errors.push_back(where + "image_size (" + std::to_string(c.image_size) +
+                     ") is not a multiple of patch_size (" + std::to_string(c.patch_size) + ")");
+  else if (c.patch_size > 0 && c.image_size > 0 &&
+           int64_t(c.image_size / c.patch_size) * (c.image_size / c.patch_size) > 1 << 20)
     errors.push_back(where + "image_size / patch_size gives " + std::to_string(c.image_size / c.patch_size) +
                      "^2 patches, more than 2^20 per image");
   if (c.num_attention_heads > 0 && c.hidden_size > 0 && c.hidden_size % c.num_attention_heads != 0)
-    errors.push_back(where + "vision hidden_size (" + std::to_string(c.hidden_size) + ") is not a multiple of " +
-                     "num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
+    errors.push_back(where + "vision hidden_size (" + std::to_string(c.hidden_size) +
+                     ") is not a multiple of " + "num_attention_heads (" +
+                     std::to_string(c.num_attention_heads) + ")");
   return c;
 }
 
@@ -245,19 +252,21 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
     errors.push_back(where + "field 'mod' has the wrong type (" + std::string(j["mod"].type_name()) + ": " +
                      j["mod"].dump() + "), expected the MoD config object");
   if (j.contains("mod_enable") && !j["mod_enable"].is_boolean())
-    errors.push_back(where + "field 'mod_enable' has the wrong type (" + std::string(j["mod_enable"].type_name()) +
-                     "), expected true or false");
-  // MoD layer lists: official γ-MoD's top-level mod_layers_idx, or gmod's inside "mod" (read elsewhere as ints).
+    errors.push_back(where + "field 'mod_enable' has the wrong type (" +
+                     std::string(j["mod_enable"].type_name()) + "), expected true or false");
+  // MoD layer lists: official γ-MoD's top-level mod_layers_idx, or gmod's inside "mod" (read elsewhere as
+  // ints).
   for (const nlohmann::json* holder : {&j, j.contains("mod") && j["mod"].is_object() ? &j["mod"] : nullptr}) {
     if (!holder || !holder->contains("mod_layers_idx")) continue;
     const auto& idx = (*holder)["mod_layers_idx"];
     bool ok = idx.is_array();
     for (size_t i = 0; ok && i < idx.size(); ++i)
-      ok = idx[i].is_number_integer() && idx[i].get<int64_t>() >= 0 && idx[i].get<int64_t>() < c.text.num_hidden_layers;
+      ok = idx[i].is_number_integer() && idx[i].get<int64_t>() >= 0 &&
+           idx[i].get<int64_t>() < c.text.num_hidden_layers;
     if (!ok)
-      errors.push_back(where + "field '" + (holder == &j ? "" : "mod.") + "mod_layers_idx' must be a list of layer " +
-                       "indices in [0, num_hidden_layers = " + std::to_string(c.text.num_hidden_layers) + "), got " +
-                       idx.dump());
+      errors.push_back(where + "field '" + (holder == &j ? "" : "mod.") +
+                       "mod_layers_idx' must be a list of layer " + "indices in [0, num_hidden_layers = " +
+                       std::to_string(c.text.num_hidden_layers) + "), got " + idx.dump());
   }
   if (c.projector_type != "mlp2x_gelu")
     errors.push_back(where + "projector type '" + c.projector_type + "' is not supported (mlp2x_gelu)");
@@ -274,11 +283,13 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
     if (c.image_token_id < 0 || c.image_token_id > c.text.vocab_size)
       errors.push_back(where + "image token id " + std::to_string(c.image_token_id) + " is outside the vocabulary");
     const ClipVisionConfig& v = *c.vision;
-    if (v.patch_size > 0 && v.image_size > 0 && v.image_size % v.patch_size == 0 && c.text.max_position_embeddings > 0 &&
-        int64_t(v.image_size / v.patch_size) * (v.image_size / v.patch_size) >= c.text.max_position_embeddings)
-      errors.push_back(where + "one image takes " + std::to_string(v.image_size / v.patch_size) + "^2 positions, " +
-                       "not fewer than max_position_embeddings (" + std::to_string(c.text.max_position_embeddings) +
-                       ")");
+    if (v.patch_size > 0 && v.image_size > 0 && v.image_size % v.patch_size == 0 &&
+        c.text.max_position_embeddings > 0 &&
+        int64_t(v.image_size / v.patch_size) * (v.image_size / v.patch_size) >=
+            c.text.max_position_embeddings)
+      errors.push_back(where + "one image takes " + std::to_string(v.image_size / v.patch_size) +
+                       "^2 positions, " + "not fewer than max_position_embeddings (" +
+                       std::to_string(c.text.max_position_embeddings) + ")");
   }
   if (!errors.empty()) {
     std::ostringstream os;

@@ -34,7 +34,7 @@ void merge_checked(json& dflt, const json& user, const std::string& path, std::v
     const json& u = it.value();
     if (d.is_object()) {
       merge_checked(d, u, key, errs);
-    } else if (d.is_number_float() ? !u.is_number()
+    } else if (d.is_number_float()     ? !u.is_number()
                : d.is_number_integer() ? !u.is_number_integer()
                                        : std::string(type_name(d)) != type_name(u)) {
       errs.push_back(key + ": expected " + type_name(d) + ", got " + type_name(u) + " (" + u.dump() + ")");
@@ -48,9 +48,10 @@ void merge_checked(json& dflt, const json& user, const std::string& path, std::v
   }
 }
 
-// "a.b=value" into the merged tree; the value is parsed according to the existing field's type. `keys` gets the
-// key of every override applied (messages say when a bad value came from --set).
-void apply_override(json& cfg, const std::string& ov, std::vector<std::string>& errs, std::set<std::string>& keys) {
+// "a.b=value" into the merged tree; the value is parsed according to the existing field's type. `keys` gets
+// the key of every override applied (messages say when a bad value came from --set).
+void apply_override(json& cfg, const std::string& ov, std::vector<std::string>& errs,
+                    std::set<std::string>& keys) {
   const auto eq = ov.find('=');
   if (eq == std::string::npos || eq == 0) {
     errs.push_back("--set " + ov + ": expected key.path=value");
@@ -93,10 +94,10 @@ void apply_override(json& cfg, const std::string& ov, std::vector<std::string>& 
     if (used != 0 && used != value.size()) throw std::invalid_argument("trailing characters");
     keys.insert(key);
   } catch (const std::exception& e) {
-    errs.push_back("--set " + key + "=" + value + ": cannot parse as " + type_name(d) + " (" + e.what() + ")");
+    errs.push_back("--set " + key + "=" + value + ": cannot parse as " + type_name(d) + " (" + e.what() +
+                   ")");
   }
 }
-
 
 std::string num(double v) {
   std::ostringstream os;
@@ -104,9 +105,10 @@ std::string num(double v) {
   return os.str();
 }
 
-// One number `v` at `key` whose field the defaults `d` type: a signed default is a C++ int field (read as 64 bits
-// here, so 4294967297 is out of range instead of wrapping to 1), an unsigned one a uint64_t, a float a double that
-// must be finite (nan/inf would switch clipping or the bad-data guard off, or freeze the weights).
+// One number `v` at `key` whose field the defaults `d` type: a signed default is a C++ int field (read as 64
+// bits here, so 4294967297 is out of range instead of wrapping to 1), an unsigned one a uint64_t, a float a
+// double that must be finite (nan/inf would switch clipping or the bad-data guard off, or freeze the
+// weights).
 void check_number(const json& d, const json& v, const std::string& key, std::vector<std::string>& errs) {
   if (d.is_number_float() && v.is_number() && !std::isfinite(v.get<double>())) {
     errs.push_back(key + ": " + num(v.get<double>()) + " is not a finite number");
@@ -119,8 +121,9 @@ void check_number(const json& d, const json& v, const std::string& key, std::vec
   }
 }
 
-// Walks the merged tree `v` with the defaults `d` as schema (check_number on every number, also inside arrays); a
-// value found bad is put back to its default (so that the rest can still be converted and validated).
+// Walks the merged tree `v` with the defaults `d` as schema (check_number on every number, also inside
+// arrays); a value found bad is put back to its default (so that the rest can still be converted and
+// validated).
 void check_ranges(const json& d, json& v, const std::string& path, const std::set<std::string>& overridden,
                   std::vector<std::string>& errs) {
   for (auto it = v.begin(); it != v.end(); ++it) {

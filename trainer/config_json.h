@@ -1,12 +1,12 @@
-// Reading a JSON config against a schema of defaults (the JSON of a default-constructed config): the merge that
-// names unknown keys and wrong types, `--set key.path=value` overrides typed by the existing field, the 64-bit range
-// and finite checks of every number, and which key a problem message is about. trainer/train_config.cpp uses it; the
-// schema's number types say what a field is: signed = C++ int, unsigned = uint64_t, float = double.
+// Reading a JSON config against a schema of defaults (the JSON of a default-constructed config): the merge
+// that names unknown keys and wrong types, `--set key.path=value` overrides typed by the existing field, the
+// 64-bit range and finite checks of every number, and which key a problem message is about.
+// trainer/train_config.cpp uses it; the schema's number types say what a field is: signed = C++ int, unsigned
+// = uint64_t, float = double.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <charconv>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -32,19 +32,19 @@ T parse_integer(const std::string& s) {
   return x;
 }
 
-// `user` merged into `dflt` (whose keys and types are the schema); problems appended to `errs`, each naming its
-// key. A value of the wrong type is not merged (the default stays).
+// `user` merged into `dflt` (whose keys and types are the schema); problems appended to `errs`, each naming
+// its key. A value of the wrong type is not merged (the default stays).
 void merge_checked(nlohmann::json& dflt, const nlohmann::json& user, const std::string& path,
                    std::vector<std::string>& errs);
 
-// "a.b=value" into the merged tree `cfg`, parsed by the existing field's type (integers decimal, 64-bit); `keys`
-// gets the key of every override applied. A value that does not parse is not applied.
+// "a.b=value" into the merged tree `cfg`, parsed by the existing field's type (integers decimal, 64-bit);
+// `keys` gets the key of every override applied. A value that does not parse is not applied.
 void apply_override(nlohmann::json& cfg, const std::string& ov, std::vector<std::string>& errs,
                     std::set<std::string>& keys);
 
-// Every number of the merged tree `v` against the schema `d`: ints must fit 32 bits (4294967297 is an error, not 1),
-// floats must be finite, numbers in arrays are ints. A bad value is put back to its default; messages of keys in
-// `overridden` end with " (from --set)".
+// Every number of the merged tree `v` against the schema `d`: ints must fit 32 bits (4294967297 is an error,
+// not 1), floats must be finite, numbers in arrays are ints. A bad value is put back to its default; messages
+// of keys in `overridden` end with " (from --set)".
 void check_ranges(const nlohmann::json& d, nlohmann::json& v, const std::string& path,
                   const std::set<std::string>& overridden, std::vector<std::string>& errs);
 

@@ -161,14 +161,15 @@ TrainConfig read_train_config(const std::string& path, const std::vector<std::st
   return train_config_from_json(j, overrides, path.empty() ? "config" : path, problems);
 }
 
-TrainConfig read_valid_train_config(const std::string& path, const std::vector<std::string>& overrides, int world,
-                                    int ranks_on_node) {
+TrainConfig read_valid_train_config(const std::string& path, const std::vector<std::string>& overrides,
+                                    int world, int ranks_on_node) {
   std::vector<std::string> problems;
   TrainConfig c = read_train_config(path, overrides, &problems);
   std::vector<std::string> bad_keys;
   for (const auto& p : problems) bad_keys.push_back(problem_key(p));
   for (auto& m : check_train_config(c, world, ranks_on_node)) {
-    // A key that could not be read was validated at its default: what it says about that key is beside the point.
+    // A key that could not be read was validated at its default: what it says about that key is beside the
+    // point.
     bool beside = false;
     for (const auto& k : bad_keys) beside = beside || about(m, k);
     if (!beside) problems.push_back(std::move(m));
@@ -197,7 +198,8 @@ std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges, int 
     if (b >= limit)
       throw std::invalid_argument(
           "layer range \"" + r + "\": layer " + std::to_string(b) + " does not exist (" +
-          (num_layers >= 0 ? "the model has " + std::to_string(num_layers) + " layers, 0-" + std::to_string(num_layers - 1)
+          (num_layers >= 0 ? "the model has " + std::to_string(num_layers) + " layers, 0-" +
+                                 std::to_string(num_layers - 1)
                            : "layer indices go up to " + std::to_string(kMaxLayerIndex)) +
           ")");
     spans.emplace_back(a, b);
@@ -233,12 +235,14 @@ bool parse_device(const std::string& s, int* index) {
   return true;
 }
 
-std::vector<std::string> check_config_fits_model(const TrainConfig& c, const LlavaConfig& m, const std::string& model) {
+std::vector<std::string> check_config_fits_model(const TrainConfig& c, const LlavaConfig& m,
+                                                 const std::string& model) {
   std::vector<std::string> e;
   const int n = m.text.num_hidden_layers, positions = m.text.max_position_embeddings;
   if (c.data.max_len > positions)
-    e.push_back("data.max_len: " + std::to_string(c.data.max_len) + " is beyond the model's max_position_embeddings (" +
-                std::to_string(positions) + ", " + model + ")");
+    e.push_back("data.max_len: " + std::to_string(c.data.max_len) +
+                " is beyond the model's max_position_embeddings (" + std::to_string(positions) + ", " +
+                model + ")");
   try {
     parse_layer_ranges(c.freeze.llm_layers, n);
   } catch (const std::exception& ex) {
@@ -273,11 +277,16 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
   std::vector<std::string> e;
   // Floats first: every one must be finite (NaN would pass the range checks below as `x < 0` is false).
   const std::pair<const char*, double> floats[] = {
-      {"data.max_bad_fraction", c.data.max_bad_fraction},   {"optimizer.lr", c.optimizer.lr},
-      {"optimizer.beta1", c.optimizer.beta1},               {"optimizer.beta2", c.optimizer.beta2},
-      {"optimizer.eps", c.optimizer.eps},                   {"optimizer.weight_decay", c.optimizer.weight_decay},
-      {"optimizer.warmup_ratio", c.optimizer.warmup_ratio}, {"optimizer.min_lr", c.optimizer.min_lr},
-      {"optimizer.max_grad_norm", c.optimizer.max_grad_norm}, {"metrics.peak_tflops", c.metrics.peak_tflops},
+      {"data.max_bad_fraction", c.data.max_bad_fraction},
+      {"optimizer.lr", c.optimizer.lr},
+      {"optimizer.beta1", c.optimizer.beta1},
+      {"optimizer.beta2", c.optimizer.beta2},
+      {"optimizer.eps", c.optimizer.eps},
+      {"optimizer.weight_decay", c.optimizer.weight_decay},
+      {"optimizer.warmup_ratio", c.optimizer.warmup_ratio},
+      {"optimizer.min_lr", c.optimizer.min_lr},
+      {"optimizer.max_grad_norm", c.optimizer.max_grad_norm},
+      {"metrics.peak_tflops", c.metrics.peak_tflops},
       {"mod.config.skip_frac", c.mod.config.skip_frac},
       {"mod.config.router_aux_loss_coef", c.mod.config.router_aux_loss_coef},
       {"mod.config.infer_threshold", c.mod.config.infer_threshold},
@@ -295,7 +304,8 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
   if (!parse_device(c.model.device, &device_index))
     e.push_back("model.device: \"" + c.model.device + "\", expected cpu, cuda or cuda:N");
   else if (device_index >= 0 && ranks_on_node > 1)
-    e.push_back("model.device: \"" + c.model.device + "\" names one GPU, but " + std::to_string(ranks_on_node) +
+    e.push_back("model.device: \"" + c.model.device + "\" names one GPU, but " +
+                std::to_string(ranks_on_node) +
                 " ranks run on this node and would share it; use \"cuda\" (each rank takes GPU local_rank % "
                 "device_count)");
   if (c.model.init != "pretrained" && c.model.init != "random")
@@ -325,7 +335,8 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
     if (!c.model.projector.empty() && c.model.vision.empty())
       e.push_back("model.projector: needs model.vision (a projector maps vision features)");
   }
-  bool fits_checked = false;  // freeze.llm_layers checked against the model's layers (else: syntax only, below)
+  // freeze.llm_layers checked against the model's layers (else: syntax only, below)
+  bool fits_checked = false;
   if (e.size() == model_errors) {
     // The model's config (JSON only, nothing allocated): its own problems, and the settings that must fit it.
     try {
@@ -357,7 +368,8 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
   if (c.data.workers < 0 || c.data.workers > 256)
     e.push_back("data.workers: " + std::to_string(c.data.workers) + ", expected 0 to 256 (threads per rank)");
   if (c.data.prefetch < 1 || c.data.prefetch > 4096)
-    e.push_back("data.prefetch: " + std::to_string(c.data.prefetch) + ", expected 1 to 4096 (micro-batches ahead)");
+    e.push_back("data.prefetch: " + std::to_string(c.data.prefetch) +
+                ", expected 1 to 4096 (micro-batches ahead)");
   if (c.data.demo_records < 0 || c.data.demo_records > 1000000)
     e.push_back("data.demo_records: " + std::to_string(c.data.demo_records) + ", expected 0 to 1000000");
   if (c.data.max_bad_fraction < 0 || c.data.max_bad_fraction > 1) e.push_back("data.max_bad_fraction: must be in [0, 1]");
@@ -395,8 +407,9 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
     e.push_back("batch.grad_accum: " + std::to_string(c.batch.grad_accum) + ", must be >= 1");
   } else if (int64_t(world) * std::max(1, c.batch.micro_batch) * c.batch.grad_accum > INT_MAX) {
     e.push_back("batch.grad_accum: world size (" + std::to_string(world) + ") x micro_batch (" +
-                std::to_string(c.batch.micro_batch) + ") x grad_accum (" + std::to_string(c.batch.grad_accum) +
-                ") samples per step is out of range (at most " + std::to_string(INT_MAX) + ")");
+                std::to_string(c.batch.micro_batch) + ") x grad_accum (" +
+                std::to_string(c.batch.grad_accum) + ") samples per step is out of range (at most " +
+                std::to_string(INT_MAX) + ")");
   }
   // schedule
   if (c.schedule.max_steps < 0 || c.schedule.exit_at_step < 0) e.push_back("schedule.max_steps / exit_at_step: must be >= 0");

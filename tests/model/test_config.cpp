@@ -1,14 +1,12 @@
 // Model config validation (model/config.h): 64-bit reads with range checks, strict types, positivity and
 // consistency of the LLaMA, CLIP and LLaVA fields, every problem of a file at once with the file and key.
-#include "model/config.h"
-
 #include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 
+#include "model/config.h"
 #include "tests/common/paths.h"
 
 namespace gmod {
@@ -30,12 +28,21 @@ bool has(const std::string& msg, const std::string& part) { return msg.find(part
 // A LLaVA config in transformers' layout that parses (checked by the first test).
 json llava() {
   return {{"text_config",
-           {{"vocab_size", 64}, {"hidden_size", 32}, {"intermediate_size", 48}, {"num_hidden_layers", 2},
-            {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"max_position_embeddings", 128},
+           {{"vocab_size", 64},
+            {"hidden_size", 32},
+            {"intermediate_size", 48},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},
+            {"max_position_embeddings", 128},
             {"rms_norm_eps", 1e-6}}},
           {"vision_config",
-           {{"hidden_size", 16}, {"intermediate_size", 32}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-            {"image_size", 16}, {"patch_size", 4}}},
+           {{"hidden_size", 16},
+            {"intermediate_size", 32},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"image_size", 16},
+            {"patch_size", 4}}},
           {"image_token_index", 63}};
 }
 
@@ -50,7 +57,8 @@ TEST(ModelConfigValidation, IntegersAreReadAs64BitsAndRangeChecked) {
   json j = llava();
   j["text_config"]["num_hidden_layers"] = 4294967302ull;  // 2^32 + 6: used to load 6 layers
   std::string err = error_of(j);
-  EXPECT_TRUE(has(err, "cfg.json: text_config: field 'num_hidden_layers' is out of range: 4294967302")) << err;
+  EXPECT_TRUE(has(err, "cfg.json: text_config: field 'num_hidden_layers' is out of range: 4294967302"))
+      << err;
   j = llava();
   j["text_config"]["hidden_size"] = -4294967264ll;  // -2^32 + 32: used to wrap to 32
   err = error_of(j);
@@ -61,9 +69,11 @@ TEST(ModelConfigValidation, IntegersAreReadAs64BitsAndRangeChecked) {
   j["text_config"]["num_attention_heads"] = true;
   j["text_config"]["tie_word_embeddings"] = 1;
   err = error_of(j);
-  EXPECT_TRUE(has(err, "field 'num_hidden_layers' has the wrong type (number: 2.5), expected an integer")) << err;
+  EXPECT_TRUE(has(err, "field 'num_hidden_layers' has the wrong type (number: 2.5), expected an integer"))
+      << err;
   EXPECT_TRUE(has(err, "field 'num_attention_heads' has the wrong type (boolean")) << err;
-  EXPECT_TRUE(has(err, "field 'tie_word_embeddings' has the wrong type (number: 1), expected true or false")) << err;
+  EXPECT_TRUE(has(err, "field 'tie_word_embeddings' has the wrong type (number: 1), expected true or false"))
+      << err;
   // Token ids too.
   j = llava();
   j["text_config"]["eos_token_id"] = 4294967298ull;
@@ -113,26 +123,30 @@ TEST(ModelConfigValidation, ValuesThatCannotBeRight) {
   // An image must leave room in the context: (64 / 4)^2 = 256 patches >= 128 positions.
   json j = llava();
   j["vision_config"]["image_size"] = 64;
-  EXPECT_TRUE(has(error_of(j), "one image takes 16^2 positions, not fewer than max_position_embeddings (128)"))
+  EXPECT_TRUE(
+      has(error_of(j), "one image takes 16^2 positions, not fewer than max_position_embeddings (128)"))
       << error_of(j);
 }
 
 TEST(ModelConfigValidation, ModFieldsMustHaveTheirTypes) {
   json j = llava();
   j["mod"] = "yes please";  // used to load as a dense model
-  EXPECT_TRUE(has(error_of(j), "cfg.json: field 'mod' has the wrong type (string: \"yes please\"), expected the MoD"))
+  EXPECT_TRUE(
+      has(error_of(j), "cfg.json: field 'mod' has the wrong type (string: \"yes please\"), expected the MoD"))
       << error_of(j);
   j = llava();
   j["mod_enable"] = "true";
   j["mod_layers_idx"] = {1, 2};
   std::string err = error_of(j);
   EXPECT_TRUE(has(err, "field 'mod_enable' has the wrong type (string)")) << err;
-  EXPECT_TRUE(has(err, "field 'mod_layers_idx' must be a list of layer indices in [0, num_hidden_layers = 2), got [1,2]"))
+  EXPECT_TRUE(has(
+      err, "field 'mod_layers_idx' must be a list of layer indices in [0, num_hidden_layers = 2), got [1,2]"))
       << err;
   j = llava();
   j["mod"] = {{"mod_layers_idx", {1, 4294967297ull}}};  // read as ints elsewhere: would wrap to layer 1
   err = error_of(j);
-  EXPECT_TRUE(has(err, "field 'mod.mod_layers_idx' must be a list of layer indices in [0, num_hidden_layers = 2)"))
+  EXPECT_TRUE(
+      has(err, "field 'mod.mod_layers_idx' must be a list of layer indices in [0, num_hidden_layers = 2)"))
       << err;
   j = llava();
   j["mod"] = nullptr;  // absent
@@ -153,10 +167,12 @@ TEST(ModelConfigValidation, EveryProblemOfTheFileAtOnceWithFileAndKey) {
     err = e.what();
   }
   const std::string file = tmp.str("config.json");
-  const std::vector<std::string> parts = {
-      "invalid model config (5 problems)", file + ": text_config: 'rms_norm_eps' must be positive",
-      file + ": text_config: 'head_dim' must be positive", file + ": text_config: 'max_position_embeddings'",
-      file + ": vision_config: 'num_attention_heads' must be positive", file + ": field 'mod' has the wrong type"};
+  const std::vector<std::string> parts = {"invalid model config (5 problems)",
+                                          file + ": text_config: 'rms_norm_eps' must be positive",
+                                          file + ": text_config: 'head_dim' must be positive",
+                                          file + ": text_config: 'max_position_embeddings'",
+                                          file + ": vision_config: 'num_attention_heads' must be positive",
+                                          file + ": field 'mod' has the wrong type"};
   for (const std::string& part : parts)
     EXPECT_TRUE(has(err, part)) << "missing \"" << part << "\" in:\n" << err;
 }

@@ -414,7 +414,8 @@ TEST(Checkpoint, ManifestWorldSizeMustMatchItsRankFiles) {
     return CheckpointManager::verify(dir);
   };
   EXPECT_EQ(tamper(1), "manifest.json is inconsistent: world_size 1 but it lists optim-rank-1.h5");
-  EXPECT_EQ(tamper(3), "manifest.json is inconsistent: world_size 3 but it lists the optimizer files of 2 rank(s)");
+  EXPECT_EQ(tamper(3),
+            "manifest.json is inconsistent: world_size 3 but it lists the optimizer files of 2 rank(s)");
   EXPECT_EQ(tamper(0), "manifest.json world_size 0 is not a rank count (1 or more)");
   EXPECT_EQ(tamper(4294967298ull), "manifest.json world_size 4294967298 is not a rank count (1 or more)");
   EXPECT_EQ(tamper("2"), "manifest.json world_size \"2\" is not a rank count (1 or more)");
@@ -429,7 +430,8 @@ TEST(Checkpoint, ManifestWorldSizeMustMatchItsRankFiles) {
     CheckpointReader r(dir);
     ADD_FAILURE() << "no error";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("manifest.json world_size 2 disagrees with trainer-state.json world_size 3"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "manifest.json world_size 2 disagrees with trainer-state.json world_size 3"),
               std::string::npos)
         << e.what();
   }
