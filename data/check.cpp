@@ -2,6 +2,7 @@
 #include "data/check.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <iostream>
 #include <thread>
 
@@ -17,6 +18,7 @@ DataCheckReport check_dataset(const DataCheckOptions& o) {
   dc.conversation.image_first = o.image_first;
   dc.sample.max_len = o.max_len;
   dc.sample.truncation = parse_truncation_mode(o.truncation);
+  dc.max_image_pixels = o.max_image_pixels;
   std::shared_ptr<const Tokenizer> tok = load_tokenizer(o.tokenizer);
   Dataset ds(dc, tok);
 
@@ -66,7 +68,7 @@ const char* kUsage =
     "N]\n"
     "                       [--image-tokens N] [--image-token-id ID] [--truncation turn|skip] "
     "[--no-image-first]\n"
-    "                       [--no-decode] [--workers N]\n";
+    "                       [--no-decode] [--max-image-pixels N] [--workers N]\n";
 
 }  // namespace
 
@@ -79,12 +81,22 @@ int run_data_check(const std::vector<std::string>& args, std::ostream& out, std:
         if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
         return args[++i];
       };
-      auto int_value = [&]() {
+      auto long_value = [&]() -> int64_t {
         const std::string& v = value();
         size_t used = 0;
-        int x = std::stoi(v, &used);
-        if (used != v.size()) throw std::invalid_argument(a + ": not an integer: " + v);
+        long long x = 0;
+        try {
+          x = std::stoll(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != v.size()) throw std::invalid_argument(a + ": not an integer: " + v);
         return x;
+      };
+      auto int_value = [&]() {
+        const int64_t x = long_value();
+        if (x < INT32_MIN || x > INT32_MAX) throw std::invalid_argument(a + ": " + std::to_string(x) + " is out of range");
+        return int(x);
       };
       if (a == "--help" || a == "-h") {
         out << kUsage;
@@ -105,6 +117,9 @@ int run_data_check(const std::vector<std::string>& args, std::ostream& out, std:
         o.truncation = value();
       } else if (a == "--workers") {
         o.workers = int_value();
+      } else if (a == "--max-image-pixels") {
+        o.max_image_pixels = long_value();
+        if (o.max_image_pixels < 1) throw std::invalid_argument("--max-image-pixels must be >= 1");
       } else if (a == "--no-decode") {
         o.decode_images = false;
       } else if (a == "--no-image-first") {
@@ -129,6 +144,10 @@ int run_data_check(const std::vector<std::string>& args, std::ostream& out, std:
   } catch (const std::exception& e) {
     err << "gmod data check: " << e.what() << "\n";
     return 2;
+  }
+  if (rep.records == 0) {
+    out << o.data << ": no records (an empty dataset); nothing to train on\n";
+    return 1;
   }
   for (const auto& p : rep.problems) out << "problem [" << p.reason << "] " << p.message << "\n";
   out << o.data << ": " << rep.records << " records, " << rep.ok << " usable, " << rep.problems.size()

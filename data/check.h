@@ -22,7 +22,8 @@ struct DataCheckOptions {
   int image_token_id = 32000;
   std::string truncation = "turn";  // turn | skip
   bool image_first = true;
-  bool decode_images = true;  // false: only check that image files exist
+  bool decode_images = true;  // false: only read image headers (file readable, known format, pixel limit)
+  int64_t max_image_pixels = kDefaultMaxImagePixels;  // decoded width x height per image
   int workers = 1;
 };
 

@@ -1,9 +1,9 @@
 // Record -> PreparedSample, with every failure mapped to a SampleError reason.
 #include "data/dataset.h"
 
+#include <algorithm>
 #include <filesystem>
 
-#include "data/image.h"
 
 namespace gmod {
 
@@ -15,8 +15,35 @@ Dataset::Dataset(DatasetConfig config, std::shared_ptr<const Tokenizer> tokenize
     throw std::invalid_argument("max_len must be >= 1, got " + std::to_string(config_.sample.max_len));
 }
 
+const std::vector<std::string>& sample_error_reasons() {
+  static const std::vector<std::string> r = {"malformed", "roles",  "no_answer", "placeholder",
+                                             "too_long",  "image", "image_path"};
+  return r;
+}
+
 std::string Dataset::image_path(const std::string& rel) const {
-  if (config_.image_folder.empty() || std::filesystem::path(rel).is_absolute()) return rel;
+  if (rel.find('\0') != std::string::npos)
+    throw std::invalid_argument("image path '" + rel.substr(0, rel.find('\0')) + "\\0...' contains a NUL byte");
+  if (!rel.empty() && rel[0] == '/')
+    throw std::invalid_argument("image path '" + rel +
+                                "' is absolute; image paths must be relative to the image folder");
+  // Depth below the folder after each component, on the text: "a/../b" stays inside, "a/../../b" does not.
+  int64_t depth = 0;
+  size_t i = 0;
+  while (i <= rel.size()) {
+    const size_t j = std::min(rel.find('/', i), rel.size());
+    const std::string part = rel.substr(i, j - i);
+    if (part == "..") {
+      if (--depth < 0)
+        throw std::invalid_argument("image path '" + rel + "' leaves the image folder" +
+                                    (config_.image_folder.empty() ? std::string() : " " + config_.image_folder) +
+                                    " ('..' above it is refused)");
+    } else if (!part.empty() && part != ".") {
+      ++depth;
+    }
+    i = j + 1;
+  }
+  if (config_.image_folder.empty()) return rel;
   return (std::filesystem::path(config_.image_folder) / rel).string();
 }
 
@@ -34,12 +61,17 @@ PreparedSample Dataset::prepare(size_t index, bool decode_images) const {
   PreparedSample out;
   out.sample = make_sample(rec, index, *encoder_, config_.sample, where(index, rec.id));
   for (const auto& rel : out.sample.images) {
-    const std::string path = image_path(rel);
+    std::string path;
+    try {
+      path = image_path(rel);
+    } catch (const std::invalid_argument& e) {
+      throw SampleError("image_path", where(index, rec.id) + ": " + e.what());
+    }
     try {
       if (decode_images) {
-        out.pixels.push_back(clip_preprocess(decode_image_file(path), config_.image));
-      } else if (!std::filesystem::is_regular_file(path)) {
-        throw std::runtime_error(path + ": no such image file");
+        out.pixels.push_back(clip_preprocess(decode_image_file(path, config_.max_image_pixels), config_.image));
+      } else {
+        probe_image_file(path, config_.max_image_pixels);  // exists, readable, a known format, within the limit
       }
     } catch (const std::exception& e) {
       throw SampleError("image", where(index, rec.id) + ": image '" + rel + "': " + e.what());

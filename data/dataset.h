@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/clip_preprocess.h"
+#include "data/image.h"
 #include "data/records.h"
 #include "data/sample.h"
 
@@ -17,7 +18,13 @@ namespace gmod {
 
 struct DatasetConfig {
   std::string data_path;     // train.json (list) or train.jsonl
-  std::string image_folder;  // image paths in records are relative to it
+  // Image paths in records are relative to it ("" = the working directory) and must stay inside it: an absolute
+  // path, a NUL byte, or a path whose `..` components climb above the folder (checked on the text, after removing
+  // `.` and `x/..` pairs) is refused as reason "image_path". Symbolic links inside the folder are followed wherever
+  // they point: the folder's layout is the operator's (LLaVA setups link coco/, gqa/, ... into it), the records
+  // may come from anywhere.
+  std::string image_folder;
+  int64_t max_image_pixels = kDefaultMaxImagePixels;  // decoded width x height per image, checked from the header
   ConversationConfig conversation;
   SampleConfig sample;
   ClipPreprocessConfig image;
@@ -37,13 +44,16 @@ struct BadRecord {
   std::string message;  // names file, record index and id
 };
 
+// Every SampleError reason Dataset::prepare gives, in a fixed order (for counting over ranks).
+const std::vector<std::string>& sample_error_reasons();
+
 class Dataset {
  public:
   Dataset(DatasetConfig config, std::shared_ptr<const Tokenizer> tokenizer);
 
   size_t size() const { return records_->size(); }
   // Record -> template -> truncation -> decoded, preprocessed images. Throws SampleError (reasons:
-  // "malformed", "roles", "no_answer", "placeholder", "too_long", "image").
+  // "malformed", "roles", "no_answer", "placeholder", "too_long", "image", "image_path"; see sample_error_reasons()).
   PreparedSample prepare(size_t index, bool decode_images = true) const;
   // Same, reporting a bad record instead of throwing; returns false when bad.
   bool try_prepare(size_t index, PreparedSample& out, BadRecord& bad, bool decode_images = true) const;
@@ -54,6 +64,8 @@ class Dataset {
   const RecordFile& records() const { return *records_; }
   const ConversationEncoder& encoder() const { return *encoder_; }
   const DatasetConfig& config() const { return config_; }
+  // The file an image path of a record names; throws std::invalid_argument saying why when it is absolute,
+  // contains a NUL byte or leaves the image folder (see DatasetConfig::image_folder).
   std::string image_path(const std::string& rel) const;
   std::string where(size_t index, const std::string& id) const;
 

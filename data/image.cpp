@@ -6,6 +6,9 @@
 // destructor is ever skipped.
 #include "data/image.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +26,14 @@ namespace {
 
 std::runtime_error image_error(const std::string& name, const std::string& what) {
   return std::runtime_error("image '" + name + "': " + what);
+}
+
+// The pixel limit, from header dimensions (max_pixels <= 0: no limit).
+void check_pixels(const std::string& name, uint64_t w, uint64_t h, int64_t max_pixels) {
+  if (max_pixels > 0 && w * h > uint64_t(max_pixels))
+    throw image_error(name, std::to_string(w) + "x" + std::to_string(h) + " = " + std::to_string(w * h) +
+                                " pixels, more than the decoded-pixel limit of " + std::to_string(max_pixels) +
+                                " (max_image_pixels); refused before decoding");
 }
 
 // ---------------------------------------------------------------- JPEG
@@ -54,7 +65,8 @@ inline uint8_t muldiv255(int a, int b) {
   return static_cast<uint8_t>(((t >> 8) + t) >> 8);
 }
 
-Image decode_jpeg(const uint8_t* data, size_t size, const std::string& name) {
+// info != nullptr: only reads the header into *info and returns an empty image.
+Image decode_jpeg(const uint8_t* data, size_t size, const std::string& name, int64_t max_pixels, ImageInfo* info) {
   jpeg_decompress_struct cinfo;
   JpegErrorMgr err;
   Image img;
@@ -71,6 +83,16 @@ Image decode_jpeg(const uint8_t* data, size_t size, const std::string& name) {
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, const_cast<unsigned char*>(data), static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
+  const uint64_t jw = cinfo.image_width, jh = cinfo.image_height;
+  if (info) {
+    jpeg_destroy_decompress(&cinfo);
+    *info = {int(jw), int(jh), "jpeg"};
+    return img;
+  }
+  if (max_pixels > 0 && jw * jh > uint64_t(max_pixels)) {
+    jpeg_destroy_decompress(&cinfo);
+    check_pixels(name, jw, jh, max_pixels);
+  }
   // Same library defaults as PIL: ISLOW IDCT, fancy upsampling, colour space guessed from markers.
   switch (cinfo.num_components) {
     case 1: cinfo.out_color_space = JCS_GRAYSCALE; break;
@@ -134,7 +156,7 @@ void png_read_mem(png_structp png, png_bytep out, png_size_t n) {
   ctx->pos += n;
 }
 
-Image decode_png(const uint8_t* data, size_t size, const std::string& name) {
+Image decode_png(const uint8_t* data, size_t size, const std::string& name, int64_t max_pixels, ImageInfo* header) {
   PngContext ctx;
   ctx.data = data;
   ctx.size = size;
@@ -157,8 +179,17 @@ Image decode_png(const uint8_t* data, size_t size, const std::string& name) {
   png_set_benign_errors(png, 1);
 #endif
   png_read_info(png, info);
-  const int w = static_cast<int>(png_get_image_width(png, info));
-  const int h = static_cast<int>(png_get_image_height(png, info));
+  const uint64_t pw = png_get_image_width(png, info), ph = png_get_image_height(png, info);
+  if (header || (max_pixels > 0 && pw * ph > uint64_t(max_pixels))) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    if (header) {
+      *header = {int(pw), int(ph), "png"};
+      return img;
+    }
+    check_pixels(name, pw, ph, max_pixels);
+  }
+  const int w = static_cast<int>(pw);
+  const int h = static_cast<int>(ph);
   const int depth = png_get_bit_depth(png, info);
   const int ctype = png_get_color_type(png, info);
   // PIL opens 16-bit gray as "I;16"; its convert('RGB') saturates at 255 instead of taking the high byte.
@@ -208,22 +239,57 @@ void png_write_mem(png_structp png, png_bytep in, png_size_t n) {
 
 void png_flush_mem(png_structp) {}
 
-}  // namespace
-
-Image decode_image_memory(const uint8_t* data, size_t size, const std::string& name) {
+// The format by magic bytes, then a full decode or (header != nullptr) only the header.
+Image decode_or_probe(const uint8_t* data, size_t size, const std::string& name, int64_t max_pixels,
+                      ImageInfo* header) {
   static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   if (size == 0) throw image_error(name, "empty file");
-  if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) return decode_jpeg(data, size, name);
-  if (size >= 8 && std::memcmp(data, kPng, 8) == 0) return decode_png(data, size, name);
+  if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF)
+    return decode_jpeg(data, size, name, max_pixels, header);
+  if (size >= 8 && std::memcmp(data, kPng, 8) == 0) return decode_png(data, size, name, max_pixels, header);
   throw image_error(name, "unknown image format (expected JPEG or PNG magic bytes)");
 }
 
-Image decode_image_file(const std::string& path) {
+// The file's bytes. Without reading it, a file that is not a regular file, or larger than any image within
+// max_pixels could be (16-bit RGBA stored uncompressed is 8 bytes a pixel; 64 MiB of slack for metadata), is refused.
+std::vector<uint8_t> read_image_bytes(const std::string& path, int64_t max_pixels) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw image_error(path, std::string("cannot open file: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw image_error(path, "not a regular file");
+  const uint64_t size = uint64_t(st.st_size);
+  if (max_pixels > 0 && size > uint64_t(max_pixels) * 8 + (uint64_t(64) << 20))
+    throw image_error(path, std::to_string(size) + " bytes, larger than any image within the decoded-pixel limit of " +
+                                std::to_string(max_pixels) + " (max_image_pixels) could be");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw image_error(path, "cannot open file");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) throw image_error(path, "read error");
-  return decode_image_memory(bytes.data(), bytes.size(), path);
+  std::vector<uint8_t> bytes(size);
+  f.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(size));
+  if (size_t(f.gcount()) != size) throw image_error(path, "read error (file changed while reading?)");
+  return bytes;
+}
+
+}  // namespace
+
+ImageInfo probe_image_memory(const uint8_t* data, size_t size, const std::string& name) {
+  ImageInfo info;
+  decode_or_probe(data, size, name, 0, &info);
+  return info;
+}
+
+ImageInfo probe_image_file(const std::string& path, int64_t max_pixels) {
+  const std::vector<uint8_t> bytes = read_image_bytes(path, max_pixels);
+  const ImageInfo info = probe_image_memory(bytes.data(), bytes.size(), path);
+  check_pixels(path, uint64_t(info.width), uint64_t(info.height), max_pixels);
+  return info;
+}
+
+Image decode_image_memory(const uint8_t* data, size_t size, const std::string& name, int64_t max_pixels) {
+  return decode_or_probe(data, size, name, max_pixels, nullptr);
+}
+
+Image decode_image_file(const std::string& path, int64_t max_pixels) {
+  const std::vector<uint8_t> bytes = read_image_bytes(path, max_pixels);
+  return decode_image_memory(bytes.data(), bytes.size(), path, max_pixels);
 }
 
 void write_png(const std::string& path, const Image& image) {

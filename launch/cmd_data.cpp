@@ -36,7 +36,9 @@ int run_check(const DataCliOptions& o) {
                                    "--truncation",
                                    c.truncation,
                                    "--workers",
-                                   std::to_string(c.workers)};
+                                   std::to_string(c.workers),
+                                   "--max-image-pixels",
+                                   std::to_string(c.max_image_pixels)};
   if (!c.images.empty()) args.insert(args.end(), {"--images", c.images});
   if (o.no_image_first) args.push_back("--no-image-first");
   if (o.no_decode) args.push_back("--no-decode");
@@ -55,7 +57,8 @@ Runner setup(CLI::App& app) {
   app.require_subcommand(1);
   CLI::App* check =
       app.add_subcommand("check", "validate every record as training would use it; report each problem");
-  check->footer("Exit code 1 when records have problems, 2 on a usage error or an unreadable dataset.");
+  check->footer("Exit code 1 when records have problems or there is no record, 2 on a usage error or an unreadable "
+                "dataset.");
   DataCheckOptions& c = o->check;
   add(*check, "data", c.data, "LLaVA-format records (.json or .jsonl)")->type_name("DATA")->required();
   add(*check, "--images", c.images, "image folder")->type_name("DIR");
@@ -71,7 +74,11 @@ Runner setup(CLI::App& app) {
       ->check(CLI::IsMember({"turn", "skip"}));
   add(*check, "--workers", c.workers, "threads preparing records")->check(between(1, 256));
   add_flag(*check, "--no-image-first", o->no_image_first, "keep <image> where the text puts it");
-  add_flag(*check, "--no-decode", o->no_decode, "only check that image files exist (faster)");
+  add_flag(*check, "--no-decode", o->no_decode,
+           "only read image headers (readable, JPEG/PNG, within --max-image-pixels), do not decode (faster)");
+  add(*check, "--max-image-pixels", c.max_image_pixels,
+      "decoded-pixel limit per image (width x height), checked from the header before decoding")
+      ->check(positive());
 
   CLI::App* demo =
       app.add_subcommand("demo", "write the generated shapes dataset (train.json, heldout.json, images/)");

@@ -1,8 +1,12 @@
 // `gmod plot --metrics RUN_DIR/metrics.jsonl [--out DIR]`: PNG plots of a training run with gnuplot:
 // loss curves (loss, lm_loss, routing_loss, held-out eval loss), skip ratio per MoD layer, learning rate
 // and tokens/s. The data files (*.dat) and gnuplot scripts (*.gp) are written next to the PNGs so a plot
-// can be restyled and rerun by hand (`gnuplot loss.gp`).
+// can be restyled and rerun by hand (`gnuplot loss.gp`). A line that is not a JSON object with a numeric "step" (a
+// torn write, two lines glued together by an old crash) is skipped and reported with its line number; the file is
+// rejected only when no training step line is left.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <vector>
 
 #include "launch/args.h"
 
@@ -87,18 +92,25 @@ int run_plot(const PlotOptions& o) {
   std::vector<std::pair<double, json>> skips;
   std::string line;
   int64_t n_train = 0, n_eval = 0, lineno = 0;
+  std::vector<std::string> bad;  // "line N: why"
   while (std::getline(in, line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json j;
     try {
       j = json::parse(line);
-    } catch (const std::exception& e) {
-      throw std::runtime_error("" + mpath.string() + ": line " + std::to_string(lineno) +
-                               " is not JSON: " + e.what());
+    } catch (const json::exception& e) {
+      std::string what = e.what();
+      if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);  // drop "[json.exception...]"
+      bad.push_back("line " + std::to_string(lineno) + ": not JSON (" + what + ")");
+      continue;
     }
-    const double step = num(j, "step");
-    if (std::isnan(step)) continue;
+    const double step = j.is_object() ? num(j, "step") : NAN;
+    if (std::isnan(step)) {
+      bad.push_back("line " + std::to_string(lineno) + ": " +
+                    (j.is_object() ? "no numeric \"step\"" : "not a JSON object"));
+      continue;
+    }
     if (j.contains("eval")) {
       const json& e = j["eval"];
       evals += fmt(step) + " " + fmt(num(e, "loss")) + " " + fmt(num(e, "exact_match")) + "\n";
@@ -115,7 +127,14 @@ int run_plot(const PlotOptions& o) {
       skips.emplace_back(step, j["skip_ratio"]);
     }
   }
-  if (n_train == 0) throw std::runtime_error("" + mpath.string() + " has no training step line");
+  if (!bad.empty()) {
+    std::cerr << "gmod plot: warning: skipped " << bad.size() << " bad line(s) of " << mpath.string() << ":\n";
+    for (size_t i = 0; i < bad.size() && i < 10; ++i) std::cerr << "  " << bad[i] << "\n";
+    if (bad.size() > 10) std::cerr << "  ... and " << bad.size() - 10 << " more\n";
+  }
+  if (n_train == 0)
+    throw std::runtime_error(mpath.string() + " has no training step line" +
+                             (bad.empty() ? "" : " (" + std::to_string(bad.size()) + " bad line(s) skipped)"));
   fs::create_directories(out);
   std::vector<std::string> scripts;
 
@@ -133,7 +152,10 @@ int run_plot(const PlotOptions& o) {
 
   if (!layer_set.empty()) {
     std::vector<std::string> layers(layer_set.begin(), layer_set.end());
-    std::sort(layers.begin(), layers.end(), [](const std::string& x, const std::string& y) { return std::stoi(x) < std::stoi(y); });
+    std::sort(layers.begin(), layers.end(), [](const std::string& x, const std::string& y) {
+      const long long a = std::strtoll(x.c_str(), nullptr, 10), b = std::strtoll(y.c_str(), nullptr, 10);
+      return a != b ? a < b : x < y;  // layer numbers; a key that is not one cannot throw
+    });
     std::string dat = "# step";
     for (const auto& l : layers) dat += " layer_" + l;
     dat += "\n";
@@ -168,7 +190,9 @@ int run_plot(const PlotOptions& o) {
     std::cout << "wrote " << (out / (name + ".png")).string() << "\n";
   }
   std::cout << "plotted " << n_train << " training steps and " << n_eval << " eval points from " << mpath.string()
-            << " (terminal " << terminal << ")\n";
+            << " (terminal " << terminal << ")";
+  if (!bad.empty()) std::cout << "; " << bad.size() << " bad line(s) skipped";
+  std::cout << "\n";
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -137,6 +138,18 @@ void default_warn(const std::string& msg) { std::cerr << "gmod: warning: " << ms
 
 }  // namespace
 
+const std::string& this_job_id() {
+  static const std::string id = [] {
+    char host[256] = {0};
+    if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return std::string(host) + ":" + std::to_string(::getpid()) + ":" +
+           std::to_string(int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec);
+  }();
+  return id;
+}
+
 const char* save_stage_name(SaveStage s) {
   switch (s) {
     case SaveStage::kBegin: return "begin";
@@ -164,6 +177,7 @@ CheckpointWriter::CheckpointWriter(std::string run_dir, int rank, int world_size
   if (world_size_ > 1 && !opt_.barrier)
     throw std::invalid_argument("checkpoint: a barrier callback is required for world size > 1");
   if (!opt_.warn) opt_.warn = default_warn;
+  if (opt_.job_id.empty()) opt_.job_id = this_job_id();
 }
 
 void CheckpointWriter::stage(SaveStage s) {
@@ -259,19 +273,27 @@ std::string CheckpointWriter::save(const CheckpointContent& c, const RankState& 
     }
     json manifest{{"format", kFormat},      {"format_version", kCheckpointFormatVersion},
                   {"step", c.step},         {"world_size", world_size_},
-                  {"checksum", "crc32"},    {"files", files}};
+                  {"job", opt_.job_id},     {"checksum", "crc32"},
+                  {"files", files}};
     const fs::path mtmp = tmp / (std::string(kManifest) + ".partial");
     write_file_synced(mtmp.string(), manifest.dump(1));
     rename_or_throw(mtmp, tmp / kManifest);
     fsync_path(tmp.string(), true);
     stage(SaveStage::kManifestWritten);
 
-    // 5. Commit: atomic rename into place. An existing step-N (a re-save of the same step) is moved aside first.
+    // 5. Commit: atomic rename into place. An existing step-N is moved aside first: deleted after the rename when
+    // this job wrote it (a re-save of the same step), else kept as step-N.superseded.
     fs::path replaced;
     if (fs::exists(final_dir)) {
-      replaced = root / (name + ".replaced.tmp");
-      remove_tree(replaced);
-      rename_or_throw(final_dir, replaced);
+      if (CheckpointManager::writer_job(final_dir.string()) == opt_.job_id) {
+        replaced = root / (name + ".replaced.tmp");
+        remove_tree(replaced);
+        rename_or_throw(final_dir, replaced);
+      } else {
+        const std::string kept = mgr.set_aside(final_dir.string(), "superseded");
+        opt_.warn("checkpoint " + final_dir.string() + " was written by another job; kept as " + kept +
+                  " (this run saves its own step " + std::to_string(c.step) + ")");
+      }
     }
     rename_or_throw(tmp, final_dir);
     fsync_path(root.string(), true);
@@ -279,7 +301,7 @@ std::string CheckpointWriter::save(const CheckpointContent& c, const RankState& 
     stage(SaveStage::kRenamed);
 
     // 6. Retention.
-    if (opt_.keep_last > 0) mgr.prune(opt_.keep_last, c.step);
+    if (opt_.keep_last > 0) mgr.prune(opt_.keep_last, c.step, opt_.job_id);
     stage(SaveStage::kPruned);
   }
   sync();
@@ -370,13 +392,40 @@ std::string CheckpointManager::verify(const std::string& step_dir, bool checksum
   return "";
 }
 
-std::optional<CheckpointEntry> CheckpointManager::find_latest_valid(bool checksums) const {
+CheckpointManager::Scan CheckpointManager::scan(bool checksums) const {
+  Scan out;
   for (const auto& e : list()) {
     std::string why = verify(e.path, checksums);
-    if (why.empty()) return e;
+    if (why.empty()) {
+      out.valid = e;
+      break;
+    }
     warn_("checkpoint " + e.path + " skipped: " + why);
+    out.failed.emplace_back(e, why);
   }
-  return std::nullopt;
+  return out;
+}
+
+std::optional<CheckpointEntry> CheckpointManager::find_latest_valid(bool checksums) const {
+  return scan(checksums).valid;
+}
+
+std::string CheckpointManager::set_aside(const std::string& step_dir, const std::string& why) const {
+  std::string target = step_dir + "." + why;
+  struct stat st;
+  for (int k = 2; ::lstat(target.c_str(), &st) == 0; ++k) target = step_dir + "." + why + "." + std::to_string(k);
+  rename_or_throw(step_dir, target);
+  fsync_path(fs::path(step_dir).parent_path().string(), true);
+  return target;
+}
+
+std::string CheckpointManager::writer_job(const std::string& step_dir) {
+  try {
+    const json m = read_json_file((fs::path(step_dir) / kManifest).string());
+    return m.value("job", std::string());
+  } catch (const std::exception&) {
+    return "";
+  }
 }
 
 void CheckpointManager::remove_stale_tmp(const std::string& keep) const {
@@ -393,7 +442,7 @@ void CheckpointManager::remove_stale_tmp(const std::string& keep) const {
     if (!remove_tree(p)) warn_("cannot remove leftover " + p.string());
 }
 
-std::vector<std::string> CheckpointManager::prune(int keep_last, int64_t newest_step) const {
+std::vector<std::string> CheckpointManager::prune(int keep_last, int64_t newest_step, const std::string& job_id) const {
   if (keep_last < 2) throw std::invalid_argument("checkpoint: prune keep_last must be >= 2");
   std::vector<std::string> deleted;
   int kept = 0;
@@ -402,6 +451,20 @@ std::vector<std::string> CheckpointManager::prune(int keep_last, int64_t newest_
     if (kept < keep_last) {
       ++kept;
       continue;
+    }
+    if (writer_job(e.path) != job_id) {
+      // Another job's: deleted only when it verifies, so that retention never destroys what an operator may still
+      // want to recover (a checkpoint that is corrupt now was not corrupt when its job finished writing it).
+      const std::string why = verify(e.path, /*checksums=*/true);
+      if (!why.empty()) {
+        try {
+          warn_("old checkpoint " + e.path + " fails verification (" + why + "); kept as " +
+                set_aside(e.path, "corrupt") + " instead of being deleted");
+        } catch (const std::exception& ex) {
+          warn_("old checkpoint " + e.path + " fails verification (" + why + ") and is kept: " + ex.what());
+        }
+        continue;
+      }
     }
     const fs::path doomed = fs::path(e.path).string() + ".deleting.tmp";
     remove_tree(doomed);

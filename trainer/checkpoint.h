@@ -7,12 +7,18 @@
 //                       /rng_state (uint8 CPU generator state); root attrs format_version, step, rank, world_size,
 //                       shard_layout (JSON), meta (JSON), tensor_names (JSON list)
 //   trainer-state.json  step, world_size, config, trainer_state (LR scheduler, counters), data_position, shard_layout
-//   manifest.json       written last: format, step, world_size, per file {bytes, crc32}; its presence marks validity
+//   manifest.json       written last: format, step, world_size, job (the writing process, this_job_id()), per file
+//                       {bytes, crc32}; its presence marks validity
 //
 // Save protocol (CheckpointWriter::save, collective): every rank writes its optim file (+ a CRC side file) into
 // step-N.tmp/ and fsyncs it; barrier; rank 0 removes stale *.tmp dirs and foreign files, writes model.h5 and
 // trainer-state.json, writes manifest.json (tmp + fsync + rename), fsyncs the directory, renames step-N.tmp -> step-N,
 // fsyncs checkpoints/, prunes to keep_last; barrier. A crash at any point leaves the previous complete checkpoint.
+//
+// A checkpoint this process did not write is never deleted unless it verifies: retention deletes another job's
+// checkpoint only after its CRCs check (a corrupt one is set aside as step-<N>.corrupt instead), and a save over an
+// existing step-<N> of another job sets that one aside as step-<N>.superseded. Set-aside directories keep their
+// contents, are not listed, resumed from, pruned or cleaned; the operator inspects or deletes them.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -75,7 +81,12 @@ struct CheckpointOptions {
   std::function<void(SaveStage)> on_stage;
   // Receives warnings (skipped checkpoints, cleanup failures); default prints "gmod: warning: ..." to stderr.
   std::function<void(const std::string&)> warn;
+  // Who writes: stamped into the manifest; checkpoints of another job are not deleted unverified. "" = this_job_id().
+  std::string job_id;
 };
+
+// This process's identity for checkpoint ownership: "<host>:<pid>:<start time ns>", fixed at the first call.
+const std::string& this_job_id();
 
 class CheckpointWriter {
  public:
@@ -144,14 +155,27 @@ class CheckpointManager {
   // For `--resume auto`: the newest checkpoint whose manifest exists and whose files verify (sizes, and CRC-32
   // when `checksums`). Every newer one that fails is reported through warn (path and reason) and passed over.
   std::optional<CheckpointEntry> find_latest_valid(bool checksums = true) const;
+  // The same walk, also returning every newer one that failed and why (newest first).
+  struct Scan {
+    std::optional<CheckpointEntry> valid;
+    std::vector<std::pair<CheckpointEntry, std::string>> failed;
+  };
+  Scan scan(bool checksums = true) const;
+  // Renames a complete checkpoint directory to <path>.<why> (<path>.<why>.2, ... when taken) and fsyncs the parent,
+  // so that it is kept but never listed, resumed from, pruned or overwritten. Returns the new path.
+  std::string set_aside(const std::string& step_dir, const std::string& why) const;
+  // The job id in step_dir's manifest ("" when missing or unreadable).
+  static std::string writer_job(const std::string& step_dir);
   // "" when step_dir is a valid checkpoint, else what failed.
   static std::string verify(const std::string& step_dir, bool checksums = true);
 
   // Removes leftover *.tmp directories except `keep` (a directory name). Rank 0 only, inside a save.
   void remove_stale_tmp(const std::string& keep = "") const;
   // Deletes complete checkpoints with step <= newest_step beyond the newest keep_last of them (each is first
-  // renamed to *.tmp so that a crash mid-delete leaves nothing that looks complete). Returns the deleted paths.
-  std::vector<std::string> prune(int keep_last, int64_t newest_step) const;
+  // renamed to *.tmp so that a crash mid-delete leaves nothing that looks complete). One that `job_id` did not write
+  // is deleted only when it verifies (CRC-32); a corrupt one is set aside as <dir>.corrupt with a warning. Returns
+  // the deleted paths.
+  std::vector<std::string> prune(int keep_last, int64_t newest_step, const std::string& job_id = this_job_id()) const;
 
  private:
   std::string run_dir_;

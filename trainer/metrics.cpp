@@ -1,6 +1,13 @@
 #include "trainer/metrics.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
 
 #include <cmath>
 #include <cstdlib>
@@ -74,23 +81,110 @@ nlohmann::json memory_stats(const at::Device& device) {
   return j;
 }
 
-MetricsLogger::MetricsLogger(const std::string& run_dir, bool enabled, double peak_flops, int64_t first_step)
+std::string MetricsLogger::repair_torn_tail(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return "";
+    throw std::runtime_error("metrics: cannot open " + path + ": " + std::strerror(errno));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) throw std::runtime_error("metrics: cannot stat " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return "";  // a device or pipe: nothing to repair
+  const off_t size = st.st_size;
+  char last = '\n';
+  if (size == 0 || (::pread(fd, &last, 1, size - 1) == 1 && last == '\n')) return "";
+  // The start of the last line: after the last newline, searched backwards in blocks.
+  off_t start = 0;
+  std::vector<char> buf(1 << 16);
+  for (off_t end = size; end > 0 && start == 0;) {
+    const off_t begin = std::max<off_t>(0, end - off_t(buf.size()));
+    const ssize_t n = ::pread(fd, buf.data(), size_t(end - begin), begin);
+    if (n != ssize_t(end - begin)) throw std::runtime_error("metrics: cannot read " + path + ": " + std::strerror(errno));
+    for (ssize_t i = n - 1; i >= 0; --i)
+      if (buf[size_t(i)] == '\n') {
+        start = begin + i + 1;
+        break;
+      }
+    end = begin;
+  }
+  std::string tail(size_t(size - start), '\0');
+  if (::pread(fd, tail.data(), tail.size(), start) != ssize_t(tail.size()))
+    throw std::runtime_error("metrics: cannot read " + path + ": " + std::strerror(errno));
+  bool complete = false;
+  try {
+    complete = nlohmann::json::parse(tail).is_object();
+  } catch (const std::exception&) {
+  }
+  if (complete) {
+    if (::pwrite(fd, "\n", 1, size) != 1)
+      throw std::runtime_error("metrics: cannot repair " + path + ": " + std::strerror(errno));
+    return "metrics: " + path + ": its last line lacked a newline (an interrupted write); added it";
+  }
+  if (::ftruncate(fd, start) != 0)
+    throw std::runtime_error("metrics: cannot repair " + path + ": " + std::strerror(errno));
+  std::string preview = tail.substr(0, 60);
+  for (char& c : preview)
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  return "metrics: " + path + ": removed a torn last line of " + std::to_string(tail.size()) +
+         " bytes left by an interrupted write ('" + preview + (tail.size() > 60 ? "...'" : "'") + ")";
+}
+
+MetricsLogger::MetricsLogger(const std::string& run_dir, bool enabled, double peak_flops, int64_t first_step,
+                             int max_write_failures)
     : enabled_(enabled), tty_(progress_bar_wanted()), peak_flops_(peak_flops), first_step_(first_step),
-      start_(std::chrono::steady_clock::now()) {
+      max_write_failures_(std::max(1, max_write_failures)), start_(std::chrono::steady_clock::now()) {
   if (!enabled_) return;
   std::filesystem::create_directories(run_dir);
-  const std::string path = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
-  out_.open(path, std::ios::app);
-  if (!out_) throw std::runtime_error("cannot open " + path + " for appending");
+  path_ = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
+  const std::string repaired = repair_torn_tail(path_);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw std::runtime_error("metrics: cannot open " + path_ + " for appending: " + std::strerror(errno));
+  if (!repaired.empty()) print(repaired);
 }
 
 MetricsLogger::~MetricsLogger() {
   if (enabled_) finish();
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsLogger::write(const nlohmann::json& j) {
-  out_ << j.dump() << '\n';
-  out_.flush();
+  const std::string line = (newline_first_ ? "\n" : "") + j.dump() + '\n';
+  struct stat st;
+  const off_t before = ::fstat(fd_, &st) == 0 ? st.st_size : -1;
+  size_t done = 0;
+  int err = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += size_t(n);
+  }
+  if (done == line.size()) {
+    newline_first_ = false;
+    if (failures_in_row_ > 0)
+      print("metrics: writing " + path_ + " works again after " + std::to_string(failures_in_row_) +
+            " failed write(s); those lines are missing");
+    failures_in_row_ = 0;
+    return;
+  }
+  // Undo a partial line; if that fails too, the next line starts on a new line instead of gluing onto it.
+  if (done > 0 && !(before >= 0 && ::ftruncate(fd_, before) == 0)) newline_first_ = true;
+  ++failures_total_;
+  ++failures_in_row_;
+  const std::string why = std::strerror(err);
+  if (failures_in_row_ >= max_write_failures_)
+    throw std::runtime_error("metrics: " + std::to_string(failures_in_row_) + " writes to " + path_ +
+                             " in a row failed (last: " + why + "); stopping rather than training unobserved");
+  if (failures_in_row_ == 1)
+    print("warning: metrics: cannot write " + path_ + ": " + why + "; this line is lost, training goes on (" +
+          std::to_string(max_write_failures_) + " failures in a row stop it)");
 }
 
 nlohmann::json MetricsLogger::log(const StepMetrics& m, const nlohmann::json& memory) {

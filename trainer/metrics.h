@@ -3,6 +3,12 @@
 // object per logged step to <run>/metrics.jsonl and shows progress (a redrawn bar with ETA on a TTY, plain lines
 // otherwise; under mpirun plain lines unless GMOD_PROGRESS=bar).
 //
+// metrics.jsonl is written with one write(2) per line on an O_APPEND descriptor. Every write is checked: a failed or
+// short one is undone (the file truncated back to its last complete line), warned about once, and after
+// `max_write_failures` failures in a row log() throws naming the file and the system's reason. When the logger opens
+// an existing file whose last line is torn (an interrupted write, a crash), it repairs it first and says so: a torn
+// last line that is a complete JSON object only lacks its newline and gets it, anything else is cut off.
+//
 // FLOPs (dense-equivalent, as MFU is usually reported): per trained token 6·N + 12·L·D·T, where N = LLM matmul
 // parameters (decoder layers + LM head; embeddings excluded), L layers, D hidden size, T the step's mean sequence
 // length (PaLM appendix B attention term, non-causal). A MoD model is credited the FLOPs of its dense equivalent, so
@@ -14,7 +20,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <string>
 
@@ -56,7 +61,8 @@ class MetricsLogger {
  public:
   // Rank 0 passes the run directory (appends to <run>/metrics.jsonl); other ranks construct with enabled = false.
   // peak_flops: the whole job's peak FLOP/s (ranks x per-rank peak).
-  MetricsLogger(const std::string& run_dir, bool enabled, double peak_flops, int64_t first_step);
+  MetricsLogger(const std::string& run_dir, bool enabled, double peak_flops, int64_t first_step,
+                int max_write_failures = 5);
   ~MetricsLogger();
 
   // Writes the step's JSON line and updates the progress display. Returns the JSON (also when disabled).
@@ -67,6 +73,11 @@ class MetricsLogger {
   void print(const std::string& msg);
   // Ends the progress line.
   void finish();
+  // Write failures so far (all, and in a row now).
+  int64_t write_failures() const { return failures_total_; }
+
+  // Makes the last line of `path` complete (see above); "" when it was, else what was done (for the log).
+  static std::string repair_torn_tail(const std::string& path);
 
  private:
   void write(const nlohmann::json& j);
@@ -74,8 +85,13 @@ class MetricsLogger {
   bool tty_;
   double peak_flops_;
   int64_t first_step_;
+  int max_write_failures_;
   std::chrono::steady_clock::time_point start_;
-  std::ofstream out_;
+  std::string path_;
+  int fd_ = -1;
+  int failures_in_row_ = 0;
+  int64_t failures_total_ = 0;
+  bool newline_first_ = false;  // a partial line could not be undone
   bool bar_drawn_ = false;
 };
 

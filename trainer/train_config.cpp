@@ -40,6 +40,7 @@ json to_json(const TrainConfig& c) {
        {{"train", c.data.train}, {"image_folder", c.data.image_folder}, {"tokenizer", c.data.tokenizer},
         {"template", c.data.template_name}, {"max_len", c.data.max_len}, {"truncation", c.data.truncation},
         {"workers", c.data.workers}, {"prefetch", c.data.prefetch}, {"max_bad_fraction", c.data.max_bad_fraction},
+        {"preflight_records", c.data.preflight_records}, {"max_image_pixels", c.data.max_image_pixels},
         {"group_by_modality_length", c.data.group_by_modality_length}, {"demo_records", c.data.demo_records}}},
       {"eval",
        {{"data", c.eval.data}, {"image_folder", c.eval.image_folder}, {"every", c.eval.every},
@@ -102,6 +103,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(d, "tokenizer", c.data.tokenizer), get(d, "template", c.data.template_name);
       get(d, "max_len", c.data.max_len), get(d, "truncation", c.data.truncation), get(d, "workers", c.data.workers);
       get(d, "prefetch", c.data.prefetch), get(d, "max_bad_fraction", c.data.max_bad_fraction);
+      get(d, "preflight_records", c.data.preflight_records), get(d, "max_image_pixels", c.data.max_image_pixels);
       get(d, "group_by_modality_length", c.data.group_by_modality_length);
       get(d, "demo_records", c.data.demo_records);
       get(e, "data", c.eval.data), get(e, "image_folder", c.eval.image_folder), get(e, "every", c.eval.every);
@@ -373,6 +375,10 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
   if (c.data.demo_records < 0 || c.data.demo_records > 1000000)
     e.push_back("data.demo_records: " + std::to_string(c.data.demo_records) + ", expected 0 to 1000000");
   if (c.data.max_bad_fraction < 0 || c.data.max_bad_fraction > 1) e.push_back("data.max_bad_fraction: must be in [0, 1]");
+  if (c.data.preflight_records == 0 || c.data.preflight_records < -1)
+    e.push_back("data.preflight_records: " + std::to_string(c.data.preflight_records) + ", expected -1 (all) or >= 1");
+  if (c.data.max_image_pixels < 1)
+    e.push_back("data.max_image_pixels: " + std::to_string(c.data.max_image_pixels) + ", expected >= 1");
   const bool demo_eval = c.data.demo_records > 0 && fs::path(c.eval.data).parent_path() == fs::path(c.data.train).parent_path();
   if (!c.eval.data.empty() && !demo_eval && !fs::exists(c.eval.data)) e.push_back("eval.data: " + c.eval.data + " does not exist");
   if (c.eval.every < 0 || c.eval.max_batches < 0) e.push_back("eval.every / eval.max_batches: must be >= 0");
@@ -440,8 +446,10 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
   if (c.metrics.log_every < 1) e.push_back("metrics.log_every: must be >= 1");
   if (c.metrics.peak_tflops < 0) e.push_back("metrics.peak_tflops: must be >= 0");
   if (c.run_dir.empty()) e.push_back("run_dir: required");
-  if (c.resume != "auto" && c.resume != "none" && !fs::exists(fs::path(c.resume) / "manifest.json"))
-    e.push_back("resume: \"" + c.resume + "\" is neither auto, none nor a checkpoint directory with manifest.json");
+  if (c.resume != "auto" && c.resume != "auto_or_scratch" && c.resume != "none" &&
+      !fs::exists(fs::path(c.resume) / "manifest.json"))
+    e.push_back("resume: \"" + c.resume +
+                "\" is neither auto, auto_or_scratch, none nor a checkpoint directory with manifest.json");
   if (c.max_consecutive_skipped < 1) e.push_back("max_consecutive_skipped: must be >= 1");
   return e;
 }

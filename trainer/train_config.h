@@ -48,7 +48,14 @@ struct DataSection {
   std::string truncation = "turn";  // "turn": keep whole leading rounds that fit; "skip": drop long samples
   int workers = 2;               // loader threads per rank (0 = prepare inside the training thread)
   int prefetch = 4;              // micro-batches prepared ahead per rank
-  double max_bad_fraction = 0.05;  // abort when more of the records seen are unusable
+  // Unusable records (malformed, no answer, too long, bad image, ...) are skipped. The run stops before training when
+  // none of the first `preflight_records` records of the sample order is usable or more than this fraction of them
+  // is not (trainer/data_guard.h, the same verdict for any world size); later, each rank stops once more than this
+  // fraction of the records it has seen (after 200) were unusable.
+  double max_bad_fraction = 0.05;
+  int64_t preflight_records = 256;  // records checked before training (-1: the whole dataset)
+  // Decoded width x height per image, checked from the PNG/JPEG header before decoding (default 8192 x 8192).
+  int64_t max_image_pixels = int64_t(8192) * 8192;
   bool group_by_modality_length = false;  // LLaVA's modality-grouped, length-sorted batches
   // > 0: if `train` does not exist, rank 0 first writes the synthetic demo dataset (data/demo_dataset.h) with
   // this many training records into the folder of `train` (which must then be named train.json/train.jsonl);
@@ -155,7 +162,10 @@ struct TrainConfig {
   // Deterministic algorithms; on CPU, same world size and thread count => bitwise-identical runs and resumes.
   bool deterministic = false;
   std::string run_dir = "runs/default";  // metrics.jsonl, config.json, checkpoints/
-  std::string resume = "auto";   // "auto" (newest valid checkpoint of run_dir, if any), "none", or a step directory
+  // "auto": the newest valid checkpoint of run_dir, or from scratch when there is none; when checkpoints exist but
+  // none verifies it refuses to start (they are kept). "auto_or_scratch": the same, but then starts from scratch
+  // (the corrupt ones are kept as step-<N>.corrupt). "none": from scratch. Or a step directory.
+  std::string resume = "auto";
   // Resume even when seed, data.train (path or record count), grouping, template, max_len, micro/global batch or
   // the model's files differ from the checkpoint's (the sample order then no longer continues exactly).
   bool resume_allow_changes = false;

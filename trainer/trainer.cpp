@@ -19,6 +19,7 @@
 #include "mod/conversion.h"
 #include "parallel/sharded_adamw.h"
 #include "trainer/checkpoint.h"
+#include "trainer/data_guard.h"
 #include "trainer/model_setup.h"
 
 namespace gmod {
@@ -70,6 +71,9 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
   }
   at::manual_seed(rank_seed(cfg_.seed, 0, rank_));
 
+  // Before anything is written to run_dir: its lock (a second job stops here) and the checkpoint to resume from.
+  if (rank_ == 0) run_lock_ = std::make_unique<RunDirLock>(cfg_.run_dir);
+  choose_resume();
   if (rank_ == 0) {
     fs::create_directories(cfg_.run_dir);
     std::ofstream(fs::path(cfg_.run_dir) / "config.json") << to_json(cfg_).dump(2) << "\n";
@@ -165,21 +169,20 @@ std::vector<double> Trainer::run_arank() {
       const int mb = cfg_.batch.micro_batch;
       DataLoader loader(*train_set_, LoaderConfig{mb, 0, 1, SamplerConfig{cfg_.seed, mb, false, 0}, 0, 1, -1, 1.0,
                                                   200, true});
+      // At most one pass over the data (no sample measured twice); none usable is a named error.
       int64_t n = 0, seen = 0;
-      while (n < cfg_.mod.arank_samples) {
+      while (n < cfg_.mod.arank_samples && seen < int64_t(train_set_->size())) {
         Batch b = loader.next();
         seen += b.size() + int64_t(b.skipped.size());
         n += b.size();
-        if (b.empty()) {
-          if (seen >= int64_t(train_set_->size()))
-            throw std::runtime_error("arank: " + cfg_.data.train + ": no usable sample among " +
-                                     std::to_string(seen) + " records");
-          continue;
-        }
+        if (b.empty()) continue;
         ModelInputs in = to_model_inputs(b, device_);
         if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
         batches.push_back(in);
       }
+      if (n == 0)
+        throw std::runtime_error("arank: " + cfg_.data.train + ": no usable sample among " + std::to_string(seen) +
+                                 " records");
     }
     ARankOptions o;
     o.max_samples = cfg_.mod.arank_samples;
@@ -307,6 +310,7 @@ void Trainer::setup_data() {
   dc.conversation.image_seq_length = model_->config.vision ? model_->config.image_seq_length() : 0;
   dc.sample.max_len = cfg_.data.max_len;
   dc.sample.truncation = parse_truncation_mode(cfg_.data.truncation);
+  dc.max_image_pixels = cfg_.data.max_image_pixels;
   const fs::path pre = fs::path(preprocessor_source(cfg_.model)) / "preprocessor_config.json";
   if (!preprocessor_source(cfg_.model).empty() && fs::exists(pre)) {
     dc.image = load_preprocess_config(pre.string());
@@ -321,6 +325,18 @@ void Trainer::setup_data() {
                       : !cfg_.data.image_folder.empty() ? cfg_.data.image_folder
                                                         : fs::path(cfg_.eval.data).parent_path().string();
     eval_set_ = std::make_unique<Dataset>(ec, tokenizer_);
+  }
+  // The data guard (trainer/data_guard.h): unusable data stops the run here, before ARank and the first step.
+  const auto print_fn = [this](const std::string& m) { print(m); };
+  const DataGuardOptions guard{"data.train", cfg_.data.preflight_records, cfg_.data.max_bad_fraction, cfg_.data.workers,
+                               "training order"};
+  guard_dataset(*train_set_, SamplerConfig{cfg_.seed, global_batch_, cfg_.data.group_by_modality_length, 0}, guard,
+                *comm_, print_fn);
+  if (eval_set_) {
+    DataGuardOptions eg = guard;
+    eg.key = "eval.data";
+    eg.order_name = "evaluation order";
+    guard_dataset(*eval_set_, SamplerConfig{cfg_.seed, 1, false, 0}, eg, *comm_, print_fn);
   }
 }
 

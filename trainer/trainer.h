@@ -12,8 +12,12 @@
 // i.e. every supervised token of the global batch weighs the same (not every micro-batch). The logged lm_loss is the
 // same quantity computed from all-reduced sums.
 //
+// Run dir: rank 0 holds an exclusive lock on <run_dir>/.lock (trainer/run_lock.h) from before anything is written
+// until the trainer is destroyed, so a second job on the same run_dir stops at once, naming the holder.
+//
 // Resume: `resume = auto` takes the newest checkpoint of run_dir whose manifest and CRCs verify (newer broken ones are
-// reported and passed over). At another world size (or ZeRO stage) the optimizer state is resharded exactly
+// reported and set aside as step-<N>.corrupt; checkpoints that exist but are all broken stop the run unless
+// `resume = auto_or_scratch`). At another world size (or ZeRO stage) the optimizer state is resharded exactly
 // (reshard_state), the data stream continues from the saved DataPosition (a permutation prefix, independent of the
 // world size; the global batch must stay a multiple of world x micro_batch), and the ranks' generators are reseeded
 // from (seed, step, rank) since old and new ranks do not correspond; at the same world size each rank's CPU generator
@@ -32,6 +36,7 @@
 #include "parallel/data_parallel.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
+#include "trainer/run_lock.h"
 #include "trainer/train_config.h"
 
 namespace gmod {
@@ -71,7 +76,11 @@ class Trainer {
   void freeze_and_count();         // requires_grad, trainable list, FLOP model
   void setup_optimizer();
   void setup_data();
-  void resume_if_requested();
+  bool resume_is_auto() const { return cfg_.resume == "auto" || cfg_.resume == "auto_or_scratch"; }
+  // Before any work (collective): verifies the checkpoint to resume from and sets resume_dir_ ("" = from scratch);
+  // `auto` with checkpoints but none valid throws; newer invalid ones are set aside as step-<N>.corrupt.
+  void choose_resume();
+  void resume_if_requested();  // loads resume_dir_ (after model, data and optimizer exist)
   // Throws (or warns with resume_allow_changes) when seed, data, batch or model parts differ from the checkpoint's.
   void check_resume_compatible(const std::string& dir, const nlohmann::json& saved_cfg,
                                const nlohmann::json& saved_state) const;
@@ -96,6 +105,8 @@ class Trainer {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<Dataset> train_set_, eval_set_;
   std::unique_ptr<DataLoader> loader_;
+  std::unique_ptr<RunDirLock> run_lock_;  // rank 0: held for the trainer's lifetime
+  std::string resume_dir_;
   DataPosition start_position_;
   nlohmann::json saved_schedule_;  // LR schedule state from the checkpoint (null when starting fresh)
   std::unique_ptr<MetricsLogger> logger_;

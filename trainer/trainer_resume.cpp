@@ -1,6 +1,6 @@
-// Trainer::resume_if_requested and its guard: which checkpoint to continue from, whether it belongs to this run's
-// setup, and loading model, optimizer (resharded to this world size and stage), generators, data position and LR
-// schedule from it.
+// Trainer::choose_resume, resume_if_requested and its guard: which checkpoint to continue from (decided before any
+// work; corrupt ones are kept, never started over), whether it belongs to this run's setup, and loading model,
+// optimizer (resharded to this world size and stage), generators, data position and LR schedule from it.
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
@@ -47,28 +47,52 @@ void Trainer::check_resume_compatible(const std::string& dir, const json& saved_
   print("warning: " + msg + "\n(resume_allow_changes=true: resuming anyway)");
 }
 
-void Trainer::resume_if_requested() {
+void Trainer::choose_resume() {
+  resume_dir_.clear();
   if (cfg_.resume == "none") return;
-  std::string dir = cfg_.resume;
-  if (cfg_.resume == "auto") {
-    // Rank 0 verifies (CRCs) and decides; the others follow, so every rank loads the same step.
-    int64_t found = -1;
+  if (!resume_is_auto()) {
     if (rank_ == 0) {
-      CheckpointManager mgr(cfg_.run_dir, [this](const std::string& w) { print("warning: " + w); });
-      if (auto e = mgr.find_latest_valid()) found = e->step;
+      const std::string why = CheckpointManager::verify(cfg_.resume);
+      if (!why.empty()) throw std::runtime_error("resume: checkpoint " + cfg_.resume + " is not valid: " + why);
     }
-    at::Tensor t = at::full({1}, double(found), at::TensorOptions().dtype(at::kDouble).device(device_));
-    comm_->broadcast(t, 0);
-    found = int64_t(t.item<double>());
-    if (found < 0) {
-      print("resume: no valid checkpoint in " + cfg_.run_dir + "/checkpoints, starting from scratch");
-      return;
-    }
-    dir = (fs::path(CheckpointManager(cfg_.run_dir).checkpoints_dir()) / CheckpointManager::step_dir_name(found)).string();
-  } else if (rank_ == 0) {
-    const std::string why = CheckpointManager::verify(dir);
-    if (!why.empty()) throw std::runtime_error("resume: checkpoint " + dir + " is not valid: " + why);
+    resume_dir_ = cfg_.resume;
+    return;
   }
+  // Rank 0 verifies (CRCs) and decides; the others follow, so every rank loads the same step. A refusal throws on
+  // rank 0 only, which ends the job (the others wait in the broadcast).
+  int64_t found = -1;
+  if (rank_ == 0) {
+    CheckpointManager mgr(cfg_.run_dir, [this](const std::string& w) { print("warning: " + w); });
+    const CheckpointManager::Scan scan = mgr.scan();
+    if (!scan.valid && !scan.failed.empty() && cfg_.resume == "auto") {
+      std::string msg = "resume: auto: " + mgr.checkpoints_dir() + " has " + std::to_string(scan.failed.size()) +
+                        " checkpoint(s) and none is valid:";
+      for (const auto& [e, why] : scan.failed) msg += "\n  " + e.path + ": " + why;
+      throw std::runtime_error(msg + "\nrefusing to start from scratch (that would train over them); repair or move "
+                               "them, resume from one explicitly (resume=<step dir>), or set "
+                               "resume=auto_or_scratch to start from scratch and keep them as step-<N>.corrupt");
+    }
+    // Newer than the one resumed from (or all, from scratch): kept under another name, out of the way of this
+    // run's saves and retention.
+    for (const auto& [e, why] : scan.failed)
+      print("resume: " + e.path + " is not valid (" + why + "); kept as " + mgr.set_aside(e.path, "corrupt"));
+    if (scan.valid) found = scan.valid->step;
+  }
+  at::Tensor t = at::full({1}, double(found), at::TensorOptions().dtype(at::kDouble).device(device_));
+  comm_->broadcast(t, 0);
+  found = int64_t(t.item<double>());
+  if (found >= 0)
+    resume_dir_ =
+        (fs::path(CheckpointManager(cfg_.run_dir).checkpoints_dir()) / CheckpointManager::step_dir_name(found)).string();
+}
+
+void Trainer::resume_if_requested() {
+  if (resume_dir_.empty()) {
+    if (resume_is_auto())
+      print("resume: no valid checkpoint in " + cfg_.run_dir + "/checkpoints, starting from scratch");
+    return;
+  }
+  const std::string dir = resume_dir_;
   CheckpointReader reader(dir);
   const int saved_world = reader.world_size();
   const json& saved_cfg = reader.config();
@@ -154,7 +178,7 @@ void Trainer::resume_if_requested() {
                              std::to_string(world_ * cfg_.batch.micro_batch) + "; choose a compatible world size");
   // The schedule's horizon is only known once the loader exists; the constructor restores it from this.
   saved_schedule_ = ts.at("lr_schedule");
-  if (cfg_.resume == "auto") {  // the checkpoint belongs to this run: no need to save the same step again
+  if (resume_is_auto()) {  // the checkpoint belongs to this run: no need to save the same step again
     last_saved_step_ = step_;
     last_checkpoint_ = dir;
   }

@@ -277,3 +277,78 @@ TEST(Image, WritePngRoundTrip) {
   EXPECT_THROW(gmod::write_png((d / "bad.png").string(), bad), std::runtime_error);
   remove_tree(d);
 }
+
+namespace {
+
+uint32_t crc32_of(const char* p, size_t n) {  // PNG's CRC-32 (ISO 3309), bitwise
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    c ^= uint8_t(p[i]);
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+void put_be32(std::vector<char>& b, size_t at, uint32_t v) {
+  for (int k = 0; k < 4; ++k) b[at + size_t(k)] = char((v >> (24 - 8 * k)) & 0xFF);
+}
+
+std::string decode_error(const fs::path& p, int64_t max_pixels) {
+  try {
+    gmod::decode_image_file(p.string(), max_pixels);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// A small file whose header claims a huge image (the 20000 x 20000 PNG) is refused from the header, before
+// a pixel buffer is allocated; the limit is exact at the fixture's own size; a file too large for any image within
+// the limit is refused from its size.
+TEST(Image, PixelLimitIsCheckedFromTheHeaderBeforeDecoding) {
+  const fs::path d = temp_dir();
+  auto png = read_bytes(fixture_dir() / "big.png");  // 100 x 60; IHDR data at bytes 16..28, its CRC at 29..32
+  ASSERT_EQ(std::string(png.data() + 12, 4), "IHDR");
+  put_be32(png, 16, 20000);
+  put_be32(png, 20, 20000);
+  put_be32(png, 29, crc32_of(png.data() + 12, 17));
+  write_bytes(d / "huge.png", png);
+  std::string e = decode_error(d / "huge.png", gmod::kDefaultMaxImagePixels);
+  EXPECT_NE(e.find("huge.png"), std::string::npos) << e;
+  EXPECT_NE(e.find("20000x20000 = 400000000 pixels, more than the decoded-pixel limit of 67108864"),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("refused before decoding"), std::string::npos) << e;
+  // The header alone is readable without a limit, and probe_image_file applies the limit too.
+  const gmod::ImageInfo info = gmod::probe_image_memory(reinterpret_cast<const uint8_t*>(png.data()), png.size(), "x");
+  EXPECT_EQ(info.width, 20000);
+  EXPECT_EQ(info.height, 20000);
+  EXPECT_EQ(info.format, "png");
+  EXPECT_THROW(gmod::probe_image_file((d / "huge.png").string()), std::runtime_error);
+
+  // JPEG: land.jpg's baseline frame header (FF C0 at byte 158: length, precision, height, width) says 30000 x 30000.
+  auto jpg = read_bytes(fixture_dir() / "land.jpg");
+  ASSERT_EQ(uint8_t(jpg[158]), 0xFF);
+  ASSERT_EQ(uint8_t(jpg[159]), 0xC0);
+  for (size_t at : {size_t(163), size_t(165)}) jpg[at] = char(30000 >> 8), jpg[at + 1] = char(30000 & 0xFF);
+  write_bytes(d / "huge.jpg", jpg);
+  e = decode_error(d / "huge.jpg", gmod::kDefaultMaxImagePixels);
+  EXPECT_NE(e.find("30000x30000 = 900000000 pixels"), std::string::npos) << e;
+
+  // The limit is inclusive: 100 x 60 = 6000 pixels decode with max 6000, not with 5999.
+  const fs::path ok = fixture_dir() / "big.png";
+  EXPECT_EQ(gmod::decode_image_file(ok.string(), 6000).width, 100);
+  EXPECT_NE(decode_error(ok, 5999).find("100x60 = 6000 pixels, more than the decoded-pixel limit of 5999"),
+            std::string::npos);
+  EXPECT_EQ(gmod::probe_image_file(ok.string(), 6000).height, 60);
+
+  // 8 bytes a pixel + 64 MiB is the most any image within the limit takes on disk; a (sparse) file above it is
+  // refused from its size, unread.
+  const fs::path big = d / "huge_file.png";
+  write_bytes(big, std::vector<char>(png.begin(), png.begin() + 8));
+  fs::resize_file(big, (uint64_t(64) << 20) + 8 * 1000 + 1);
+  e = decode_error(big, 1000);
+  EXPECT_NE(e.find("larger than any image within the decoded-pixel limit of 1000"), std::string::npos) << e;
+  remove_tree(d);
+}

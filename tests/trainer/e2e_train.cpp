@@ -82,6 +82,22 @@ int gmod_train(int np, const std::string& config, const std::vector<std::string>
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
 }
 
+// Starts `gmod train --config cfg` in the background, output appended to `log`; its pid, or -1.
+pid_t spawn_train(const std::string& cfg, const std::string& log) {
+  std::vector<std::string> args{GMOD_BIN, "train", "--threads", "1", "--config", cfg};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, GMOD_BIN, &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
+}
+
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -249,17 +265,8 @@ TEST(TrainE2E, SigtermSavesAndExitsZero) {
   const std::string run = t.str("sig");
   const std::string cfg = write_config(run, {{"schedule", {{"max_steps", 100000}}}, {"deterministic", false}});
   const std::string log = cfg + ".log";
-  std::vector<std::string> args{GMOD_BIN, "train", "--threads", "1", "--config", cfg};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, GMOD_BIN, &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t pid = spawn_train(cfg, log);
+  ASSERT_GT(pid, 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (step_metrics(run).size() < 3 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -308,6 +315,9 @@ TEST(TrainE2E, CorruptNewestCheckpointIsPassedOver) {
   EXPECT_EQ(after[3]["loss"].dump(), first.at(3)["loss"].dump());
   EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 4)), "");
   EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 3)), "");  // re-saved
+  // The corrupt one is kept, out of the way, never deleted.
+  EXPECT_TRUE(std::filesystem::exists(ckpt(run, 3) + ".corrupt/model.h5")) << log;
+  EXPECT_NE(log.find("kept as " + ckpt(run, 3) + ".corrupt"), std::string::npos) << log;
 }
 
 // Converted layers leave parameter names unchanged, so resuming with another conversion must be refused, not loaded.
@@ -446,4 +456,150 @@ TEST(TrainE2E, ActivationCheckpointingTwoRanks) {
         EXPECT_EQ(mref.at(k)[f].dump(), m.at(k)[f].dump()) << "step " << k << " " << f;
     expect_same_model(ckpt(ref, 3), ckpt(run, 3));
   }
+}
+
+namespace {
+
+// A dataset file of `n` copies of `record` (a JSON object with "%d" where the index goes), next to the demo images.
+std::string write_records(const TempDir& t, const std::string& name, int n, const std::string& record) {
+  const std::string path = t.str(name);
+  std::ofstream f(path);
+  f << "[\n";
+  for (int i = 0; i < n; ++i) {
+    std::string r = record;
+    r.replace(r.find("%d"), 2, std::to_string(i));
+    f << r << (i + 1 < n ? ",\n" : "\n");
+  }
+  f << "]\n";
+  return path;
+}
+
+const char* kMissingImageRecord =
+    R"({"id": "m%d", "image": "images/missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat?"}, {"from": "gpt", "value": "A shape."}]})";
+const char* kTextRecord =
+    R"({"id": "t%d", "conversations": [{"from": "human", "value": "What is 2+2?"}, {"from": "gpt", "value": "4"}]})";
+
+}  // namespace
+
+// Unusable data stops the run before training (no checkpoint, no metrics), with the counts per kind, the same way
+// on 1 and 2 ranks: every record unusable, and a usable share below data.max_bad_fraction.
+TEST(TrainE2E, UnusableDataStopsBeforeTraining) {
+  TempDir t;
+  const std::string all_bad = write_records(t, "all_bad.json", 40, kMissingImageRecord);
+  {
+    const std::string run = t.str("all_bad_run");
+    const std::string cfg = write_config(run, {{"data", {{"train", all_bad}, {"image_folder", env().data}}}});
+    EXPECT_NE(gmod_train(0, cfg), 0);
+    const std::string log = slurp(cfg + ".log");
+    EXPECT_NE(log.find("data.train: " + all_bad + ": 40 of the first 40 of 40 records in training order are unusable "
+                       "(100.0%; image: 40); none is usable, training would learn nothing"),
+              std::string::npos) << log;
+    EXPECT_NE(log.find("[image] " + all_bad + ": record "), std::string::npos) << log;
+    EXPECT_FALSE(std::filesystem::exists(run + "/checkpoints"));
+    EXPECT_FALSE(std::filesystem::exists(run + "/metrics.jsonl"));
+    EXPECT_EQ(log.find("arank per layer"), std::string::npos) << "stopped before ARank: " << log;
+  }
+  // 36 good demo records + 4 bad = 10% > 5%, on 1 and 2 ranks; with max_bad_fraction = 0.2 it trains.
+  std::ifstream in(env().data + "/train.json");
+  json recs = json::parse(in);
+  recs.erase(recs.begin() + 36, recs.end());
+  for (int i = 0; i < 4; ++i) recs.push_back(json::parse(R"({"id": "bad", "conversations": [{"from": "human", "value": "Q"}]})"));
+  const std::string some_bad = t.str("some_bad.json");
+  std::ofstream(some_bad) << recs.dump(1);
+  for (int np : {0, 2}) {
+    const std::string run = t.str("some_bad_run" + std::to_string(np));
+    const std::string cfg = write_config(run, {{"data", {{"train", some_bad}, {"image_folder", env().data}}}});
+    EXPECT_NE(gmod_train(np, cfg), 0);
+    const std::string log = slurp(cfg + ".log");
+    EXPECT_NE(log.find("4 of the first 40 of 40 records in training order are unusable (10.0%; no_answer: 4), more "
+                       "than data.max_bad_fraction = 0.05"),
+              std::string::npos) << "np " << np << ": " << log;
+    EXPECT_FALSE(std::filesystem::exists(run + "/checkpoints"));
+  }
+  const std::string run = t.str("some_bad_ok");
+  const std::string cfg = write_config(run, {{"data", {{"train", some_bad}, {"image_folder", env().data},
+                                                       {"max_bad_fraction", 0.2}}}});
+  EXPECT_EQ(gmod_train(0, cfg, {"schedule.max_steps=1"}), 0) << slurp(cfg + ".log");
+  EXPECT_NE(slurp(cfg + ".log").find("40 records in training order checked: 36 usable, 4 not (no_answer: 4)"),
+            std::string::npos) << slurp(cfg + ".log");
+}
+
+// γ-MoD's ARank protocol measures image samples: a text-only dataset stops with a named error, not a hang.
+TEST(TrainE2E, ArankWithoutImageSamplesIsANamedError) {
+  TempDir t;
+  const std::string text = write_records(t, "text.json", 40, kTextRecord);
+  const std::string run = t.str("run");
+  const std::string cfg = write_config(run, {{"data", {{"train", text}}}});
+  EXPECT_NE(gmod_train(0, cfg, {"mod.rule=keep_top:2"}), 0);  // a rule that needs ARank
+  const std::string log = slurp(cfg + ".log");
+  EXPECT_NE(log.find(text + ": no sample usable for ARank among 40 records (40 text-only, 0 bad"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("ARank needs image samples"), std::string::npos) << log;
+}
+
+// A second job on a run dir in use fails at once naming the first (its pid); the first is not disturbed.
+TEST(TrainE2E, SecondJobOnSameRunDirFailsAtOnce) {
+  TempDir t;
+  const std::string run = t.str("run");
+  const std::string cfg = write_config(run, {{"schedule", {{"max_steps", 100000}}}, {"deterministic", false}});
+  const std::string log = cfg + ".first.log";
+  const pid_t pid = spawn_train(cfg, log);
+  ASSERT_GT(pid, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (step_metrics(run).empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE(step_metrics(run).empty()) << slurp(log);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_NE(gmod_train(0, cfg, {"schedule.max_steps=100000", "deterministic=false"}), 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string second = slurp(cfg + ".log");
+  EXPECT_NE(second.find("run_dir " + run + " is in use by another job (pid " + std::to_string(pid) + " on host "),
+            std::string::npos) << second;
+  EXPECT_LT(took, 30.0) << "the second job must fail before loading anything";
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << slurp(log);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << slurp(log);
+  const int64_t last = step_metrics(run).rbegin()->first;
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, last)), "") << slurp(log);
+}
+
+// `resume: auto` with checkpoints that all fail verification refuses to start and touches nothing;
+// `auto_or_scratch` starts from scratch and keeps them as step-N.corrupt. A torn metrics line (a crash mid-write)
+// is repaired when the run starts again.
+TEST(TrainE2E, AllCorruptCheckpointsAreNeverTrainedOver) {
+  TempDir t;
+  const std::string run = t.str("run");
+  const std::string cfg = write_config(run, {{"checkpoint", {{"every", 1}, {"keep_last", 2}}}});
+  ASSERT_EQ(gmod_train(0, cfg, {"schedule.exit_at_step=2"}), 0) << slurp(cfg + ".log");
+  for (int64_t s : {1, 2}) {
+    const std::string m = ckpt(run, s) + "/model.h5";
+    std::fstream f(m, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(std::filesystem::file_size(m) / 2));
+    f.put('\x5a');
+  }
+  const std::string before = slurp(ckpt(run, 2) + "/model.h5");
+  EXPECT_NE(gmod_train(0, cfg, {"schedule.exit_at_step=3"}), 0);
+  std::string log = slurp(cfg + ".log");
+  EXPECT_NE(log.find("resume: auto: " + run + "/checkpoints has 2 checkpoint(s) and none is valid:\n  " + ckpt(run, 2) +
+                     ": model.h5 CRC-32"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("set resume=auto_or_scratch"), std::string::npos) << log;
+  EXPECT_EQ(slurp(ckpt(run, 2) + "/model.h5"), before);  // untouched
+  EXPECT_EQ(step_metrics(run).size(), 2u);               // nothing trained
+
+  std::ofstream(run + "/metrics.jsonl", std::ios::app) << "{\"step\": 3, \"loss\": 1.2";  // torn
+  ASSERT_EQ(gmod_train(0, cfg, {"schedule.exit_at_step=3", "resume=auto_or_scratch"}), 0) << slurp(cfg + ".log");
+  log = slurp(cfg + ".log");
+  EXPECT_NE(log.find("removed a torn last line of 23 bytes"), std::string::npos) << log;
+  EXPECT_NE(log.find("resume: no valid checkpoint in " + run + "/checkpoints, starting from scratch"), std::string::npos);
+  std::vector<int64_t> order;
+  step_metrics(run, &order);  // every line parses
+  EXPECT_EQ(order, (std::vector<int64_t>{1, 2, 1, 2, 3}));
+  for (int64_t s : {1, 2}) EXPECT_TRUE(std::filesystem::exists(ckpt(run, s) + ".corrupt/model.h5")) << s;
+  EXPECT_EQ(slurp(ckpt(run, 2) + ".corrupt/model.h5"), before);
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 3)), "");
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 2)), "");  // the new run's own
+  EXPECT_FALSE(std::filesystem::exists(ckpt(run, 1)));            // the new run's own, pruned (keep_last 2)
 }
