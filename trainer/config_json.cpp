@@ -109,15 +109,16 @@ std::string num(double v) {
 // bits here, so 4294967297 is out of range instead of wrapping to 1), an unsigned one a uint64_t, a float a
 // double that must be finite (nan/inf would switch clipping or the bad-data guard off, or freeze the
 // weights).
-void check_number(const json& d, const json& v, const std::string& key, std::vector<std::string>& errs) {
+void check_number(const json& d, const json& v, const std::string& key, bool int64, std::vector<std::string>& errs) {
   if (d.is_number_float() && v.is_number() && !std::isfinite(v.get<double>())) {
     errs.push_back(key + ": " + num(v.get<double>()) + " is not a finite number");
   } else if (d.is_number_integer() && !d.is_number_unsigned() && v.is_number_integer()) {
-    const bool too_big = v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT_MAX)
-                                                : v.get<int64_t>() > INT_MAX || v.get<int64_t>() < INT_MIN;
+    const uint64_t max = int64 ? uint64_t(INT64_MAX) : uint64_t(INT_MAX);
+    const bool too_big = v.is_number_unsigned() ? v.get<uint64_t>() > max
+                                                : !int64 && (v.get<int64_t>() > INT_MAX || v.get<int64_t>() < INT_MIN);
     if (too_big)
-      errs.push_back(key + ": " + v.dump() + " is out of range (a 32-bit integer, at most " +
-                     std::to_string(INT_MAX) + ")");
+      errs.push_back(key + ": " + v.dump() + " is out of range (a " + (int64 ? "64" : "32") +
+                     "-bit integer, at most " + std::to_string(max) + ")");
   }
 }
 
@@ -125,7 +126,7 @@ void check_number(const json& d, const json& v, const std::string& key, std::vec
 // arrays); a value found bad is put back to its default (so that the rest can still be converted and
 // validated).
 void check_ranges(const json& d, json& v, const std::string& path, const std::set<std::string>& overridden,
-                  std::vector<std::string>& errs) {
+                  const std::set<std::string>& int64_keys, std::vector<std::string>& errs) {
   for (auto it = v.begin(); it != v.end(); ++it) {
     if (!d.contains(it.key())) continue;
     const std::string key = path.empty() ? it.key() : path + "." + it.key();
@@ -133,13 +134,13 @@ void check_ranges(const json& d, json& v, const std::string& path, const std::se
     json& vv = it.value();
     const size_t before = errs.size();
     if (dv.is_object() && vv.is_object()) {
-      check_ranges(dv, vv, key, overridden, errs);
+      check_ranges(dv, vv, key, overridden, int64_keys, errs);
     } else if (vv.is_array()) {
       // Arrays of numbers (mod.config.mod_layers_idx): elements are ints.
       for (size_t i = 0; i < vv.size(); ++i)
-        if (vv[i].is_number()) check_number(json(int(0)), vv[i], key + "[" + std::to_string(i) + "]", errs);
+        if (vv[i].is_number()) check_number(json(int(0)), vv[i], key + "[" + std::to_string(i) + "]", false, errs);
     } else if (vv.is_number()) {
-      check_number(dv, vv, key, errs);
+      check_number(dv, vv, key, int64_keys.count(key) > 0, errs);
     }
     if (errs.size() > before && !dv.is_object()) vv = dv;
     if (overridden.count(key))

@@ -42,11 +42,12 @@ void merge_checked(nlohmann::json& dflt, const nlohmann::json& user, const std::
 void apply_override(nlohmann::json& cfg, const std::string& ov, std::vector<std::string>& errs,
                     std::set<std::string>& keys);
 
-// Every number of the merged tree `v` against the schema `d`: ints must fit 32 bits (4294967297 is an error,
-// not 1), floats must be finite, numbers in arrays are ints. A bad value is put back to its default; messages
-// of keys in `overridden` end with " (from --set)".
+// Every number of the merged tree `v` against the schema `d`: ints must fit 32 bits (4294967297 is an error, not 1)
+// unless their key is in `int64_keys` (int64_t fields), floats must be finite, numbers in arrays are ints. A bad
+// value is put back to its default; messages of keys in `overridden` end with " (from --set)".
 void check_ranges(const nlohmann::json& d, nlohmann::json& v, const std::string& path,
-                  const std::set<std::string>& overridden, std::vector<std::string>& errs);
+                  const std::set<std::string>& overridden, const std::set<std::string>& int64_keys,
+                  std::vector<std::string>& errs);
 
 // The key a reading problem is about: "--set a.b=v: ..." / "a.b[1]: ..." / "a.b: ..." -> "a.b".
 std::string problem_key(std::string message);

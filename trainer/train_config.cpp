@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 #include <stdexcept>
+#include <type_traits>
 
 namespace gmod {
 namespace {
@@ -20,9 +21,18 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace config_json;
 
+// The int64_t fields; every other signed integer field is an int (check_ranges holds them to 32 bits).
+const std::set<std::string> kInt64Keys = {"data.preflight_records", "data.max_image_pixels"};
+
 template <typename T>
 void get(const json& j, const char* key, T& out) {
   out = j.at(key).get<T>();
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {  // never a silent wrap (a missing kInt64Keys entry)
+    const json& v = j.at(key);
+    if (v.is_number_unsigned() ? uint64_t(out) != v.get<uint64_t>() || (std::is_signed_v<T> && out < 0)
+                               : int64_t(out) != v.get<int64_t>())
+      throw std::invalid_argument(std::string(key) + ": " + v.dump() + " does not fit its field");
+  }
 }
 
 }  // namespace
@@ -86,7 +96,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
   merge_checked(j, user, "", errs);
   std::set<std::string> overridden;
   for (const auto& ov : overrides) apply_override(j, ov, errs, overridden);
-  check_ranges(to_json(TrainConfig{}), j, "", overridden, errs);
+  check_ranges(to_json(TrainConfig{}), j, "", overridden, kInt64Keys, errs);
 
   TrainConfig c;
   if (errs.empty() || problems) {  // bad values are at their defaults by now

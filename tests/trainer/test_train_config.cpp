@@ -230,6 +230,15 @@ TEST(TrainConfig, IntegersBeyond32BitsAreNamedErrorsNotWrapped) {
   EXPECT_TRUE(
       has(error_of([] { gmod::train_config_from_json(json::object(), {"seed=99999999999999999999"}); }),
           "--set seed=99999999999999999999: cannot parse as integer (out of range of a 64-bit integer)"));
+  // int64_t fields take 64 bits.
+  const TrainConfig big = gmod::train_config_from_json(json{{"data", {{"max_image_pixels", 5000000000ll}}}},
+                                                       {"data.preflight_records=4294967296"});
+  EXPECT_EQ(big.data.max_image_pixels, 5000000000ll);
+  EXPECT_EQ(big.data.preflight_records, 4294967296ll);
+  EXPECT_TRUE(has(error_of([] {
+                    gmod::train_config_from_json(json{{"data", {{"max_image_pixels", 9223372036854775808ull}}}});
+                  }),
+                  "data.max_image_pixels: 9223372036854775808 is out of range (a 64-bit integer"));
   // uint64 fields take the full range.
   EXPECT_EQ(gmod::train_config_from_json(json::object(), {"seed=18446744073709551615"}).seed,
             18446744073709551615ull);
