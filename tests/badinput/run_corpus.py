@@ -19,7 +19,7 @@ and write(relpath, text_or_bytes) -> absolute path (a file under tmp, parent dir
     rc       int, optional: the exact exit code (default: any code from 1 to 127)
     timeout  seconds, optional (default 60): running longer is a failure (a hang), the process group is killed
 
-Usage: run_corpus.py --gmod build/bin/gmod [--root .] [--filter REGEX] [--jobs N] [--keep]
+Usage: run_corpus.py --gmod build/bin/gmod [--root .] [--filter REGEX] [--jobs N] [--keep] [--list]
 Prints one line per case (PASS/FAIL, name, rc, elapsed) and a summary; exits 1 if any case failed.
 """
 import argparse
@@ -122,6 +122,7 @@ def main():
     ap.add_argument("--filter", default="", help="run only cases whose name matches this regex")
     ap.add_argument("--jobs", type=int, default=2, help="cases run at once")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (its path is printed)")
+    ap.add_argument("--list", action="store_true", help="print the case names (per module) and exit")
     args = ap.parse_args()
     gmod = os.path.abspath(args.gmod)
     root = os.path.abspath(args.root)
@@ -150,7 +151,14 @@ def main():
                 raise ValueError(f"{fname}: duplicate case name {case['name']!r}")
             names.add(case["name"])
             cases.append(case)
+            case["module"] = fname
     selected = [c for c in cases if re.search(args.filter, c["name"])]
+    if args.list:
+        for c in selected:
+            print(f"{c['module']}: {c['name']}")
+        print(f"{len(selected)} case(s)")
+        shutil.rmtree(base, ignore_errors=True)
+        return
     print(f"bad-input corpus: {len(selected)} case(s) from {len(modules)} module(s), "
           f"set up in {time.monotonic() - t_start:.1f} s", flush=True)
 
