@@ -39,8 +39,8 @@ int run_forward(const ForwardOptions& o) {
   const std::string& dir = o.model;
 
   const auto ref_path = (std::filesystem::path(dir) / "reference.safetensors").string();
-  if (!std::filesystem::exists(
-          ref_path)) {  // the random batch: its length must fit the model (config.json only)
+  // The random batch (no reference.safetensors): its length must fit the model (config.json only, before loading).
+  if (!std::filesystem::exists(ref_path)) {
     const int positions = load_model_config(dir).text.max_position_embeddings;
     if (o.seq > positions)
       throw UsageError("--seq " + std::to_string(o.seq) + " is beyond the model's max_position_embeddings (" +
