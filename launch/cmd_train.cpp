@@ -10,6 +10,7 @@
 
 #include "launch/args.h"
 #include "parallel/runtime.h"
+#include "parallel/watchdog.h"
 #include "trainer/trainer.h"
 #ifdef GMOD_WITH_CUDA
 #include <nccl.h>
@@ -64,6 +65,8 @@ int run_train(const TrainOptions& o) {
     TrainConfig cfg = read_valid_train_config(o.config, o.sets, world, ranks_on_node());
     if (rank == 0) std::cout << "effective config:\n" << to_json(cfg).dump(2) << "\n";
     if (o.dry_run) return 0;
+    // Deadlines on every collective and the heartbeat between ranks, for the whole job (setup included).
+    watchdog_start(WatchdogOptions{cfg.parallel.timeout_s});
 
     auto comm = make_comm(at::Device(cfg.model.device));
     // Every rank's device, gathered for rank 0's banner.
@@ -79,7 +82,10 @@ int run_train(const TrainOptions& o) {
                 << mpi_version() << "; NCCL " << nccl_version() << std::endl;
     }
     Trainer trainer(cfg, comm);
-    trainer.run();
+    const TrainResult result = trainer.run();
+    // Stopped by a signal: the checkpoint is written. After SIGTERM mpirun tears its runtime down, and MPI_Finalize
+    // would wait for it until the launcher's SIGKILL; leave after 10 s instead.
+    if (result.stopped_by_signal) set_finalize_timeout(10);
     return 0;
   });
 }

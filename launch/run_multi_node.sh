@@ -6,6 +6,7 @@
 # shell is forwarded to all ranks (e.g. NCCL_SOCKET_IFNAME=ib0, NCCL_IB_HCA=mlx5, NCCL_DEBUG=WARN).
 # The gmod binary and CONFIG must exist at the same path on every node (shared file system).
 # Environment: GMOD_BIN (default build/bin/gmod), GMOD_THREADS (CPU threads per rank, default 4),
+# GMOD_KILL_GRACE (seconds between mpirun's SIGTERM and SIGKILL to the ranks; default 120),
 # GMOD_MPIRUN_ARGS (extra mpirun options, e.g. "--mca btl_tcp_if_include ib0").
 set -euo pipefail
 usage() { echo "usage: $0 HOSTFILE NPROC CONFIG [--set key=value ...]" >&2; exit 2; }
@@ -26,7 +27,9 @@ if [[ $(id -u) -eq 0 ]]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   mpi+=(--allow-run-as-root -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM)
 fi
-# Preemption: SIGUSR1 to mpirun (forwarded to every rank: save at the next step boundary, exit 0), not SIGTERM.
+# Preemption: SIGUSR1 to mpirun (forwarded to every rank: save at the next step boundary, exit 0). SIGTERM is a
+# fallback: the raised kill grace (default 1 s in Open MPI) gives the ranks time to save (docs/launch.md).
+mpi+=(--mca odls_base_sigkill_timeout "${GMOD_KILL_GRACE:-120}")
 for v in $(env | grep -oE '^(NCCL|CUDA|GMOD)_[A-Za-z0-9_]*' || true); do mpi+=(-x "$v"); done
 # shellcheck disable=SC2206
 [[ -n ${GMOD_MPIRUN_ARGS:-} ]] && mpi+=($GMOD_MPIRUN_ARGS)

@@ -4,6 +4,7 @@
 # NPROC defaults to the number of visible GPUs (nvidia-smi -L), else 1. With GPUs, pass
 # `--set model.device=cuda` (or set it in CONFIG); each rank takes GPU local_rank % device_count.
 # Environment: GMOD_BIN (default build/bin/gmod), GMOD_THREADS (CPU threads per rank; default cores/NPROC),
+# GMOD_KILL_GRACE (seconds mpirun waits between its SIGTERM and SIGKILL to the ranks; default 120),
 # GMOD_MPIRUN_ARGS (extra mpirun options).
 set -euo pipefail
 usage() { echo "usage: $0 CONFIG [NPROC] [-- --set key=value ...]" >&2; exit 2; }
@@ -34,7 +35,10 @@ if [[ $(id -u) -eq 0 ]]; then
 fi
 (( nproc > cores )) && mpi+=(--oversubscribe)
 # Preemption: send SIGUSR1 to mpirun (Open MPI forwards it to every rank; gmod saves at the next step boundary and
-# exits 0). Not SIGTERM: Open MPI 4.1 then tears its runtime down at once and kills the ranks (docs/launch.md).
+# exits 0). SIGTERM to mpirun is a fallback only: Open MPI 4.1 tears its runtime down, SIGTERMs the ranks late and
+# SIGKILLs them odls_base_sigkill_timeout seconds after that (default 1 s, too short for a save; raised here), see
+# docs/launch.md.
+mpi+=(--mca odls_base_sigkill_timeout "${GMOD_KILL_GRACE:-120}")
 # Shared-memory transport without CMA (which needs ptrace rights most containers do not grant).
 mpi+=(--mca btl_vader_single_copy_mechanism none)
 for v in $(env | grep -oE '^(NCCL|CUDA|GMOD)_[A-Za-z0-9_]*' || true); do mpi+=(-x "$v"); done

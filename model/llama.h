@@ -12,7 +12,14 @@ class LlamaModel : public torch::nn::Module {
   // inputs_embeds [B, L, D] -> final-normed hidden states [B, L, D]. `st` must hold positions
   // (and masks); this fills the rotary tables.
   at::Tensor forward(const at::Tensor& inputs_embeds, ForwardState& st);
-  at::Tensor embed(const at::Tensor& ids) const { return at::embedding(embed_tokens, ids); }
+  // As transformers' nn.Embedding(padding_idx = pad_token_id): the pad token's row gets no gradient (positions
+  // holding it, e.g. left padding whose last logits predict the first real token, do not train it).
+  at::Tensor embed(const at::Tensor& ids) const {
+    const int64_t pad = config.pad_token_id && *config.pad_token_id >= 0 && *config.pad_token_id < config.vocab_size
+                            ? *config.pad_token_id
+                            : -1;
+    return at::embedding(embed_tokens, ids, pad);
+  }
 
   LlamaConfig config;
   RotaryEmbedding rope;

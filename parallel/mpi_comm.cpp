@@ -1,5 +1,7 @@
 #include "parallel/mpi_comm.h"
 
+#include "parallel/watchdog.h"
+
 #include <algorithm>
 #include <climits>
 #include <functional>
@@ -9,13 +11,15 @@
 namespace gmod {
 namespace {
 
-void check_mpi(int rc, const char* what) {
+void check_mpi(int rc, const std::string& what) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  throw std::runtime_error(std::string("parallel/mpi_comm: ") + what + " failed: " + std::string(msg, len));
+  throw std::runtime_error("parallel/mpi_comm: " + what + " failed: " + std::string(msg, len));
 }
+
+void check_mpi(int rc, const CollectiveId& id) { check_mpi(rc, describe(id)); }
 
 bool needs_upcast(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
 
@@ -53,6 +57,7 @@ class MpiRequest final : public CommRequest {
  public:
   std::vector<MPI_Request> reqs;
   std::function<void()> finish;
+  CollectiveId id;
 
   ~MpiRequest() override {
     try {
@@ -63,8 +68,7 @@ class MpiRequest final : public CommRequest {
   void wait() override {
     if (done_) return;
     done_ = true;
-    if (!reqs.empty())
-      check_mpi(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    watchdog_wait_mpi(static_cast<int>(reqs.size()), reqs.data(), id);
     if (finish) finish();
     finish = nullptr;
   }
@@ -72,7 +76,7 @@ class MpiRequest final : public CommRequest {
     if (done_) return true;
     int flag = 1;
     if (!reqs.empty())
-      check_mpi(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+      check_mpi(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE), id);
     return flag != 0;
   }
 
@@ -96,12 +100,12 @@ std::unique_ptr<CommRequest> MpiComm::all_reduce_start(at::Tensor t, ReduceOp op
     throw std::runtime_error("parallel/mpi_comm: all_reduce(avg) needs a floating dtype");
   MPI_Datatype dt = reduce_type(f.scalar_type());
   auto r = std::make_unique<MpiRequest>();
+  r->id = next_id("all_reduce_start (MPI_Iallreduce)");
   const int64_t n = f.numel(), es = f.element_size();
   for (int64_t off = 0; off < n; off += max_count_) {
     const int cnt = static_cast<int>(std::min(max_count_, n - off));
     r->reqs.emplace_back();
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bytes(f) + off * es, cnt, dt, mpi_op(op), comm_, &r->reqs.back()),
-              "MPI_Iallreduce");
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bytes(f) + off * es, cnt, dt, mpi_op(op), comm_, &r->reqs.back()), r->id);
   }
   const int world = world_;
   r->finish = [t, f, op, world]() mutable {
@@ -129,10 +133,11 @@ std::unique_ptr<CommRequest> MpiComm::reduce_scatter_v_start(at::Tensor in, at::
   at::Tensor recv = at::empty({std::max<int64_t>(1, out.numel())}, fin.options());
   std::vector<int> rc(counts.begin(), counts.end());
   auto r = std::make_unique<MpiRequest>();
+  r->id = next_id("reduce_scatter_v_start (MPI_Ireduce_scatter)");
   r->reqs.emplace_back();
   check_mpi(MPI_Ireduce_scatter(fin.data_ptr(), recv.data_ptr(), rc.data(), reduce_type(fin.scalar_type()),
                                 mpi_op(op), comm_, &r->reqs.back()),
-            "MPI_Ireduce_scatter");
+            r->id);
   const int world = world_;
   r->finish = [fin, recv, out, op, world]() mutable {
     if (out.numel() == 0) return;
@@ -148,12 +153,15 @@ MpiComm::MpiComm(MPI_Comm parent) : max_count_(INT_MAX) {
   MPI_Initialized(&inited);
   if (!inited) throw std::runtime_error("parallel/mpi_comm: MPI is not initialised (call gmod::Runtime first)");
   check_mpi(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &world_);
+  // Errors come back as return codes (named by check_mpi) instead of Open MPI's default abort without context.
+  check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  id_ = next_comm_id();
+  check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm_, &world_), "MPI_Comm_size");
   MPI_Comm node;
   check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
-  MPI_Comm_rank(node, &local_rank_);
-  MPI_Comm_free(&node);
+  check_mpi(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank(node)");
+  check_mpi(MPI_Comm_free(&node), "MPI_Comm_free(node)");
 }
 
 MpiComm::~MpiComm() {
@@ -183,11 +191,15 @@ void MpiComm::all_reduce_native(at::Tensor& t, ReduceOp op) {
   if (op == ReduceOp::Avg && !at::isFloatingType(t.scalar_type()))
     throw std::runtime_error("parallel/mpi_comm: all_reduce(avg) needs a floating dtype");
   MPI_Datatype dt = reduce_type(t.scalar_type());
+  const CollectiveId id = next_id("all_reduce (MPI_Iallreduce)");
   const int64_t n = t.numel(), es = t.element_size();
+  std::vector<MPI_Request> reqs;
   for (int64_t off = 0; off < n; off += max_count_) {
     const int cnt = static_cast<int>(std::min(max_count_, n - off));
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, bytes(t) + off * es, cnt, dt, mpi_op(op), comm_), "MPI_Allreduce");
+    reqs.emplace_back();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bytes(t) + off * es, cnt, dt, mpi_op(op), comm_, &reqs.back()), id);
   }
+  watchdog_wait_mpi(static_cast<int>(reqs.size()), reqs.data(), id);
   if (op == ReduceOp::Avg) t.div_(world_);
 }
 
@@ -223,17 +235,22 @@ void MpiComm::reduce_scatter_native(const at::Tensor& in, at::Tensor& out, Reduc
     throw std::runtime_error("parallel/mpi_comm: reduce_scatter(avg) needs a floating dtype");
   MPI_Datatype dt = reduce_type(in.scalar_type());
   const int64_t n = out.numel();
+  const CollectiveId id = next_id("reduce_scatter (MPI_Ireduce_scatter_block)");
+  MPI_Request req;
   if (n <= max_count_) {
-    check_mpi(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), static_cast<int>(n), dt, mpi_op(op), comm_),
-              "MPI_Reduce_scatter_block");
+    check_mpi(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), static_cast<int>(n), dt, mpi_op(op), comm_,
+                                        &req),
+              id);
+    watchdog_wait_mpi(1, &req, id);
   } else {
     at::Tensor blocks = in.view({world_, n});
     for (int64_t off = 0; off < n; off += max_count_) {
       const int64_t len = std::min(max_count_, n - off);
       at::Tensor piece = blocks.narrow(1, off, len).contiguous();  // [world, len]
-      check_mpi(MPI_Reduce_scatter_block(piece.data_ptr(), bytes(out) + off * out.element_size(),
-                                         static_cast<int>(len), dt, mpi_op(op), comm_),
-                "MPI_Reduce_scatter_block");
+      check_mpi(MPI_Ireduce_scatter_block(piece.data_ptr(), bytes(out) + off * out.element_size(),
+                                          static_cast<int>(len), dt, mpi_op(op), comm_, &req),
+                id);
+      watchdog_wait_mpi(1, &req, id);
     }
   }
   if (op == ReduceOp::Avg) out.div_(world_);
@@ -250,10 +267,13 @@ void MpiComm::all_gather(const at::Tensor& in, at::Tensor& out) {
   count(out.numel() * es, world_ > 1 ? double(world_ - 1) / world_ : 0.0);
   MPI_Datatype dt = move_type(in);
   const bool in_place = bytes(in) == bytes(out) + rank_ * n * es;
+  const CollectiveId id = next_id("all_gather (MPI_Iallgather)");
+  MPI_Request req;
   if (n <= max_count_) {
-    check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), static_cast<int>(n), dt, out.data_ptr(),
-                            static_cast<int>(n), dt, comm_),
-              "MPI_Allgather");
+    check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data_ptr(), static_cast<int>(n), dt, out.data_ptr(),
+                             static_cast<int>(n), dt, comm_, &req),
+              id);
+    watchdog_wait_mpi(1, &req, id);
     return;
   }
   // Chunked: gather column ranges [off, off+len) of every block. When in place, later chunks of `in` are untouched
@@ -262,9 +282,10 @@ void MpiComm::all_gather(const at::Tensor& in, at::Tensor& out) {
   for (int64_t off = 0; off < n; off += max_count_) {
     const int64_t len = std::min(max_count_, n - off);
     at::Tensor tmp = at::empty({world_, len}, out.options());
-    check_mpi(MPI_Allgather(bytes(in) + off * es, static_cast<int>(len), dt, tmp.data_ptr(), static_cast<int>(len),
-                            dt, comm_),
-              "MPI_Allgather");
+    check_mpi(MPI_Iallgather(bytes(in) + off * es, static_cast<int>(len), dt, tmp.data_ptr(), static_cast<int>(len),
+                             dt, comm_, &req),
+              id);
+    watchdog_wait_mpi(1, &req, id);
     blocks.narrow(1, off, len).copy_(tmp);
   }
 }
@@ -273,13 +294,22 @@ void MpiComm::broadcast(at::Tensor& t, int root) {
   check_tensor(t, "broadcast");
   count(t.numel() * t.element_size(), rank_ == root ? double(world_ - 1) : 0.0);
   MPI_Datatype dt = move_type(t);
+  const CollectiveId id = next_id("broadcast (MPI_Ibcast)");
   const int64_t n = t.numel(), es = t.element_size();
+  std::vector<MPI_Request> reqs;
   for (int64_t off = 0; off < n; off += max_count_) {
     const int cnt = static_cast<int>(std::min(max_count_, n - off));
-    check_mpi(MPI_Bcast(bytes(t) + off * es, cnt, dt, root, comm_), "MPI_Bcast");
+    reqs.emplace_back();
+    check_mpi(MPI_Ibcast(bytes(t) + off * es, cnt, dt, root, comm_, &reqs.back()), id);
   }
+  watchdog_wait_mpi(static_cast<int>(reqs.size()), reqs.data(), id);
 }
 
-void MpiComm::barrier() { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+void MpiComm::barrier() {
+  const CollectiveId id = next_id("barrier (MPI_Ibarrier)");
+  MPI_Request req;
+  check_mpi(MPI_Ibarrier(comm_, &req), id);
+  watchdog_wait_mpi(1, &req, id);
+}
 
 }  // namespace gmod

@@ -1,9 +1,12 @@
 // MpiComm: the Comm backend for CPU tensors over MPI (OpenMPI). fp32/fp64/int32/int64 reduce natively; bf16/fp16 are
 // reduced in fp32 (MPI has no bf16 type) and cast back; gathers and broadcasts move any dtype as raw elements.
 // Counts above the MPI `int` limit are split into chunks (the limit is settable so tests can exercise chunking).
+// Every collective runs as its non-blocking form, completed by watchdog_wait_mpi under the parallel.timeout_s
+// deadline (parallel/watchdog.h); MPI errors on our communicator are return codes, thrown naming the collective.
 #pragma once
 
 #include "parallel/comm.h"
+#include "parallel/watchdog.h"
 
 #include <mpi.h>
 
@@ -44,10 +47,13 @@ class MpiComm final : public Comm {
  private:
   void all_reduce_native(at::Tensor& t, ReduceOp op);
   void reduce_scatter_native(const at::Tensor& in, at::Tensor& out, ReduceOp op);
+  CollectiveId next_id(const char* what) { return CollectiveId{what, id_, ++seq_}; }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, world_ = 1, local_rank_ = 0;
   int64_t max_count_;
+  int id_ = 0;       // next_comm_id() at construction
+  int64_t seq_ = 0;  // collectives started on comm_
 };
 
 }  // namespace gmod

@@ -1,22 +1,28 @@
 #include "parallel/runtime.h"
 
 #include "parallel/mpi_comm.h"
+#include "parallel/watchdog.h"
 #ifdef GMOD_WITH_CUDA
 #include "parallel/nccl_comm.h"
 #endif
 
 #include <mpi.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 namespace gmod {
 namespace {
 
 int g_thread_level = 0;
 int g_local_rank = -1;
+double g_finalize_timeout = 0;
 
 bool mpi_active() {
   int inited = 0, finalized = 0;
@@ -38,8 +44,39 @@ Runtime::Runtime(int* argc, char*** argv) {
 }
 
 Runtime::~Runtime() {
-  if (owns_ && mpi_active()) MPI_Finalize();
+  watchdog_stop();  // tell the peers we leave before MPI goes away
+  if (!owns_ || !mpi_active()) return;
+  const double limit = finalize_timeout();
+  if (limit <= 0) {
+    MPI_Finalize();
+    return;
+  }
+  const int rank = world_rank();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread guard([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (cv.wait_for(lock, std::chrono::duration<double>(limit), [&] { return done; })) return;
+    std::fprintf(stderr,
+                 "[rank %d] warning: MPI_Finalize did not return within %.0f s (the launcher is tearing the job down?);"
+                 " exiting without it\n",
+                 rank, limit);
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(0);
+  });
+  MPI_Finalize();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  guard.join();
 }
+
+void set_finalize_timeout(double seconds) { g_finalize_timeout = seconds; }
+double finalize_timeout() { return g_finalize_timeout; }
 
 bool runtime_initialized() { return mpi_active(); }
 
@@ -82,6 +119,7 @@ std::shared_ptr<Comm> make_comm(const at::Device& device) {
 }
 
 void abort_job(const std::string& msg, int code) {
+  unblock_output_pipes();  // never block on a pipe the launcher stopped reading, on the way to MPI_Abort
   std::fprintf(stderr, "[rank %d] error: %s\n", world_rank(), msg.c_str());
   std::fflush(stderr);
   std::fflush(stdout);

@@ -12,7 +12,11 @@
 namespace gmod {
 
 // RAII: initialises MPI (MPI_Init_thread, MPI_THREAD_MULTIPLE requested) unless someone already did, and finalises
-// it on destruction if it initialised it. Construct once in main(); nesting is harmless.
+// it on destruction if it initialised it (after watchdog_stop()). Construct once in main(); nesting is harmless.
+// With set_finalize_timeout(s > 0), MPI_Finalize is bounded: when it has not returned after s seconds (mpirun tearing
+// the job down after a SIGTERM no longer answers), the process prints a warning and exits with code 0 — everything
+// before it (the checkpoint) is done. Unbounded by default: ranks legitimately wait there for slower ones, and a
+// process that exits without MPI_Finalize makes a healthy mpirun abort the job.
 class Runtime {
  public:
   Runtime(int* argc, char*** argv);
@@ -23,6 +27,10 @@ class Runtime {
  private:
   bool owns_ = false;
 };
+
+// Seconds MPI_Finalize may take (<= 0: unbounded, the default). gmod train sets 10 s after a stop by signal.
+void set_finalize_timeout(double seconds);
+double finalize_timeout();
 
 bool runtime_initialized();
 int world_rank();   // MPI_COMM_WORLD rank (0 before init)

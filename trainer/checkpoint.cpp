@@ -216,6 +216,11 @@ std::string CheckpointWriter::save(const CheckpointContent& c, const RankState& 
     at::Tensor rng = at::empty({int64_t(mine.rng_state.size())}, at::kByte);
     if (!mine.rng_state.empty()) std::memcpy(rng.data_ptr(), mine.rng_state.data(), mine.rng_state.size());
     f.write_tensor("rng_state", rng);
+    if (!mine.cuda_rng_state.empty()) {
+      at::Tensor crng = at::empty({int64_t(mine.cuda_rng_state.size())}, at::kByte);
+      std::memcpy(crng.data_ptr(), mine.cuda_rng_state.data(), mine.cuda_rng_state.size());
+      f.write_tensor("cuda_rng_state", crng);
+    }
     f.close();
     fsync_path(path, false);
     write_file_synced((tmp / sum_file(rank_)).string(), file_sum(path).dump());
@@ -585,6 +590,13 @@ RankState CheckpointReader::read_rank_state(int rank) const {
     throw std::runtime_error("checkpoint: rng_state in " + f.path() + " is not a 1-D uint8 dataset");
   const auto* p = rng.data_ptr<uint8_t>();
   s.rng_state.assign(p, p + rng.numel());
+  if (f.exists("cuda_rng_state")) {
+    at::Tensor crng = f.read_tensor("cuda_rng_state");
+    if (crng.scalar_type() != at::kByte || crng.dim() != 1)
+      throw std::runtime_error("checkpoint: cuda_rng_state in " + f.path() + " is not a 1-D uint8 dataset");
+    const auto* q = crng.data_ptr<uint8_t>();
+    s.cuda_rng_state.assign(q, q + crng.numel());
+  }
   return s;
 }
 

@@ -4,7 +4,8 @@
 //   model.h5            rank 0: every model parameter as /<gmod name> (bf16 as uint16 + dtype attr, fp32 as float);
 //                       root attrs format_version, step, config (JSON), tensor_names (JSON list, stored order)
 //   optim-rank-<r>.h5   rank r: /tensors/<name> (the rank's ZeRO shard: master, exp_avg, exp_avg_sq, step, ...),
-//                       /rng_state (uint8 CPU generator state); root attrs format_version, step, rank, world_size,
+//                       /rng_state (uint8 CPU generator state), /cuda_rng_state (uint8 CUDA generator state of the
+//                       rank's device; only when the run used CUDA); root attrs format_version, step, rank, world_size,
 //                       shard_layout (JSON), meta (JSON), tensor_names (JSON list)
 //   trainer-state.json  step, world_size, config, trainer_state (LR scheduler, counters), data_position, shard_layout
 //   manifest.json       written last: format, step, world_size, job (the writing process, this_job_id()), per file
@@ -42,6 +43,9 @@ struct RankState {
   NamedTensors tensors;                            // e.g. master [P], exp_avg [P], exp_avg_sq [P], step []
   nlohmann::json meta = nlohmann::json::object();  // e.g. {"shard_begin": .., "shard_end": .., "padding": ..}
   std::vector<uint8_t> rng_state;                  // generator_state_bytes(CPU generator)
+  // generator_state_bytes(the CUDA generator of the rank's device); empty for CPU runs (and checkpoints written
+  // before it was saved: an absent dataset reads as empty).
+  std::vector<uint8_t> cuda_rng_state;
   int rank = 0;                                    // filled in by the reader
   int world_size = 1;                              // filled in by the reader
   nlohmann::json shard_layout;                     // filled in by the reader (as saved with this file)

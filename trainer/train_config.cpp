@@ -80,6 +80,7 @@ json to_json(const TrainConfig& c) {
       {"metrics",
        {{"log_every", c.metrics.log_every}, {"peak_tflops", c.metrics.peak_tflops},
         {"log_sample_ids", c.metrics.log_sample_ids}}},
+      {"parallel", {{"timeout_s", c.parallel.timeout_s}}},
       {"seed", c.seed},
       {"deterministic", c.deterministic},
       {"run_dir", c.run_dir},
@@ -136,6 +137,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(ck, "every", c.checkpoint.every), get(ck, "keep_last", c.checkpoint.keep_last);
       get(mt, "log_every", c.metrics.log_every), get(mt, "peak_tflops", c.metrics.peak_tflops);
       get(mt, "log_sample_ids", c.metrics.log_sample_ids);
+      get(j["parallel"], "timeout_s", c.parallel.timeout_s);
       get(j, "seed", c.seed), get(j, "deterministic", c.deterministic), get(j, "run_dir", c.run_dir);
       get(j, "resume", c.resume), get(j, "max_consecutive_skipped", c.max_consecutive_skipped);
       get(j, "resume_allow_changes", c.resume_allow_changes);
@@ -461,6 +463,8 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
     e.push_back("resume: \"" + c.resume +
                 "\" is neither auto, auto_or_scratch, none nor a checkpoint directory with manifest.json");
   if (c.max_consecutive_skipped < 1) e.push_back("max_consecutive_skipped: must be >= 1");
+  if (!(c.parallel.timeout_s > 0) || !std::isfinite(c.parallel.timeout_s))
+    e.push_back("parallel.timeout_s: " + std::to_string(c.parallel.timeout_s) + ", expected a finite number > 0");
   return e;
 }
 

@@ -147,6 +147,12 @@ struct MetricsSection {
   bool log_sample_ids = false;   // <run>/samples/rank-<r>.txt: "step micro idx..." per micro-batch (tests, audits)
 };
 
+struct ParallelSection {
+  // Deadline of every collective and the longest a rank may go without a heartbeat; past it the job is aborted
+  // naming the collective, the step and the missing ranks (parallel/watchdog.h).
+  double timeout_s = 600.0;
+};
+
 struct TrainConfig {
   ModelSection model;
   DataSection data;
@@ -158,6 +164,7 @@ struct TrainConfig {
   ModSection mod;
   CheckpointSection checkpoint;
   MetricsSection metrics;
+  ParallelSection parallel;
   uint64_t seed = 42;            // data order; each rank's generator is seeded from (seed, rank)
   // Deterministic algorithms; on CPU, same world size and thread count => bitwise-identical runs and resumes.
   bool deterministic = false;

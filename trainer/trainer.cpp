@@ -18,8 +18,10 @@
 #include "mod/arank.h"
 #include "mod/conversion.h"
 #include "parallel/sharded_adamw.h"
+#include "parallel/watchdog.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data_guard.h"
+#include "trainer/fault_injection.h"
 #include "trainer/model_setup.h"
 
 namespace gmod {
@@ -58,6 +60,8 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
   rank_ = comm_->rank();
   world_ = comm_->world_size();
   validate_train_config(cfg_, world_);
+  if (const FaultInjection& fi = FaultInjection::from_env(); !fi.empty())  // test facility, docs/training.md
+    print("warning: fault injection (" + std::string(FaultInjection::kEnv) + "): " + fi.describe());
   device_ = comm_->device();
   dtype_ = cfg_.model.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   accum_ = grad_accum_steps(cfg_, world_);
@@ -345,6 +349,7 @@ StepMetrics Trainer::train_step() {
   const double wait0 = loader_->wait_seconds();
   StepMetrics m;
   m.step = step_ + 1;
+  watchdog_set_step(m.step);  // named by the watchdog when a collective of this step times out
   m.total_steps = total_steps_;
   m.lr = sched_->current();
 
@@ -391,6 +396,7 @@ StepMetrics Trainer::train_step() {
     }
     // Last micro-batch of the window: its backward may start the gradient reductions (overlap_comm).
     if (&b == &micro.back()) opt_->set_last_micro_batch();
+    loss = inject_faults_into_loss(loss, m.step, rank_);  // GMOD_FAULT_INJECT only (a test facility)
     loss.backward();
     lm_sum += out.lm_loss_sum.detach().to(at::kDouble);
     for (const LayerTokens& lt : st.tokens)
@@ -515,6 +521,7 @@ std::string Trainer::save_checkpoint() {
   mine.tensors = {{"master", st.master}, {"exp_avg", st.exp_avg}, {"exp_avg_sq", st.exp_avg_sq}};
   mine.meta = st.meta();
   mine.rng_state = generator_state_bytes(at::detail::getDefaultCPUGenerator());
+  if (device_.is_cuda()) mine.cuda_rng_state = generator_state_bytes(at::globalContext().defaultGenerator(device_));
   CheckpointOptions o;
   o.keep_last = cfg_.checkpoint.keep_last;
   o.barrier = [this] { comm_->barrier(); };

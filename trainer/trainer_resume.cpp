@@ -137,7 +137,7 @@ void Trainer::resume_if_requested() {
     }
   }
   std::vector<AdamWShardState> saved;
-  std::vector<uint8_t> my_rng;
+  std::vector<uint8_t> my_rng, my_cuda_rng;
   for (int r : old_ranks) {
     RankState rs = reader.read_rank_state(r);
     AdamWShardState s = AdamWShardState::from_meta(rs.meta);
@@ -149,7 +149,7 @@ void Trainer::resume_if_requested() {
     if (!s.master.defined() || !s.exp_avg.defined() || !s.exp_avg_sq.defined())
       throw std::runtime_error("resume: " + dir + ": optimizer file of rank " + std::to_string(r) +
                                " lacks master/exp_avg/exp_avg_sq");
-    if (r == rank_) my_rng = rs.rng_state;
+    if (r == rank_) my_rng = rs.rng_state, my_cuda_rng = rs.cuda_rng_state;
     saved.push_back(std::move(s));
   }
   if (saved_world == world_ && saved_stage == stage && saved.size() == 1 && saved[0].rank == rank_) {
@@ -161,8 +161,15 @@ void Trainer::resume_if_requested() {
   // Generators: each rank's own state at the same world size, else a fresh deterministic seed.
   step_ = reader.step();
   if (saved_world == world_) {
-    if (my_rng.empty()) my_rng = reader.read_rank_state(rank_).rng_state;
+    if (my_rng.empty()) {
+      RankState rs = reader.read_rank_state(rank_);
+      my_rng = rs.rng_state;
+      my_cuda_rng = rs.cuda_rng_state;
+    }
     set_generator_state_bytes(at::detail::getDefaultCPUGenerator(), my_rng);
+    // CUDA runs: the device generator too (dropout, sampling on the GPU); absent in CPU runs and older checkpoints.
+    if (device_.is_cuda() && !my_cuda_rng.empty())
+      set_generator_state_bytes(at::globalContext().defaultGenerator(device_), my_cuda_rng);
   } else {
     at::manual_seed(rank_seed(cfg_.seed, step_, rank_));
   }

@@ -102,15 +102,31 @@ TEST(MoDLayer, FullCapacityWithoutRouterScalingEqualsDense) {
     EXPECT_LT(test::max_abs_valid(got, ref, in.attention_mask), 1e-5) << "training=" << training;
     for (const auto& t : st.tokens) EXPECT_EQ(t.processed, t.total);
   }
-  // With router scaling on, a zero router gives p = 0.5 exactly and halves every MLP delta.
-  auto mod2 = load_pretrained(test::llava_fixture());
-  convert_to_mod(*mod2, gamma_cfg({0, 1}, 0.0));
-  {
-    auto w = shared_router(*mod2)->weight;
-    w.zero_();
-  }
-  auto half = mod2->forward(in).logits;
-  EXPECT_GT(test::max_abs_valid(half, ref, in.attention_mask), 1e-4);
+}
+
+// With router scaling on, a zero router gives p = 0.5 exactly and halves the MLP delta of every token (γ-MoD
+// scales only the MLP delta): out = a + 0.5 m, where a = h + attn (the dense layer with down_proj zeroed) and
+// a + m is the dense layer's output.
+TEST(MoDLayer, ZeroRouterWithScalingHalvesTheMlpDelta) {
+  auto dense = test::random_text_lm(2, 21);
+  auto mod = test::random_text_lm(2, 21);
+  convert_to_mod(*mod, gamma_cfg({0, 1}, 0.0));
+  at::NoGradGuard ng;
+  shared_router(*mod)->weight.zero_();
+  auto in = test::text_inputs({12, 9}, 12, 9, 5);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
+  auto h = at::randn({2, 12, 32}, gen);
+  auto st = layer_state(*dense, in, at::kFloat);
+  auto layer = std::dynamic_pointer_cast<DenseDecoderLayer>((*dense->llm->layers)[1]);
+  ASSERT_TRUE(layer);
+  auto full = layer->forward(h, st, 1);  // a + m
+  layer->mlp->down_proj->weight.zero_();
+  auto a = layer->forward(h, st, 1);  // a
+  auto st2 = layer_state(*mod, in, at::kFloat);
+  auto half = mod_layers(*mod)[1]->forward(h, st2, 1);
+  EXPECT_GT(test::max_abs_valid(full, a, in.attention_mask), 1e-2)
+      << "the MLP delta should not be negligible";
+  EXPECT_LT(test::max_abs_valid(half, a + 0.5 * (full - a), in.attention_mask), 1e-5);
 }
 
 TEST(MoDLayer, RoutingLossGradientMatchesFiniteDifferences) {

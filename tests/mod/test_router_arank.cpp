@@ -2,6 +2,7 @@
 // picking low-rank layers; conversion surgery (names, shared router once); MoDConfig JSON.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "mod/arank.h"
@@ -123,7 +124,29 @@ TEST(ARank, ModelWithUniformAttentionLayerHasRankNMinusOne) {
   EXPECT_EQ(r.samples, 3);
   const double expect = (25 - 1 + 37 - 1 + 21 - 1) / 3.0;  // valid lengths 25, 37, 21
   EXPECT_NEAR(r.layers[0].mean, expect, 1e-9);
-  EXPECT_LE(r.layers[1].mean, 36.0);
+  // Layer 1 from an independent path: the attention maps of the model's own forward (not compute_arank's
+  // unrolled one), each head's map restricted to real tokens, tril with a zero diagonal (γ-MoD's definition),
+  // rank counted as singular values above max(sv) * n * FLT_EPSILON (torch.linalg.matrix_rank's default
+  // tolerance).
+  {
+    at::NoGradGuard ng;
+    ForwardState st;
+    st.want_attn_probs = true;
+    model->forward(in, st);
+    ASSERT_EQ(st.attn_probs.size(), 2u);
+    double sum = 0;
+    for (int64_t b = 0; b < 3; ++b) {
+      auto idx = in.attention_mask[b].to(at::kBool).nonzero().squeeze(1);
+      auto p = st.attn_probs[1][b].index_select(1, idx).index_select(2, idx).tril(-1);  // [H, n, n]
+      for (int64_t hd = 0; hd < p.size(0); ++hd) {
+        auto sv = at::linalg_svdvals(p[hd]);
+        const double tol =
+            sv.max().item<double>() * double(p.size(1)) * std::numeric_limits<float>::epsilon();
+        sum += (sv > tol).sum().item<double>() / double(p.size(0));
+      }
+    }
+    EXPECT_NEAR(r.layers[1].mean, sum / 3.0, 1e-9);
+  }
   auto r1 = compute_arank(*model, {in}, ARankOptions{2});
   EXPECT_EQ(r1.samples, 2);
   test::TempDir tmp;

@@ -185,19 +185,34 @@ TEST(ModelConfig, RejectsInconsistentValuesAndMalformedJson) {
   EXPECT_NE(err.find("cannot open"), std::string::npos) << err;
 }
 
-TEST(MultimodalLM, UnpaddedFastPathEqualsExplicitMaskPath) {
+// The explicit-mask path (a left-padded row: the key mask is materialised) gives the logits of the fused
+// causal fast path (no mask) on the same tokens, when the padded row carries the unpadded row's positions;
+// and the mask matters: the same padded row without it lets the pad keys in.
+TEST(MultimodalLM, LeftPaddedExplicitMaskPathEqualsUnpaddedFastPath) {
   const auto src = test::fixture(kLlava);
   auto m = load_pretrained(src);
   auto in = reference_inputs(src);
-  in.input_ids = in.input_ids.narrow(0, 0, 1);  // sample 0 plus its padding, no mask: plain causal SDPA
-  in.attention_mask = at::Tensor();
-  in.pixel_values = in.pixel_values.narrow(0, 0, 1);
-  auto fast = logits_of(*m, in);
-  in.attention_mask = at::ones_like(in.input_ids, at::kBool);
-  in.attention_mask.index_put_({0, in.input_ids.size(1) - 1}, false);  // forces the explicit-mask path
-  auto masked = logits_of(*m, in);
-  const auto L = in.input_ids.size(1) - 1;
-  EXPECT_LT((fast.narrow(1, 0, L) - masked.narrow(1, 0, L)).abs().max().item<double>(), 1e-5);
+  const int64_t n =
+      in.attention_mask[0].sum().item<int64_t>();  // sample 0's real tokens (a right-padded row)
+  const int64_t pad = 5;
+  ModelInputs fast;
+  fast.input_ids = in.input_ids.narrow(0, 0, 1).narrow(1, 0, n).clone();
+  fast.pixel_values = in.pixel_values.narrow(0, 0, 1);
+  ModelInputs left = fast;
+  left.input_ids = at::cat({at::full({1, pad}, 7, at::kLong), fast.input_ids}, 1);
+  left.attention_mask = at::cat({at::zeros({1, pad}, at::kBool), at::ones({1, n}, at::kBool)}, 1);
+  left.positions = (at::arange(n + pad, at::kLong) - pad).clamp_min(0).unsqueeze(0);
+  at::NoGradGuard ng;
+  ForwardState st_fast, st_left;
+  auto a = m->forward(fast, st_fast).logits;
+  auto b = m->forward(left, st_left).logits.narrow(1, pad, n);
+  EXPECT_FALSE(st_fast.mask.allowed.defined()) << "unpadded input should take the fused causal path";
+  ASSERT_TRUE(st_left.mask.allowed.defined()) << "left padding should take the explicit-mask path";
+  EXPECT_LT((a - b).abs().max().item<double>(), 1e-5);
+  ModelInputs leak = left;
+  leak.attention_mask = at::Tensor();
+  auto c = logits_of(*m, leak).narrow(1, pad, n);
+  EXPECT_GT((a - c).abs().max().item<double>(), 1e-3) << "pad keys should change the logits when not masked";
 }
 
 TEST(MultimodalLM, ImageTokenCountMismatchIsAClearError) {

@@ -1,0 +1,117 @@
+#include "trainer/fault_injection.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+namespace gmod {
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  if (!s.empty() && s.back() == sep) out.push_back("");
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+FaultInjection FaultInjection::parse(const std::string& spec) {
+  FaultInjection out;
+  auto fail = [&](const std::string& what) -> void {
+    throw std::invalid_argument(
+        std::string(kEnv) + "='" + spec + "': " + what +
+        " (expected e.g. 'nonfinite_grad:step=3,rank=1[,count=2]', faults separated by ';')");
+  };
+  if (trim(spec).empty()) return out;
+  for (const std::string& raw : split(spec, ';')) {
+    const std::string item = trim(raw);
+    if (item.empty()) fail("empty fault");
+    const auto colon = item.find(':');
+    Fault f;
+    f.kind = trim(item.substr(0, colon));
+    if (f.kind != "nonfinite_grad") fail("unknown fault kind '" + f.kind + "' (known: nonfinite_grad)");
+    if (colon == std::string::npos) fail("fault '" + f.kind + "' needs step= and rank=");
+    bool has_step = false, has_rank = false, has_count = false;
+    for (const std::string& kv_raw : split(item.substr(colon + 1), ',')) {
+      const std::string kv = trim(kv_raw);
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos) fail("'" + kv + "' is not key=value");
+      const std::string key = trim(kv.substr(0, eq)), val = trim(kv.substr(eq + 1));
+      if (key != "step" && key != "rank" && key != "count")
+        fail("unknown key '" + key + "' for " + f.kind + " (known: step, rank, count)");
+      int64_t v = 0;
+      try {
+        if (val.empty() || val.find_first_not_of("0123456789") != std::string::npos)
+          throw std::invalid_argument("");
+        v = std::stoll(val);
+      } catch (const std::exception&) {
+        fail(key + "='" + val + "' is not a non-negative decimal integer");
+      }
+      if (key == "step") {
+        if (has_step) fail("step given twice");
+        if (v < 1) fail("step must be >= 1 (steps count from 1)");
+        f.step = v, has_step = true;
+      } else if (key == "rank") {
+        if (has_rank) fail("rank given twice");
+        if (v > std::numeric_limits<int>::max()) fail("rank " + val + " is too large");
+        f.rank = int(v), has_rank = true;
+      } else if (key == "count") {
+        if (has_count) fail("count given twice");
+        if (v < 1) fail("count must be >= 1");
+        f.count = v, has_count = true;
+      }
+    }
+    if (!has_step) fail(f.kind + " needs step=");
+    if (!has_rank) fail(f.kind + " needs rank=");
+    out.faults.push_back(f);
+  }
+  return out;
+}
+
+const FaultInjection& FaultInjection::from_env() {
+  static const FaultInjection parsed = [] {
+    const char* s = std::getenv(kEnv);
+    return parse(s ? s : "");
+  }();
+  return parsed;
+}
+
+bool FaultInjection::nonfinite_grad_due(int64_t step, int rank) const {
+  for (const Fault& f : faults)
+    if (f.kind == "nonfinite_grad" && f.rank == rank && step >= f.step && step < f.step + f.count)
+      return true;
+  return false;
+}
+
+std::string FaultInjection::describe() const {
+  std::ostringstream os;
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const Fault& f = faults[i];
+    os << (i ? "; " : "") << f.kind << " on rank " << f.rank << " at step " << f.step;
+    if (f.count > 1) os << ".." << f.step + f.count - 1;
+  }
+  return os.str();
+}
+
+at::Tensor inject_faults_into_loss(const at::Tensor& loss, int64_t step, int rank) {
+  const FaultInjection& fi = FaultInjection::from_env();
+  if (fi.empty() || !fi.nonfinite_grad_due(step, rank)) return loss;
+  static int64_t reported = 0;  // one line per step, not per micro-batch
+  if (reported != step)
+    std::cerr << "gmod: fault injection: non-finite gradient on rank " << rank << " at step " << step << " ("
+              << FaultInjection::kEnv << ")\n";
+  reported = step;
+  return loss * std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace gmod

@@ -1,0 +1,47 @@
+// Fault injection for tests: faults a training run should survive (or abort on by name), injected on purpose,
+// driven by the environment variable GMOD_FAULT_INJECT and parsed once per process. Not for production runs;
+// docs/training.md ("Fault injection") describes the grammar.
+//
+//   GMOD_FAULT_INJECT="nonfinite_grad:step=3,rank=1"            step 3's gradient on rank 1 is NaN
+//   GMOD_FAULT_INJECT="nonfinite_grad:step=2,rank=0,count=3"    steps 2, 3 and 4 on rank 0
+//   several faults: separated by ';'
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gmod {
+
+struct Fault {
+  std::string kind;   // "nonfinite_grad"
+  int64_t step = 0;   // first step (1-based, as the metrics count) it fires at
+  int rank = 0;       // the rank it fires on
+  int64_t count = 1;  // consecutive steps it fires at
+};
+
+class FaultInjection {
+ public:
+  static constexpr const char* kEnv = "GMOD_FAULT_INJECT";
+
+  // Throws std::invalid_argument naming GMOD_FAULT_INJECT, the spec and what is wrong with it.
+  static FaultInjection parse(const std::string& spec);
+  // GMOD_FAULT_INJECT of this process, parsed on the first call (unset or empty: no faults).
+  static const FaultInjection& from_env();
+
+  bool empty() const { return faults.empty(); }
+  bool nonfinite_grad_due(int64_t step, int rank) const;
+  std::string describe() const;  // "" when empty
+
+  std::vector<Fault> faults;
+};
+
+// The trainer's one injection point, applied to each micro-batch loss right before its backward: the loss
+// times NaN when a nonfinite_grad fault is due at (step, rank) — every gradient of that rank becomes NaN
+// before any of it is reduced, as an overflow in that rank's forward would make it — else the loss unchanged.
+// Prints a line to stderr when it fires.
+at::Tensor inject_faults_into_loss(const at::Tensor& loss, int64_t step, int rank);
+
+}  // namespace gmod
