@@ -45,6 +45,7 @@ CLI::Validator bound(double lo, double hi, bool lo_open, const std::string& desc
         } catch (const std::exception&) {
           return "'" + s + "' is not a number";
         }
+        if (!std::isfinite(x)) return "'" + s + "' is not a finite number";
         if (lo_open ? !(x > lo) : !(x >= lo)) return "must be " + desc + ", not " + s;
         if (!(x <= hi)) return "must be " + desc + ", not " + s;
         return {};
@@ -65,6 +66,7 @@ CLI::Validator non_negative() { return bound(0, HUGE_VAL, false, ">= 0"); }
 CLI::Validator between(double lo, double hi) {
   return bound(lo, hi, false, "in [" + num(lo) + ", " + num(hi) + "]");
 }
+CLI::Validator thread_count() { return between(0, kMaxThreads); }
 
 CLI::Option* add(CLI::App& app, const std::string& name, std::vector<std::string>& v,
                  const std::string& help) {

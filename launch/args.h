@@ -66,10 +66,14 @@ CLI::Validator integer_in_range() {
       "", "integer");
 }
 
-// Validators of a number's range, with messages that say the bound: "--steps: must be > 0, not 0".
+// Validators of a number's range, with messages that say the bound: "--steps: must be > 0, not 0". NaN and
+// infinities are refused by all of them ("is not a finite number").
 CLI::Validator positive();                     // > 0
 CLI::Validator non_negative();                 // >= 0
 CLI::Validator between(double lo, double hi);  // lo <= x <= hi
+// --threads: 0 (LibTorch's default) to kMaxThreads.
+inline constexpr int kMaxThreads = 1024;
+CLI::Validator thread_count();
 
 // Validator: a device LibTorch understands (cpu, cuda, cuda:1, ...).
 CLI::Validator torch_device();

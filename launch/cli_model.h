@@ -41,7 +41,7 @@ inline void add_model_options(CLI::App& app, ModelOptions& o) {
       ->required();
   add(app, "--dtype", o.dtype, "weights and compute dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   add(app, "--device", o.device, "cpu, cuda or cuda:N")->check(torch_device());
-  add(app, "--threads", o.threads, "CPU threads (0: LibTorch's default)")->check(non_negative());
+  add(app, "--threads", o.threads, "CPU threads (0: LibTorch's default)")->check(thread_count());
   add(app, "--routing", o.routing,
       "MoD layers' full-sequence routing: auto (thresholds in eval, as γ-MoD inference), topk (the training "
       "capacity) or threshold; default: the model's")
@@ -159,7 +159,12 @@ inline DatasetConfig cli_dataset_config(const TextOptions& t, const CliModel& m)
   dc.conversation.image_token_id = m.model->config.image_token_id;
   dc.conversation.image_seq_length = m.model->config.vision ? m.model->config.image_seq_length() : 0;
   // Default: the model's context (LLaVA-1.5 trains at 2048).
-  dc.sample.max_len = t.max_len.value_or(m.model->config.text.max_position_embeddings);
+  const int positions = m.model->config.text.max_position_embeddings;
+  if (t.max_len && *t.max_len > positions)
+    throw UsageError("--max-len " + std::to_string(*t.max_len) +
+                     " is beyond the model's max_position_embeddings (" + std::to_string(positions) + ", " +
+                     m.dir + ")");
+  dc.sample.max_len = t.max_len.value_or(positions);
   const auto pre = std::filesystem::path(m.dir) / "preprocessor_config.json";
   if (std::filesystem::exists(pre))
     dc.image = load_preprocess_config(pre.string());

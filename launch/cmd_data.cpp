@@ -72,7 +72,7 @@ Runner setup(CLI::App& app) {
       ->check(non_negative());
   add(*check, "--truncation", c.truncation, "over-long records: turn (cut whole turns) or skip")
       ->check(CLI::IsMember({"turn", "skip"}));
-  add(*check, "--workers", c.workers, "threads preparing records")->check(positive());
+  add(*check, "--workers", c.workers, "threads preparing records")->check(between(1, 256));
   add_flag(*check, "--no-image-first", o->no_image_first, "keep <image> where the text puts it");
   add_flag(*check, "--no-decode", o->no_decode,
            "only read image headers (readable, JPEG/PNG, within --max-image-pixels), do not decode (faster)");

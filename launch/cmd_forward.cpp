@@ -14,6 +14,7 @@
 
 #include "launch/args.h"
 #include "mod/mod_checkpoint.h"
+#include "model/config.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
 
@@ -37,11 +38,18 @@ int run_forward(const ForwardOptions& o) {
   const at::Device device(o.device);
   const std::string& dir = o.model;
 
+  const auto ref_path = (std::filesystem::path(dir) / "reference.safetensors").string();
+  // The random batch (no reference.safetensors): its length must fit the model (config.json only, before loading).
+  if (!std::filesystem::exists(ref_path)) {
+    const int positions = load_model_config(dir).text.max_position_embeddings;
+    if (o.seq > positions)
+      throw UsageError("--seq " + std::to_string(o.seq) + " is beyond the model's max_position_embeddings (" +
+                       std::to_string(positions) + ", " + dir + "/config.json)");
+  }
   auto t0 = std::chrono::steady_clock::now();
   auto model = load_mod_pretrained(dir, dtype, device);  // dense or γ-MoD (config.json "mod")
   auto t_load = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ModelInputs in;
-  const auto ref_path = (std::filesystem::path(dir) / "reference.safetensors").string();
   std::optional<double> ref_loss;
   if (std::filesystem::exists(ref_path)) {
     SafetensorsFile ref(ref_path);
@@ -103,7 +111,7 @@ Runner setup(CLI::App& app) {
       ->check(positive());
   add(app, "--seq", o->seq, "tokens per sample of the random batch (without reference.safetensors)")
       ->check(positive());
-  add(app, "--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(non_negative());
+  add(app, "--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(thread_count());
   add(app, "--check-reference", o->check_reference,
       "compare step 0's loss with reference.safetensors' \"loss\" (transformers); exit 1 when |diff| > TOL")
       ->type_name("TOL")

@@ -66,6 +66,12 @@ int run_generate(const GenerateCliOptions& o) {
   if (!images.empty() && !m.model->config.vision)
     throw UsageError("--image: the model at " + m.dir + " has no vision tower");
   const Prompt p = build_prompt(enc, o.prompt, images.size());
+  const int positions = m.model->config.text.max_position_embeddings;
+  if (int64_t(p.ids.size()) + o.max_new_tokens > positions)
+    throw UsageError(
+        "--max-new-tokens " + std::to_string(o.max_new_tokens) + ": the prompt (" +
+        std::to_string(p.ids.size()) + " positions with its image tokens) plus the answer would be " +
+        "beyond the model's max_position_embeddings (" + std::to_string(positions) + ", " + m.dir + ")");
 
   ModelInputs in;
   const int64_t L = static_cast<int64_t>(p.ids.size());

@@ -58,6 +58,12 @@ int run_plan(const PlanOptions& o) {
   const LlavaConfig model = run_model_config(cfg.model);  // the combined dir's config, or the parts' composition
   const int world = o.world;
 
+  if (const auto errs = check_config_fits_model(cfg, model, describe_model_source(cfg.model));
+      !errs.empty()) {
+    std::string msg = path + ": " + std::to_string(errs.size()) + " problem(s) with this model:";
+    for (const auto& x : errs) msg += "\n  " + x;
+    throw std::invalid_argument(msg);
+  }
   MemoryPlanInputs in = plan_inputs_from_config(cfg, raw, model, world);
   if (o.checkpointing) in.checkpointing = *o.checkpointing;
   if (o.checkpoint_every) in.checkpoint_every = *o.checkpoint_every;

@@ -39,6 +39,16 @@ std::string nccl_version() {
 #endif
 }
 
+// Ranks of this job on this node (MPI_COMM_TYPE_SHARED), for the model.device check.
+int ranks_on_node() {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node);
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
 struct TrainOptions {
   std::string config;
   std::vector<std::string> sets;
@@ -50,9 +60,9 @@ int run_train(const TrainOptions& o) {
   Runtime runtime(nullptr, nullptr);
   return run_guarded([&] {
     if (o.threads > 0) at::set_num_threads(o.threads);
-    TrainConfig cfg = read_train_config(o.config, o.sets);
     const int rank = world_rank(), world = world_size();
-    validate_train_config(cfg, world);
+    // Every problem of the file (reading and validation) in one message naming it.
+    TrainConfig cfg = read_valid_train_config(o.config, o.sets, world, ranks_on_node());
     if (rank == 0) std::cout << "effective config:\n" << to_json(cfg).dump(2) << "\n";
     if (o.dry_run) return 0;
     // Deadlines on every collective and the heartbeat between ranks, for the whole job (setup included).
@@ -88,7 +98,7 @@ Runner setup(CLI::App& app) {
       ->type_name("JSON");
   add(app, "--set", o->sets, "override one config key, e.g. --set optimizer.lr=1e-4; repeat for several")
       ->type_name("KEY=VALUE");
-  add(app, "--threads", o->threads, "CPU threads per rank (0: LibTorch's default)")->check(non_negative());
+  add(app, "--threads", o->threads, "CPU threads per rank (0: LibTorch's default)")->check(thread_count());
   add_flag(app, "--dry-run", o->dry_run, "validate the config, print the effective config and exit");
   return [o] { return run_train(*o); };
 }

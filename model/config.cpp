@@ -1,10 +1,13 @@
 #include "model/config.h"
 
+#include <climits>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 namespace gmod {
 namespace {
@@ -27,18 +30,52 @@ struct Reader {
   void optional(const char* key, T& out) {
     if (j.contains(key) && !j[key].is_null()) get(key, out);
   }
+  // Integers are read as 64 bits and must fit `int` (4294967302 is an error, not 6) and be integers (2.5 and
+  // true are type errors, not 2 and 1); floats must be finite numbers.
   template <typename T>
   void get(const char* key, T& out) {
-    try {
-      out = j[key].get<T>();
-    } catch (const std::exception&) {
-      errors.push_back(where + "field '" + key + "' has the wrong type (" + j[key].type_name() + ")");
+    const nlohmann::json& v = j[key];
+    if constexpr (std::is_same_v<T, int>) {
+      if (!v.is_number_integer()) return wrong_type(key, "an integer");
+      if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT_MAX)
+                                 : v.get<int64_t>() > INT_MAX || v.get<int64_t>() < INT_MIN) {
+        errors.push_back(where + "field '" + key + "' is out of range: " + v.dump() + " (at most " +
+                         std::to_string(INT_MAX) + ")");
+        return;
+      }
+      out = int(v.get<int64_t>());
+    } else if constexpr (std::is_same_v<T, double>) {
+      if (!v.is_number()) return wrong_type(key, "a number");
+      if (!std::isfinite(v.get<double>())) {
+        errors.push_back(where + "field '" + key + "' is not a finite number: " + v.dump());
+        return;
+      }
+      out = v.get<double>();
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) return wrong_type(key, "true or false");
+      out = v.get<bool>();
+    } else {
+      try {
+        out = v.get<T>();
+      } catch (const std::exception&) {
+        wrong_type(key, "a string");
+      }
     }
+  }
+  void wrong_type(const char* key, const char* expected) {
+    errors.push_back(where + "field '" + key + "' has the wrong type (" + j[key].type_name() + ": " +
+                     j[key].dump() + "), expected " + expected);
   }
 };
 
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
 void check_positive(std::vector<std::string>& errors, const std::string& where, const char* name, double v) {
-  if (!(v > 0)) errors.push_back(where + "'" + name + "' must be positive, got " + std::to_string(v));
+  if (!(v > 0)) errors.push_back(where + "'" + name + "' must be positive, got " + num(v));
 }
 
 }  // namespace
@@ -72,24 +109,52 @@ LlamaConfig parse_llama_config(const nlohmann::json& j, const std::string& where
   r.optional("attention_bias", c.attention_bias);
   r.optional("mlp_bias", c.mlp_bias);
   r.optional("initializer_range", c.initializer_range);
-  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_token_id = j["bos_token_id"];
-  if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer()) c.eos_token_id = j["eos_token_id"];
-  if (j.contains("pad_token_id") && j["pad_token_id"].is_number_integer()) c.pad_token_id = j["pad_token_id"].get<int>();
+  // Token ids: a list (several EOS ids in newer configs) keeps the default; an integer must fit.
+  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
+    r.get("bos_token_id", c.bos_token_id);
+  if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
+    r.get("eos_token_id", c.eos_token_id);
+  if (j.contains("pad_token_id") && j["pad_token_id"].is_number_integer()) {
+    int pad = 0;
+    const size_t before = errors.size();
+    r.get("pad_token_id", pad);
+    if (errors.size() == before) c.pad_token_id = pad;
+  }
   std::string act = "silu";
   r.optional("hidden_act", act);
   if (act != "silu") errors.push_back(where + "hidden_act '" + act + "' is not supported (LLaMA uses silu)");
   check_positive(errors, where, "vocab_size", c.vocab_size);
   check_positive(errors, where, "hidden_size", c.hidden_size);
+  check_positive(errors, where, "intermediate_size", c.intermediate_size);
   check_positive(errors, where, "num_hidden_layers", c.num_hidden_layers);
   check_positive(errors, where, "num_attention_heads", c.num_attention_heads);
   check_positive(errors, where, "num_key_value_heads", c.num_key_value_heads);
+  check_positive(errors, where, "rms_norm_eps", c.rms_norm_eps);
+  check_positive(errors, where, "rope_theta", c.rope_theta);
+  check_positive(errors, where, "max_position_embeddings", c.max_position_embeddings);
+  if (c.head_dim < 0)
+    errors.push_back(where + "'head_dim' must be positive, got " + std::to_string(c.head_dim));
+  if (c.initializer_range < 0)
+    errors.push_back(where + "'initializer_range' must be >= 0, got " + num(c.initializer_range));
   if (c.num_attention_heads > 0 && c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads != 0)
     errors.push_back(where + "num_attention_heads (" + std::to_string(c.num_attention_heads) +
                      ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
   if (c.head_dim == 0 && c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads != 0)
-    errors.push_back(where + "hidden_size is not a multiple of num_attention_heads and no head_dim is given");
-  if (c.num_attention_heads > 0 && c.dim_per_head() % 2 != 0)
-    errors.push_back(where + "head dimension must be even for rotary embeddings");
+    errors.push_back(where + "hidden_size (" + std::to_string(c.hidden_size) + ") is not a multiple of " +
+                     "num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                     ") and no head_dim is given");
+  if (c.num_attention_heads > 0 && c.head_dim >= 0 && c.dim_per_head() > 0 && c.dim_per_head() % 2 != 0)
+    errors.push_back(where + "head dimension " + std::to_string(c.dim_per_head()) +
+                     " must be even for rotary embeddings");
+  if (c.num_attention_heads > 0 && c.head_dim == 0 && c.hidden_size > 0 && c.dim_per_head() == 0)
+    errors.push_back(where + "num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                     ") is larger than hidden_size (" + std::to_string(c.hidden_size) + ")");
+  for (auto [name, id] : {std::pair<const char*, int>{"bos_token_id", c.bos_token_id},
+                          {"eos_token_id", c.eos_token_id},
+                          {"pad_token_id", c.pad_token_id.value_or(0)}})
+    if (c.vocab_size > 0 && (id < -1 || id >= c.vocab_size))
+      errors.push_back(where + "'" + name + "' " + std::to_string(id) +
+                       " is outside the vocabulary (vocab_size " + std::to_string(c.vocab_size) + ")");
   return c;
 }
 
@@ -109,11 +174,27 @@ ClipVisionConfig parse_clip_vision_config(const nlohmann::json& j, const std::st
   r.optional("initializer_range", c.initializer_range);
   if (c.hidden_act != "quick_gelu" && c.hidden_act != "gelu")
     errors.push_back(where + "vision hidden_act '" + c.hidden_act + "' is not supported");
+  check_positive(errors, where, "hidden_size", c.hidden_size);
+  check_positive(errors, where, "intermediate_size", c.intermediate_size);
+  check_positive(errors, where, "num_hidden_layers", c.num_hidden_layers);
+  check_positive(errors, where, "num_attention_heads", c.num_attention_heads);
+  check_positive(errors, where, "image_size", c.image_size);
   check_positive(errors, where, "patch_size", c.patch_size);
-  if (c.patch_size > 0 && c.image_size % c.patch_size != 0)
-    errors.push_back(where + "image_size is not a multiple of patch_size");
-  if (c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads != 0)
-    errors.push_back(where + "vision hidden_size is not a multiple of num_attention_heads");
+  check_positive(errors, where, "num_channels", c.num_channels);
+  check_positive(errors, where, "layer_norm_eps", c.layer_norm_eps);
+  if (c.initializer_range < 0)
+    errors.push_back(where + "'initializer_range' must be >= 0, got " + num(c.initializer_range));
+  if (c.patch_size > 0 && c.image_size > 0 && c.image_size % c.patch_size != 0)
+    errors.push_back(where + "image_size (" + std::to_string(c.image_size) +
+                     ") is not a multiple of patch_size (" + std::to_string(c.patch_size) + ")");
+  else if (c.patch_size > 0 && c.image_size > 0 &&
+           int64_t(c.image_size / c.patch_size) * (c.image_size / c.patch_size) > 1 << 20)
+    errors.push_back(where + "image_size / patch_size gives " + std::to_string(c.image_size / c.patch_size) +
+                     "^2 patches, more than 2^20 per image");
+  if (c.num_attention_heads > 0 && c.hidden_size > 0 && c.hidden_size % c.num_attention_heads != 0)
+    errors.push_back(where + "vision hidden_size (" + std::to_string(c.hidden_size) +
+                     ") is not a multiple of " + "num_attention_heads (" +
+                     std::to_string(c.num_attention_heads) + ")");
   return c;
 }
 
@@ -166,6 +247,27 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
       r.optional("image_token_id", c.image_token_id);
     }
   }
+  // The γ-MoD config of a converted checkpoint (mod/mod_checkpoint.h reads its fields): must be an object.
+  if (j.contains("mod") && !j["mod"].is_null() && !j["mod"].is_object())
+    errors.push_back(where + "field 'mod' has the wrong type (" + std::string(j["mod"].type_name()) + ": " +
+                     j["mod"].dump() + "), expected the MoD config object");
+  if (j.contains("mod_enable") && !j["mod_enable"].is_boolean())
+    errors.push_back(where + "field 'mod_enable' has the wrong type (" +
+                     std::string(j["mod_enable"].type_name()) + "), expected true or false");
+  // MoD layer lists: official γ-MoD's top-level mod_layers_idx, or gmod's inside "mod" (read elsewhere as
+  // ints).
+  for (const nlohmann::json* holder : {&j, j.contains("mod") && j["mod"].is_object() ? &j["mod"] : nullptr}) {
+    if (!holder || !holder->contains("mod_layers_idx")) continue;
+    const auto& idx = (*holder)["mod_layers_idx"];
+    bool ok = idx.is_array();
+    for (size_t i = 0; ok && i < idx.size(); ++i)
+      ok = idx[i].is_number_integer() && idx[i].get<int64_t>() >= 0 &&
+           idx[i].get<int64_t>() < c.text.num_hidden_layers;
+    if (!ok)
+      errors.push_back(where + "field '" + (holder == &j ? "" : "mod.") +
+                       "mod_layers_idx' must be a list of layer " + "indices in [0, num_hidden_layers = " +
+                       std::to_string(c.text.num_hidden_layers) + "), got " + idx.dump());
+  }
   if (c.projector_type != "mlp2x_gelu")
     errors.push_back(where + "projector type '" + c.projector_type + "' is not supported (mlp2x_gelu)");
   if (c.projector_hidden_act != "gelu")
@@ -180,6 +282,14 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
     // positions are never embedded, see MultimodalLM::embed_inputs).
     if (c.image_token_id < 0 || c.image_token_id > c.text.vocab_size)
       errors.push_back(where + "image token id " + std::to_string(c.image_token_id) + " is outside the vocabulary");
+    const ClipVisionConfig& v = *c.vision;
+    if (v.patch_size > 0 && v.image_size > 0 && v.image_size % v.patch_size == 0 &&
+        c.text.max_position_embeddings > 0 &&
+        int64_t(v.image_size / v.patch_size) * (v.image_size / v.patch_size) >=
+            c.text.max_position_embeddings)
+      errors.push_back(where + "one image takes " + std::to_string(v.image_size / v.patch_size) +
+                       "^2 positions, " + "not fewer than max_position_embeddings (" +
+                       std::to_string(c.text.max_position_embeddings) + ")");
   }
   if (!errors.empty()) {
     std::ostringstream os;

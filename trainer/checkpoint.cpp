@@ -349,8 +349,28 @@ std::string CheckpointManager::verify(const std::string& step_dir, bool checksum
     int64_t dir_step = parse_step_dir(dir.filename().string());
     if (dir_step >= 0 && dir_step != step)
       return "manifest.json says step " + std::to_string(step) + " but the directory is " + dir.filename().string();
-    int world = m.at("world_size").get<int>();
+    const json& w = m.at("world_size");
+    if (!w.is_number_integer() || w.get<int64_t>() < 1 || w.get<int64_t>() > (1 << 20))
+      return "manifest.json world_size " + w.dump() + " is not a rank count (1 or more)";
+    const int world = w.get<int>();
     const json& files = m.at("files");
+    // Exactly one optimizer file per rank 0..world_size-1: a world_size that disagrees with the files is
+    // named here, instead of failing later when the optimizer state is resharded.
+    int listed = 0;
+    for (const auto& [fname, info] : files.items()) {
+      (void)info;
+      if (fname.rfind("optim-rank-", 0) != 0 || fname.size() < 15 ||
+          fname.compare(fname.size() - 3, 3, ".h5") != 0)
+        continue;
+      ++listed;
+      const std::string idx = fname.substr(11, fname.size() - 14);
+      if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos || std::stoll(idx) >= world)
+        return "manifest.json is inconsistent: world_size " + std::to_string(world) + " but it lists " +
+               fname;
+    }
+    if (listed != world)
+      return "manifest.json is inconsistent: world_size " + std::to_string(world) +
+             " but it lists the optimizer files of " + std::to_string(listed) + " rank(s)";
     std::vector<std::string> required{kModelFile, kStateFile};
     for (int r = 0; r < world; ++r) required.push_back(optim_file(r));
     for (const auto& f : required)
@@ -482,6 +502,10 @@ CheckpointReader::CheckpointReader(std::string step_dir) : dir_(std::move(step_d
                                (version > kCheckpointFormatVersion ? " (written by a newer gmod)" : ""));
     for (const char* k : {"config", "trainer_state", "data_position", "shard_layout"})
       if (!state_.contains(k)) throw std::runtime_error(std::string("missing key ") + k);
+    if (state_.contains("world_size") && state_["world_size"] != manifest_.at("world_size"))
+      throw std::runtime_error("manifest.json world_size " + manifest_.at("world_size").dump() +
+                               " disagrees with " + kStateFile + " world_size " +
+                               state_["world_size"].dump());
   } catch (const std::exception& e) {
     throw std::runtime_error("checkpoint: bad manifest or trainer state in " + dir_ + ": " + e.what());
   }

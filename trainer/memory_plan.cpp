@@ -432,7 +432,7 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw
   in.train_vision = !cfg.freeze.vision;
   in.train_projector = !cfg.freeze.projector;
   in.train_llm = !cfg.freeze.llm;
-  in.frozen_llm_layers = parse_layer_ranges(cfg.freeze.llm_layers);
+  in.frozen_llm_layers = parse_layer_ranges(cfg.freeze.llm_layers, model.text.num_hidden_layers);
   in.bucket_bytes = int64_t(cfg.optimizer.bucket_mb) << 20;
   in.grad_accum = grad_accum_steps(cfg, world);
   in.device = cfg.model.device;

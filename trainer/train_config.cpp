@@ -2,110 +2,37 @@
 
 #include "mod/conversion.h"
 #include "model/activation_checkpoint.h"
+#include "model/config.h"
+#include "trainer/config_json.h"
+#include "trainer/model_setup.h"
 
+#include <climits>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 namespace gmod {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using namespace config_json;
 
-const char* type_name(const json& v) {
-  if (v.is_boolean()) return "boolean";
-  if (v.is_number_integer()) return "integer";
-  if (v.is_number()) return "number";
-  if (v.is_string()) return "string";
-  if (v.is_array()) return "array";
-  if (v.is_object()) return "object";
-  return "null";
-}
-
-// `user` merged into `dflt` (whose keys and types are the schema); problems appended to `errs`.
-void merge_checked(json& dflt, const json& user, const std::string& path, std::vector<std::string>& errs) {
-  if (!user.is_object()) {
-    errs.push_back((path.empty() ? "config" : path) + ": expected an object, got " + type_name(user));
-    return;
-  }
-  for (auto it = user.begin(); it != user.end(); ++it) {
-    const std::string key = path.empty() ? it.key() : path + "." + it.key();
-    if (!dflt.contains(it.key())) {
-      errs.push_back(key + ": unknown key");
-      continue;
-    }
-    json& d = dflt[it.key()];
-    const json& u = it.value();
-    if (d.is_object()) {
-      merge_checked(d, u, key, errs);
-    } else if (d.is_number_float() ? !u.is_number()
-               : d.is_number_integer() ? !u.is_number_integer()
-                                       : std::string(type_name(d)) != type_name(u)) {
-      errs.push_back(key + ": expected " + type_name(d) + ", got " + type_name(u) + " (" + u.dump() + ")");
-    } else if (d.is_number_unsigned() && u.is_number_integer() && u.get<int64_t>() < 0) {
-      errs.push_back(key + ": expected a non-negative integer, got " + u.dump());
-    } else if (d.is_number_float()) {
-      d = u.get<double>();  // keep the field a float (`"lr": 1` must not make later overrides integer-typed)
-    } else {
-      d = u;
-    }
-  }
-}
-
-// "a.b=value" into the merged tree; the value is parsed according to the existing field's type.
-void apply_override(json& cfg, const std::string& ov, std::vector<std::string>& errs) {
-  const auto eq = ov.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    errs.push_back("--set " + ov + ": expected key.path=value");
-    return;
-  }
-  const std::string key = ov.substr(0, eq), value = ov.substr(eq + 1);
-  json* node = &cfg;
-  std::stringstream ss(key);
-  std::string part;
-  while (std::getline(ss, part, '.')) {
-    if (!node->is_object() || !node->contains(part)) {
-      errs.push_back("--set " + key + ": unknown key");
-      return;
-    }
-    node = &(*node)[part];
-  }
-  json& d = *node;
-  try {
-    size_t used = 0;
-    if (d.is_object()) {
-      errs.push_back("--set " + key + ": is a section; set one of its fields");
-      return;
-    } else if (d.is_string()) {
-      d = value;
-    } else if (d.is_boolean()) {
-      if (value != "true" && value != "false") throw std::invalid_argument("expected true or false");
-      d = value == "true";
-    } else if (d.is_number_unsigned()) {
-      if (!value.empty() && value[0] == '-') throw std::invalid_argument("expected a non-negative integer");
-      d = std::stoull(value, &used);
-    } else if (d.is_number_integer()) {
-      d = std::stoll(value, &used);
-    } else if (d.is_number_float()) {
-      d = std::stod(value, &used);
-    } else {  // arrays: JSON text, e.g. ["0-3"] or [1,2]
-      json v = json::parse(value);
-      if (!v.is_array()) throw std::invalid_argument("expected a JSON array");
-      d = v;
-    }
-    if (used != 0 && used != value.size()) throw std::invalid_argument("trailing characters");
-  } catch (const std::exception& e) {
-    errs.push_back("--set " + key + "=" + value + ": cannot parse as " + type_name(d) + " (" + e.what() + ")");
-  }
-}
+// The int64_t fields; every other signed integer field is an int (check_ranges holds them to 32 bits).
+const std::set<std::string> kInt64Keys = {"data.preflight_records", "data.max_image_pixels"};
 
 template <typename T>
 void get(const json& j, const char* key, T& out) {
   out = j.at(key).get<T>();
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {  // never a silent wrap (a missing kInt64Keys entry)
+    const json& v = j.at(key);
+    if (v.is_number_unsigned() ? uint64_t(out) != v.get<uint64_t>() || (std::is_signed_v<T> && out < 0)
+                               : int64_t(out) != v.get<int64_t>())
+      throw std::invalid_argument(std::string(key) + ": " + v.dump() + " does not fit its field");
+  }
 }
 
 }  // namespace
@@ -164,14 +91,16 @@ json to_json(const TrainConfig& c) {
 }
 
 TrainConfig train_config_from_json(const json& user, const std::vector<std::string>& overrides,
-                                   const std::string& source) {
+                                   const std::string& source, std::vector<std::string>* problems) {
   std::vector<std::string> errs;
   json j = to_json(TrainConfig{});
   merge_checked(j, user, "", errs);
-  for (const auto& ov : overrides) apply_override(j, ov, errs);
+  std::set<std::string> overridden;
+  for (const auto& ov : overrides) apply_override(j, ov, errs, overridden);
+  check_ranges(to_json(TrainConfig{}), j, "", overridden, kInt64Keys, errs);
 
   TrainConfig c;
-  if (errs.empty()) {
+  if (errs.empty() || problems) {  // bad values are at their defaults by now
     try {
       const json &m = j["model"], &d = j["data"], &e = j["eval"], &o = j["optimizer"], &b = j["batch"],
                  &s = j["schedule"], &f = j["freeze"], &md = j["mod"], &ck = j["checkpoint"], &mt = j["metrics"];
@@ -221,7 +150,9 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       errs.push_back(ex.what());
     }
   }
-  if (!errs.empty()) {
+  if (problems) {
+    problems->insert(problems->end(), errs.begin(), errs.end());
+  } else if (!errs.empty()) {
     std::string msg = source + ": " + std::to_string(errs.size()) + " problem(s):";
     for (const auto& e : errs) msg += "\n  " + e;
     throw std::invalid_argument(msg);
@@ -229,7 +160,8 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
   return c;
 }
 
-TrainConfig read_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+TrainConfig read_train_config(const std::string& path, const std::vector<std::string>& overrides,
+                              std::vector<std::string>* problems) {
   json j = json::object();
   if (!path.empty()) {
     std::ifstream in(path);
@@ -240,29 +172,55 @@ TrainConfig read_train_config(const std::string& path, const std::vector<std::st
       throw std::invalid_argument(path + ": not valid JSON: " + e.what());
     }
   }
-  return train_config_from_json(j, overrides, path.empty() ? "config" : path);
+  return train_config_from_json(j, overrides, path.empty() ? "config" : path, problems);
 }
 
-std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges) {
-  std::set<int> out;
+TrainConfig read_valid_train_config(const std::string& path, const std::vector<std::string>& overrides,
+                                    int world, int ranks_on_node) {
+  std::vector<std::string> problems;
+  TrainConfig c = read_train_config(path, overrides, &problems);
+  std::vector<std::string> bad_keys;
+  for (const auto& p : problems) bad_keys.push_back(problem_key(p));
+  for (auto& m : check_train_config(c, world, ranks_on_node)) {
+    // A key that could not be read was validated at its default: what it says about that key is beside the
+    // point.
+    bool beside = false;
+    for (const auto& k : bad_keys) beside = beside || about(m, k);
+    if (!beside) problems.push_back(std::move(m));
+  }
+  if (problems.empty()) return c;
+  std::string msg = (path.empty() ? std::string("config") : path) + ": invalid training config, " +
+                    std::to_string(problems.size()) + " problem(s):";
+  for (const auto& x : problems) msg += "\n  " + x;
+  throw std::invalid_argument(msg);
+}
+
+std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges, int num_layers) {
+  // Bounds first, expansion after: "0-2147483647" must not allocate one entry per index.
+  const int64_t limit = num_layers >= 0 ? num_layers : int64_t(kMaxLayerIndex) + 1;
+  std::vector<std::pair<int64_t, int64_t>> spans;
   for (const auto& r : ranges) {
-    size_t used = 0;
+    int64_t a = 0, b = 0;
     try {
-      const auto dash = r.find('-');
-      int a = std::stoi(r.substr(0, dash), &used);
-      if (used != (dash == std::string::npos ? r.size() : dash)) throw std::invalid_argument("junk");
-      int b = a;
-      if (dash != std::string::npos) {
-        const std::string tail = r.substr(dash + 1);
-        b = std::stoi(tail, &used);
-        if (used != tail.size()) throw std::invalid_argument("junk");
-      }
+      const auto dash = r.find('-', 1);  // "-1" is a (negative) number, not a range
+      a = parse_integer<int64_t>(r.substr(0, dash));
+      b = dash == std::string::npos ? a : parse_integer<int64_t>(r.substr(dash + 1));
       if (a < 0 || b < a) throw std::invalid_argument("order");
-      for (int i = a; i <= b; ++i) out.insert(i);
     } catch (const std::exception&) {
       throw std::invalid_argument("layer range \"" + r + "\": expected \"N\" or \"A-B\" with 0 <= A <= B");
     }
+    if (b >= limit)
+      throw std::invalid_argument(
+          "layer range \"" + r + "\": layer " + std::to_string(b) + " does not exist (" +
+          (num_layers >= 0 ? "the model has " + std::to_string(num_layers) + " layers, 0-" +
+                                 std::to_string(num_layers - 1)
+                           : "layer indices go up to " + std::to_string(kMaxLayerIndex)) +
+          ")");
+    spans.emplace_back(a, b);
   }
+  std::set<int> out;
+  for (const auto& [a, b] : spans)
+    for (int64_t i = a; i <= b; ++i) out.insert(int(i));
   return {out.begin(), out.end()};
 }
 
@@ -281,8 +239,74 @@ int grad_accum_steps(const TrainConfig& c, int world) {
   return c.batch.grad_accum;
 }
 
-std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
+bool parse_device(const std::string& s, int* index) {
+  *index = -1;
+  if (s == "cpu" || s == "cuda") return true;
+  if (s.rfind("cuda:", 0) != 0 || s.size() == 5 || s.size() > 9) return false;
+  for (size_t i = 5; i < s.size(); ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  *index = std::stoi(s.substr(5));
+  return true;
+}
+
+std::vector<std::string> check_config_fits_model(const TrainConfig& c, const LlavaConfig& m,
+                                                 const std::string& model) {
   std::vector<std::string> e;
+  const int n = m.text.num_hidden_layers, positions = m.text.max_position_embeddings;
+  if (c.data.max_len > positions)
+    e.push_back("data.max_len: " + std::to_string(c.data.max_len) +
+                " is beyond the model's max_position_embeddings (" + std::to_string(positions) + ", " +
+                model + ")");
+  try {
+    parse_layer_ranges(c.freeze.llm_layers, n);
+  } catch (const std::exception& ex) {
+    e.push_back(std::string("freeze.llm_layers: ") + ex.what());
+  }
+  if (c.mod.enabled) {
+    for (size_t i = 0; i < c.mod.config.mod_layers.size(); ++i) {
+      const int l = c.mod.config.mod_layers[i];
+      if (l < 0 || l >= n)
+        e.push_back("mod.config.mod_layers_idx[" + std::to_string(i) + "]: layer " + std::to_string(l) +
+                    " does not exist (the model has " + std::to_string(n) + " layers, " + model + ")");
+    }
+    if (c.mod.config.mod_layers.empty()) {
+      ConversionRule rule;
+      bool parsed = true;
+      try {
+        rule = parse_conversion_rule(c.mod.rule);
+      } catch (const std::exception&) {
+        parsed = false;  // check_train_config names the syntax error
+      }
+      try {
+        if (parsed) select_mod_layers(rule, n, std::vector<double>(size_t(std::max(n, 0)), 0.0));
+      } catch (const std::exception& ex) {
+        e.push_back(std::string("mod.rule: ") + ex.what() + " (" + model + ")");
+      }
+    }
+  }
+  return e;
+}
+
+std::vector<std::string> check_train_config(const TrainConfig& c, int world, int ranks_on_node) {
+  std::vector<std::string> e;
+  // Floats first: every one must be finite (NaN would pass the range checks below as `x < 0` is false).
+  const std::pair<const char*, double> floats[] = {
+      {"data.max_bad_fraction", c.data.max_bad_fraction},
+      {"optimizer.lr", c.optimizer.lr},
+      {"optimizer.beta1", c.optimizer.beta1},
+      {"optimizer.beta2", c.optimizer.beta2},
+      {"optimizer.eps", c.optimizer.eps},
+      {"optimizer.weight_decay", c.optimizer.weight_decay},
+      {"optimizer.warmup_ratio", c.optimizer.warmup_ratio},
+      {"optimizer.min_lr", c.optimizer.min_lr},
+      {"optimizer.max_grad_norm", c.optimizer.max_grad_norm},
+      {"metrics.peak_tflops", c.metrics.peak_tflops},
+      {"mod.config.skip_frac", c.mod.config.skip_frac},
+      {"mod.config.router_aux_loss_coef", c.mod.config.router_aux_loss_coef},
+      {"mod.config.infer_threshold", c.mod.config.infer_threshold},
+      {"mod.config.decode_threshold", c.mod.config.decode_threshold}};
+  for (const auto& [key, v] : floats)
+    if (!std::isfinite(v)) e.push_back(std::string(key) + ": " + num(v) + " is not a finite number");
   auto need_file = [&](const std::string& key, const std::string& p) {
     if (p.empty()) e.push_back(key + ": required");
     else if (!fs::exists(p)) e.push_back(key + ": " + p + " does not exist");
@@ -290,8 +314,14 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
   // model
   if (c.model.dtype != "fp32" && c.model.dtype != "bf16")
     e.push_back("model.dtype: \"" + c.model.dtype + "\", expected fp32 or bf16");
-  if (c.model.device != "cpu" && c.model.device.rfind("cuda", 0) != 0)
-    e.push_back("model.device: \"" + c.model.device + "\", expected cpu or cuda");
+  int device_index = -1;
+  if (!parse_device(c.model.device, &device_index))
+    e.push_back("model.device: \"" + c.model.device + "\", expected cpu, cuda or cuda:N");
+  else if (device_index >= 0 && ranks_on_node > 1)
+    e.push_back("model.device: \"" + c.model.device + "\" names one GPU, but " +
+                std::to_string(ranks_on_node) +
+                " ranks run on this node and would share it; use \"cuda\" (each rank takes GPU local_rank % "
+                "device_count)");
   if (c.model.init != "pretrained" && c.model.init != "random")
     e.push_back("model.init: \"" + c.model.init + "\", expected pretrained or random");
   try {
@@ -299,6 +329,7 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
   } catch (const std::exception& ex) {
     e.push_back(std::string("model.activation_checkpointing: ") + ex.what());
   }
+  const size_t model_errors = e.size();
   if (c.model.path.empty() == c.model.llm.empty()) {
     e.push_back(c.model.path.empty() ? "model.path or model.llm (+ model.vision, model.projector): one is required"
                                      : "model.path and model.llm are both set: give either a combined model directory "
@@ -318,6 +349,18 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
     if (!c.model.projector.empty() && c.model.vision.empty())
       e.push_back("model.projector: needs model.vision (a projector maps vision features)");
   }
+  // freeze.llm_layers checked against the model's layers (else: syntax only, below)
+  bool fits_checked = false;
+  if (e.size() == model_errors) {
+    // The model's config (JSON only, nothing allocated): its own problems, and the settings that must fit it.
+    try {
+      const LlavaConfig m = run_model_config(c.model);
+      fits_checked = true;
+      for (auto& x : check_config_fits_model(c, m, describe_model_source(c.model))) e.push_back(std::move(x));
+    } catch (const std::exception& ex) {
+      e.push_back(std::string("model: ") + ex.what());
+    }
+  }
   // data
   if (c.data.demo_records > 0) {
     const std::string name = fs::path(c.data.train).filename().string();
@@ -336,8 +379,13 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
   if (c.data.truncation != "turn" && c.data.truncation != "skip")
     e.push_back("data.truncation: \"" + c.data.truncation + "\", expected turn or skip");
   if (c.data.max_len < 8) e.push_back("data.max_len: " + std::to_string(c.data.max_len) + ", expected >= 8");
-  if (c.data.workers < 0) e.push_back("data.workers: must be >= 0");
-  if (c.data.prefetch < 1) e.push_back("data.prefetch: must be >= 1");
+  if (c.data.workers < 0 || c.data.workers > 256)
+    e.push_back("data.workers: " + std::to_string(c.data.workers) + ", expected 0 to 256 (threads per rank)");
+  if (c.data.prefetch < 1 || c.data.prefetch > 4096)
+    e.push_back("data.prefetch: " + std::to_string(c.data.prefetch) +
+                ", expected 1 to 4096 (micro-batches ahead)");
+  if (c.data.demo_records < 0 || c.data.demo_records > 1000000)
+    e.push_back("data.demo_records: " + std::to_string(c.data.demo_records) + ", expected 0 to 1000000");
   if (c.data.max_bad_fraction < 0 || c.data.max_bad_fraction > 1) e.push_back("data.max_bad_fraction: must be in [0, 1]");
   if (c.data.preflight_records == 0 || c.data.preflight_records < -1)
     e.push_back("data.preflight_records: " + std::to_string(c.data.preflight_records) + ", expected -1 (all) or >= 1");
@@ -369,19 +417,24 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
   if (c.batch.micro_batch < 1) e.push_back("batch.micro_batch: must be >= 1");
   if (c.batch.global_batch < 0) e.push_back("batch.global_batch: must be >= 0");
   if (c.batch.global_batch > 0) {
-    const int per_micro = world * std::max(1, c.batch.micro_batch);
+    const int64_t per_micro = int64_t(world) * std::max(1, c.batch.micro_batch);
     if (c.batch.global_batch % per_micro != 0)
       e.push_back("batch.global_batch: " + std::to_string(c.batch.global_batch) + " is not a multiple of world size (" +
                   std::to_string(world) + ") x micro_batch (" + std::to_string(c.batch.micro_batch) + ")");
   } else if (c.batch.grad_accum < 1) {
     e.push_back("batch.grad_accum: " + std::to_string(c.batch.grad_accum) + ", must be >= 1");
+  } else if (int64_t(world) * std::max(1, c.batch.micro_batch) * c.batch.grad_accum > INT_MAX) {
+    e.push_back("batch.grad_accum: world size (" + std::to_string(world) + ") x micro_batch (" +
+                std::to_string(c.batch.micro_batch) + ") x grad_accum (" +
+                std::to_string(c.batch.grad_accum) + ") samples per step is out of range (at most " +
+                std::to_string(INT_MAX) + ")");
   }
   // schedule
   if (c.schedule.max_steps < 0 || c.schedule.exit_at_step < 0) e.push_back("schedule.max_steps / exit_at_step: must be >= 0");
   if (c.schedule.max_steps == 0 && c.schedule.epochs < 1) e.push_back("schedule.epochs: must be >= 1 when max_steps = 0");
   // freeze
   try {
-    parse_layer_ranges(c.freeze.llm_layers);
+    if (!fits_checked) parse_layer_ranges(c.freeze.llm_layers);
   } catch (const std::exception& ex) {
     e.push_back(std::string("freeze.llm_layers: ") + ex.what());
   }
@@ -415,8 +468,8 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world) {
   return e;
 }
 
-void validate_train_config(const TrainConfig& c, int world) {
-  auto errs = check_train_config(c, world);
+void validate_train_config(const TrainConfig& c, int world, int ranks_on_node) {
+  auto errs = check_train_config(c, world, ranks_on_node);
   if (errs.empty()) return;
   std::string msg = "invalid training config, " + std::to_string(errs.size()) + " problem(s):";
   for (const auto& x : errs) msg += "\n  " + x;

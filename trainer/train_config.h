@@ -1,7 +1,9 @@
 // The training run's configuration: plain structs with defaults, each field documented once here.
-// read_train_config() is the one place that reads it: JSON file -> `--set key.path=value` overrides (typed by the
-// existing field's type) -> structs; validate_train_config() is the one place that checks it, before any work,
-// and reports every problem at once. to_json() gives the effective config that is printed and saved with the run.
+// read_train_config() is the one place that reads it: JSON file -> `--set key.path=value` overrides (typed by
+// the existing field's type; 64-bit integers range-checked, floats finite: trainer/config_json.h) -> structs;
+// validate_train_config() is the one place that checks it (ranges, combinations, files, the model's
+// config.json), before any work, and reports every problem at once; read_valid_train_config() does both in
+// one message. to_json() gives the effective config that is printed and saved with the run.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -25,7 +27,8 @@ struct ModelSection {
   int vision_feature_layer = -2;                          // parts only: CLIP layer whose features are projected
   std::string vision_feature_select_strategy = "default";  // parts only: "default" drops CLS, "full" keeps it
   std::string dtype = "fp32";    // compute/parameter dtype: "fp32" or "bf16" (optimizer keeps fp32 master weights)
-  std::string device = "cpu";    // "cpu" or "cuda" (each rank takes GPU local_rank % device_count)
+  // "cpu", "cuda" (each rank takes GPU local_rank % device_count) or "cuda:N" (only with one rank per node)
+  std::string device = "cpu";
   // "pretrained": load the weights from `path`; "random": only read config.json and initialise like transformers
   // with `init_seed` (demos and tests; identical on every rank).
   std::string init = "pretrained";
@@ -178,15 +181,34 @@ struct TrainConfig {
 
 nlohmann::json to_json(const TrainConfig& c);
 // Reads the JSON file (may be "" = defaults only), applies overrides ("a.b=value"), converts. Throws
-// std::invalid_argument listing every unknown key, wrong type and unparsable override.
-TrainConfig read_train_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// std::invalid_argument listing every unknown key, wrong type, out-of-range integer, non-finite float and
+// unparsable override. With `problems`, appends them there instead and returns the config with those values
+// at their defaults (an unreadable file or invalid JSON still throws).
+TrainConfig read_train_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                              std::vector<std::string>* problems = nullptr);
 // The same from an already parsed JSON object (`source` names it in messages).
 TrainConfig train_config_from_json(const nlohmann::json& j, const std::vector<std::string>& overrides = {},
-                                   const std::string& source = "config");
-// Every problem of `c` for a job of `world` ranks (impossible combinations, missing files), one per entry.
-std::vector<std::string> check_train_config(const TrainConfig& c, int world);
+                                   const std::string& source = "config",
+                                   std::vector<std::string>* problems = nullptr);
+// read_train_config + check_train_config: every reading and validation problem of the file in one
+// std::invalid_argument that names `path` (validation messages about keys that could not be read are left
+// out).
+TrainConfig read_valid_train_config(const std::string& path, const std::vector<std::string>& overrides,
+                                    int world, int ranks_on_node = 1);
+// Every problem of `c` for a job of `world` ranks, `ranks_on_node` of them on this node (impossible
+// combinations, values out of range, non-finite floats, missing files, the model's own config.json problems
+// and settings that do not fit the model: data.max_len beyond its positions, layers it does not have), one
+// per entry, key first.
+std::vector<std::string> check_train_config(const TrainConfig& c, int world, int ranks_on_node = 1);
 // Throws std::invalid_argument listing everything check_train_config found.
-void validate_train_config(const TrainConfig& c, int world);
+void validate_train_config(const TrainConfig& c, int world, int ranks_on_node = 1);
+// The settings of `c` that must fit the model `m` (named `model` in messages): data.max_len <= its
+// max_position_embeddings, freeze.llm_layers and MoD layers among its decoder layers.
+struct LlavaConfig;
+std::vector<std::string> check_config_fits_model(const TrainConfig& c, const LlavaConfig& m,
+                                                 const std::string& model);
+// model.device: "cpu", "cuda" (index -1) or "cuda:N" (index N); false for anything else.
+bool parse_device(const std::string& s, int* index);
 
 // optimizer.reduce_dtype with "param" resolved to model.dtype: "fp32" or "bf16".
 std::string effective_reduce_dtype(const TrainConfig& c);
@@ -196,7 +218,11 @@ bool decays_weight(const std::string& name, const std::vector<std::string>& no_d
 
 // Micro-batches per optimizer step for this world size.
 int grad_accum_steps(const TrainConfig& c, int world);
-// "0-3" / "7" ranges -> sorted unique layer indices; throws on bad syntax.
-std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges);
+// "0-3" / "7" ranges -> sorted unique layer indices; throws std::invalid_argument on bad syntax and on an
+// index
+// >= num_layers (the model's decoder layers), checked before anything is expanded. num_layers < 0 (model not
+// known yet): indices up to kMaxLayerIndex.
+inline constexpr int kMaxLayerIndex = 65535;
+std::vector<int> parse_layer_ranges(const std::vector<std::string>& ranges, int num_layers = -1);
 
 }  // namespace gmod

@@ -204,7 +204,7 @@ std::vector<double> Trainer::run_arank() {
 void Trainer::freeze_and_count() {
   const int n_layers = model_->config.text.num_hidden_layers;
   // Freezing: vision.* / projector.* / everything else is the LLM (incl. lm_head and MoD routers).
-  const auto frozen_layers = parse_layer_ranges(cfg_.freeze.llm_layers);
+  const auto frozen_layers = parse_layer_ranges(cfg_.freeze.llm_layers, n_layers);
   const std::set<int> frozen_set(frozen_layers.begin(), frozen_layers.end());
   int64_t total = 0, trainable = 0;
   for (auto& item : model_->named_parameters()) {

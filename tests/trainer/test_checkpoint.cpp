@@ -274,6 +274,45 @@ TEST(Checkpoint, SequentialRanksWithNoOpBarrier) {
   EXPECT_FALSE(fs::exists(fs::path(dir) / "optim-rank-0.h5.sum"));
 }
 
+// A tampered manifest world_size is named as inconsistent with the rank files it lists (it used to surface as
+// "reshard_state without saved states" at resume).
+TEST(Checkpoint, ManifestWorldSizeMustMatchItsRankFiles) {
+  TempDir run;
+  Fixture fx;
+  const std::string dir = save_sequential(run.str(), fx, 3, 2);
+  const std::string mpath = (fs::path(dir) / "manifest.json").string();
+  nlohmann::json m;
+  std::ifstream(mpath) >> m;
+  const auto tamper = [&](const nlohmann::json& world) {
+    nlohmann::json t = m;
+    t["world_size"] = world;
+    std::ofstream(mpath) << t.dump();
+    return CheckpointManager::verify(dir);
+  };
+  EXPECT_EQ(tamper(1), "manifest.json is inconsistent: world_size 1 but it lists optim-rank-1.h5");
+  EXPECT_EQ(tamper(3),
+            "manifest.json is inconsistent: world_size 3 but it lists the optimizer files of 2 rank(s)");
+  EXPECT_EQ(tamper(0), "manifest.json world_size 0 is not a rank count (1 or more)");
+  EXPECT_EQ(tamper(4294967298ull), "manifest.json world_size 4294967298 is not a rank count (1 or more)");
+  EXPECT_EQ(tamper("2"), "manifest.json world_size \"2\" is not a rank count (1 or more)");
+  EXPECT_EQ(tamper(2), "");
+  // The manifest and trainer-state.json must agree too (a manifest copied from another save).
+  std::ofstream(mpath) << m.dump();
+  nlohmann::json st;
+  std::ifstream(fs::path(dir) / "trainer-state.json") >> st;
+  st["world_size"] = 3;
+  std::ofstream(fs::path(dir) / "trainer-state.json") << st.dump(1);
+  try {
+    CheckpointReader r(dir);
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "manifest.json world_size 2 disagrees with trainer-state.json world_size 3"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Checkpoint, KeepLastDeletesOnlyOldOnes) {
   TempDir run;
   Fixture fx;
