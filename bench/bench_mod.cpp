@@ -181,12 +181,12 @@ int main(int argc, char** argv) {
     }
     for (int variant = 0; variant < 3; ++variant)
       std::printf("host syncs per training step  %-9s %s\n", variant_names[variant], syncs[variant].to_string().c_str());
-  }
-  {  // realised against theoretical on the trainer's FLOP formula, and batched decode (bench/mod_savings.h)
-    auto model = make_model(a, dev);
-    convert_to_mod(*model, cfg);
-    bench::print_train_flop_saving(*model, in, times[0][0], times[1][0]);
-    bench::bench_decode([&] { return make_model(a, dev); }, cfg, in, 16, a.cuda);
+    {  // realised against theoretical on the trainer's FLOP formula, and batched decode (bench/mod_savings.h)
+      auto model = make_model(a, dev);
+      convert_to_mod(*model, gamma);
+      bench::print_train_flop_saving(*model, in, times[0][0], times[1][0]);
+      bench::bench_decode([&] { return make_model(a, dev); }, gamma, in, 16, a.cuda);
+    }
   }
   return 0;
 }
