@@ -1,5 +1,7 @@
-// Checkpoint save protocol, verification, retention and reading; see checkpoint.h for the layout.
+// Checkpoint save protocol, verification and retention; see checkpoint.h for the layout (reading:
+// checkpoint_reader.cpp).
 #include "trainer/checkpoint.h"
+#include "trainer/checkpoint_files.h"
 
 #include "trainer/hdf5_file.h"
 
@@ -26,16 +28,10 @@
 namespace gmod {
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace checkpoint_files;
 
 namespace {
 
-constexpr const char* kManifest = "manifest.json";
-constexpr const char* kModelFile = "model.h5";
-constexpr const char* kStateFile = "trainer-state.json";
-constexpr const char* kFormat = "gmod-checkpoint";
-
-std::string optim_file(int rank) { return "optim-rank-" + std::to_string(rank) + ".h5"; }
-std::string sum_file(int rank) { return optim_file(rank) + ".sum"; }
 
 std::string errno_msg() { return std::strerror(errno); }
 
@@ -85,16 +81,6 @@ void write_file_synced(const std::string& path, const std::string& text) {
   int err = errno;
   ::close(fd);
   if (rc != 0) throw std::runtime_error("checkpoint: fsync of " + path + " failed: " + std::strerror(err));
-}
-
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("checkpoint: cannot open " + path);
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw std::runtime_error("checkpoint: " + path + " is not valid JSON: " + e.what());
-  }
 }
 
 void rename_or_throw(const fs::path& from, const fs::path& to) {
@@ -484,148 +470,18 @@ std::vector<std::string> CheckpointManager::prune(int keep_last, int64_t newest_
   return deleted;
 }
 
-// ---------------------------------------------------------------------------------------------------- reader
+namespace checkpoint_files {
 
-CheckpointReader::CheckpointReader(std::string step_dir) : dir_(std::move(step_dir)) {
-  const fs::path d(dir_);
-  if (!fs::exists(d / kManifest))
-    throw std::runtime_error("checkpoint: " + dir_ + " has no " + kManifest + " (incomplete or not a checkpoint)");
-  manifest_ = read_json_file((d / kManifest).string());
-  state_ = read_json_file((d / kStateFile).string());
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("checkpoint: cannot open " + path);
   try {
-    step_ = manifest_.at("step").get<int64_t>();
-    world_size_ = manifest_.at("world_size").get<int>();
-    const int64_t version = manifest_.at("format_version").get<int64_t>();
-    if (version != kCheckpointFormatVersion)
-      throw std::runtime_error("format_version " + std::to_string(version) + ", this gmod reads format_version " +
-                               std::to_string(kCheckpointFormatVersion) +
-                               (version > kCheckpointFormatVersion ? " (written by a newer gmod)" : ""));
-    for (const char* k : {"config", "trainer_state", "data_position", "shard_layout"})
-      if (!state_.contains(k)) throw std::runtime_error(std::string("missing key ") + k);
-    if (state_.contains("world_size") && state_["world_size"] != manifest_.at("world_size"))
-      throw std::runtime_error("manifest.json world_size " + manifest_.at("world_size").dump() +
-                               " disagrees with " + kStateFile + " world_size " +
-                               state_["world_size"].dump());
-  } catch (const std::exception& e) {
-    throw std::runtime_error("checkpoint: bad manifest or trainer state in " + dir_ + ": " + e.what());
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw std::runtime_error("checkpoint: " + path + " is not valid JSON: " + e.what());
   }
 }
 
-void CheckpointReader::verify(bool checksums) const {
-  std::string why = CheckpointManager::verify(dir_, checksums);
-  if (!why.empty()) throw std::runtime_error("checkpoint: " + dir_ + " failed verification: " + why);
-}
-
-std::vector<std::string> CheckpointReader::model_tensor_names() const {
-  H5File f = H5File::open((fs::path(dir_) / kModelFile).string());
-  return f.attr_json("/", "tensor_names").get<std::vector<std::string>>();
-}
-
-at::Tensor CheckpointReader::read_model_tensor(const std::string& name) const {
-  H5File f = H5File::open((fs::path(dir_) / kModelFile).string());
-  if (!f.exists(name)) throw std::runtime_error("checkpoint: tensor '" + name + "' not in " + f.path());
-  return f.read_tensor(name);
-}
-
-NamedTensors CheckpointReader::read_model() const {
-  H5File f = H5File::open((fs::path(dir_) / kModelFile).string());
-  NamedTensors out;
-  for (const auto& n : f.attr_json("/", "tensor_names").get<std::vector<std::string>>())
-    out.emplace_back(n, f.read_tensor(n));
-  return out;
-}
-
-void CheckpointReader::load_model_into(const NamedTensors& params, bool strict) const {
-  H5File f = H5File::open((fs::path(dir_) / kModelFile).string());
-  auto saved = f.attr_json("/", "tensor_names").get<std::vector<std::string>>();
-  std::set<std::string> saved_set(saved.begin(), saved.end());
-  std::vector<std::string> missing;
-  for (const auto& [name, p] : params)
-    if (!saved_set.count(name)) missing.push_back(name);
-  if (!missing.empty()) {
-    std::string list;
-    for (size_t i = 0; i < missing.size() && i < 10; ++i) list += (i ? ", " : "") + missing[i];
-    throw std::runtime_error("checkpoint: " + std::to_string(missing.size()) + " parameter(s) missing from " +
-                             f.path() + ": " + list);
-  }
-  if (strict) {
-    std::set<std::string> wanted;
-    for (const auto& [name, p] : params) wanted.insert(name);
-    for (const auto& n : saved)
-      if (!wanted.count(n)) throw std::runtime_error("checkpoint: " + f.path() + " has tensor '" + n +
-                                                     "' that the model does not (strict load)");
-  }
-  // Check everything before modifying anything.
-  for (const auto& [name, p] : params) {
-    H5TensorInfo info = f.tensor_info(name);
-    if (info.shape != p.sizes().vec())
-      throw std::runtime_error("checkpoint: tensor '" + name + "' in " + f.path() + " has shape " +
-                               c10::str(at::IntArrayRef(info.shape)) + ", the model expects " + c10::str(p.sizes()));
-    if (info.dtype != p.scalar_type())
-      throw std::runtime_error("checkpoint: tensor '" + name + "' in " + f.path() + " is " +
-                               h5_dtype_name(info.dtype) + ", the model expects " + c10::toString(p.scalar_type()));
-  }
-  at::NoGradGuard no_grad;
-  for (const auto& [name, p] : params) p.detach().copy_(f.read_tensor(name));
-}
-
-RankState CheckpointReader::read_rank_state(int rank) const {
-  if (rank < 0 || rank >= world_size_)
-    throw std::out_of_range("checkpoint: rank " + std::to_string(rank) + " out of range for " + dir_ +
-                            " (saved with world size " + std::to_string(world_size_) + ")");
-  H5File f = H5File::open((fs::path(dir_) / optim_file(rank)).string());
-  RankState s;
-  s.rank = int(f.attr_int("/", "rank"));
-  s.world_size = int(f.attr_int("/", "world_size"));
-  if (s.rank != rank || s.world_size != world_size_)
-    throw std::runtime_error("checkpoint: " + f.path() + " says rank " + std::to_string(s.rank) + " of " +
-                             std::to_string(s.world_size) + ", expected rank " + std::to_string(rank) + " of " +
-                             std::to_string(world_size_));
-  s.meta = f.attr_json("/", "meta");
-  s.shard_layout = f.attr_json("/", "shard_layout");
-  for (const auto& n : f.attr_json("/", "tensor_names").get<std::vector<std::string>>())
-    s.tensors.emplace_back(n, f.read_tensor("tensors/" + n));
-  at::Tensor rng = f.read_tensor("rng_state");
-  if (rng.scalar_type() != at::kByte || rng.dim() != 1)
-    throw std::runtime_error("checkpoint: rng_state in " + f.path() + " is not a 1-D uint8 dataset");
-  const auto* p = rng.data_ptr<uint8_t>();
-  s.rng_state.assign(p, p + rng.numel());
-  if (f.exists("cuda_rng_state")) {
-    at::Tensor crng = f.read_tensor("cuda_rng_state");
-    if (crng.scalar_type() != at::kByte || crng.dim() != 1)
-      throw std::runtime_error("checkpoint: cuda_rng_state in " + f.path() + " is not a 1-D uint8 dataset");
-    const auto* q = crng.data_ptr<uint8_t>();
-    s.cuda_rng_state.assign(q, q + crng.numel());
-  }
-  return s;
-}
-
-std::vector<RankState> CheckpointReader::read_all_rank_states() const {
-  std::vector<RankState> out;
-  out.reserve(size_t(world_size_));
-  for (int r = 0; r < world_size_; ++r) out.push_back(read_rank_state(r));
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------------- RNG
-
-std::vector<uint8_t> generator_state_bytes(at::Generator gen) {
-  at::Tensor s;
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    s = gen.get_state();
-  }
-  s = s.to(at::kCPU).contiguous();
-  if (s.scalar_type() != at::kByte) throw std::runtime_error("generator state is not a uint8 tensor");
-  const auto* p = s.data_ptr<uint8_t>();
-  return std::vector<uint8_t>(p, p + s.numel());
-}
-
-void set_generator_state_bytes(at::Generator gen, const std::vector<uint8_t>& state) {
-  at::Tensor s = at::empty({int64_t(state.size())}, at::kByte);
-  if (!state.empty()) std::memcpy(s.data_ptr(), state.data(), state.size());
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(s);
-}
+}  // namespace checkpoint_files
 
 }  // namespace gmod
