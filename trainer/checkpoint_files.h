@@ -1,9 +1,8 @@
-// Names of the files inside a checkpoint step directory and the JSON reader shared by the checkpoint writer and
-// manager (checkpoint.cpp) and the reader (checkpoint_reader.cpp). Internal to trainer/.
+// Names of the files inside a checkpoint step directory and the JSON reader shared by the checkpoint writer
+// and manager (checkpoint.cpp) and the reader (checkpoint_reader.cpp). Internal to trainer/.
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 namespace gmod::checkpoint_files {

@@ -1,5 +1,5 @@
-// Checkpoint reading (CheckpointReader: manifest, model and per-rank optimizer state) and the RNG state bytes; see
-// checkpoint.h for the layout.
+// Checkpoint reading (CheckpointReader: manifest, model and per-rank optimizer state) and the RNG state
+// bytes; see checkpoint.h for the layout.
 #include <ATen/core/grad_mode.h>
 
 #include <filesystem>
@@ -20,7 +20,8 @@ using namespace checkpoint_files;
 CheckpointReader::CheckpointReader(std::string step_dir) : dir_(std::move(step_dir)) {
   const fs::path d(dir_);
   if (!fs::exists(d / kManifest))
-    throw std::runtime_error("checkpoint: " + dir_ + " has no " + kManifest + " (incomplete or not a checkpoint)");
+    throw std::runtime_error("checkpoint: " + dir_ + " has no " + kManifest +
+                             " (incomplete or not a checkpoint)");
   manifest_ = read_json_file((d / kManifest).string());
   state_ = read_json_file((d / kStateFile).string());
   try {
@@ -28,7 +29,8 @@ CheckpointReader::CheckpointReader(std::string step_dir) : dir_(std::move(step_d
     world_size_ = manifest_.at("world_size").get<int>();
     const int64_t version = manifest_.at("format_version").get<int64_t>();
     if (version != kCheckpointFormatVersion)
-      throw std::runtime_error("format_version " + std::to_string(version) + ", this gmod reads format_version " +
+      throw std::runtime_error("format_version " + std::to_string(version) +
+                               ", this gmod reads format_version " +
                                std::to_string(kCheckpointFormatVersion) +
                                (version > kCheckpointFormatVersion ? " (written by a newer gmod)" : ""));
     for (const char* k : {"config", "trainer_state", "data_position", "shard_layout"})
@@ -83,18 +85,21 @@ void CheckpointReader::load_model_into(const NamedTensors& params, bool strict) 
     std::set<std::string> wanted;
     for (const auto& [name, p] : params) wanted.insert(name);
     for (const auto& n : saved)
-      if (!wanted.count(n)) throw std::runtime_error("checkpoint: " + f.path() + " has tensor '" + n +
-                                                     "' that the model does not (strict load)");
+      if (!wanted.count(n))
+        throw std::runtime_error("checkpoint: " + f.path() + " has tensor '" + n +
+                                 "' that the model does not (strict load)");
   }
   // Check everything before modifying anything.
   for (const auto& [name, p] : params) {
     H5TensorInfo info = f.tensor_info(name);
     if (info.shape != p.sizes().vec())
       throw std::runtime_error("checkpoint: tensor '" + name + "' in " + f.path() + " has shape " +
-                               c10::str(at::IntArrayRef(info.shape)) + ", the model expects " + c10::str(p.sizes()));
+                               c10::str(at::IntArrayRef(info.shape)) + ", the model expects " +
+                               c10::str(p.sizes()));
     if (info.dtype != p.scalar_type())
       throw std::runtime_error("checkpoint: tensor '" + name + "' in " + f.path() + " is " +
-                               h5_dtype_name(info.dtype) + ", the model expects " + c10::toString(p.scalar_type()));
+                               h5_dtype_name(info.dtype) + ", the model expects " +
+                               c10::toString(p.scalar_type()));
   }
   at::NoGradGuard no_grad;
   for (const auto& [name, p] : params) p.detach().copy_(f.read_tensor(name));
@@ -110,8 +115,8 @@ RankState CheckpointReader::read_rank_state(int rank) const {
   s.world_size = int(f.attr_int("/", "world_size"));
   if (s.rank != rank || s.world_size != world_size_)
     throw std::runtime_error("checkpoint: " + f.path() + " says rank " + std::to_string(s.rank) + " of " +
-                             std::to_string(s.world_size) + ", expected rank " + std::to_string(rank) + " of " +
-                             std::to_string(world_size_));
+                             std::to_string(s.world_size) + ", expected rank " + std::to_string(rank) +
+                             " of " + std::to_string(world_size_));
   s.meta = f.attr_json("/", "meta");
   s.shard_layout = f.attr_json("/", "shard_layout");
   for (const auto& n : f.attr_json("/", "tensor_names").get<std::vector<std::string>>())
