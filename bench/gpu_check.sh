@@ -13,7 +13,7 @@ cmake --build build-gpu -j "$(nproc)" --target test_model test_mod bench_mod ben
 build-gpu/tests/model/test_model --gtest_filter='HfParity*' 2>&1 | tail -8
 build-gpu/tests/mod/test_mod 2>&1 | tail -3
 echo "== MoD speed on GPU (bf16 would be the production dtype; bench_mod runs fp32)"
-build-gpu/bench/bench_mod --cuda --hidden 2048 --layers 16 --seq 2048 --batch 4 2>&1 | tail -4
+build-gpu/bench/bench_mod --cuda --hidden 2048 --layers 16 --seq 2048 --batch 4 2>&1 | tail -40
 # NCCL ZeRO at 1 rank (an MPI singleton): every stage fp32 + bf16 against the reference, and the overlap hooks
 # (set_last_micro_batch) launching every bucket on the comm stream during backward, bitwise equal to no overlap.
 # Every NCCL collective also goes through the watchdog's event tracking (parallel/watchdog.h).
