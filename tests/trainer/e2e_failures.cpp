@@ -51,7 +51,7 @@ Job start_job(const std::string& cfg, int steps) {
   j.mpirun = spawn_shell("exec " + train_command(2, cfg, {"schedule.max_steps=100000"}));
   const std::string run = cfg.substr(0, cfg.size() - std::string(".config.json").size());
   const auto t0 = Clock::now();
-  while (int(step_metrics(run).size()) < steps && since(t0) < 120)
+  while (int(step_metrics(run, nullptr, true).size()) < steps && since(t0) < 120)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   j.ranks = rank_pids(j.mpirun);
   return j;

@@ -7,6 +7,7 @@
 #include "data/demo_dataset.h"
 #include "model/safetensors.h"
 #include "tests/common/paths.h"
+#include "tests/trainer/e2e_util.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -31,55 +32,20 @@ namespace {
 using json = nlohmann::json;
 using gmod::test::TempDir;
 
-struct Env {
-  TempDir tmp;
-  std::string data;
-  Env() {
-    data = tmp.str("data");
-    gmod::DemoDatasetOptions o;
-    o.num_train = 40;
-    o.num_heldout = 8;
-    o.image_size = 32;
-    gmod::make_demo_dataset(data, o);
-  }
-};
-Env& env() {
-  static Env e;
-  return e;
-}
+using gmod::e2e::bit_equal;
+using gmod::e2e::ckpt;
+using gmod::e2e::env;
+using gmod::e2e::expect_same_model;
+using gmod::e2e::gmod_train;
+using gmod::e2e::slurp;
+using gmod::e2e::step_metrics;
 
-// Config shared by every run; tests override with --set.
+// The shared e2e config (tests/trainer/e2e_util.h) with the trained vision tower and the default collective deadline
+// of these runs; tests override with `extra` or --set.
 std::string write_config(const std::string& run_dir, const json& extra = json::object()) {
-  const std::string src = gmod::test::source_dir();
-  json c{{"model", {{"path", src + "/configs/demo_model"}, {"init", "random"}, {"init_seed", 3}}},
-         {"data",
-          {{"train", env().data + "/train.json"}, {"tokenizer", src + "/tests/fixtures/tokenizer/sp/tokenizer.model"},
-           {"max_len", 128}, {"workers", 1}}},
-         {"optimizer", {{"lr", 2e-3}, {"warmup_steps", 2}, {"min_lr", 1e-4}, {"zero_stage", 1}}},
-         {"batch", {{"micro_batch", 1}, {"global_batch", 4}}},
-         {"schedule", {{"max_steps", 6}}},
-         {"freeze", {{"vision", false}}},
-         {"mod", {{"enabled", true}, {"rule", "arank_mod"}}},
-         {"checkpoint", {{"every", 0}, {"keep_last", 3}}},
-         {"seed", 11},
-         {"deterministic", true},
-         {"run_dir", run_dir},
-         {"resume", "auto"}};
-  c.merge_patch(extra);
-  const std::string path = run_dir + ".config.json";
-  std::ofstream(path) << c.dump(2);
-  return path;
-}
-
-// Runs `gmod train` (np = 0: a plain process, else under mpirun); output goes to <config>.log.
-int gmod_train(int np, const std::string& config, const std::vector<std::string>& sets = {}) {
-  std::string cmd;
-  if (np > 0) cmd = std::string(GMOD_MPIEXEC) + " " + GMOD_MPIEXEC_NP + " " + std::to_string(np) + " " + GMOD_MPIRUN_FLAGS + " ";
-  cmd += std::string(GMOD_BIN) + " train --threads 1 --config " + config;
-  for (const auto& s : sets) cmd += " --set '" + s + "'";
-  cmd += " >> " + config + ".log 2>&1";
-  const int rc = std::system(cmd.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+  json e{{"freeze", {{"vision", false}}}, {"parallel", {{"timeout_s", 600.0}}}};
+  e.merge_patch(extra);
+  return gmod::e2e::write_config(run_dir, e);
 }
 
 // Starts `gmod train --config cfg` in the background, output appended to `log`; its pid, or -1.
@@ -96,44 +62,6 @@ pid_t spawn_train(const std::string& cfg, const std::string& log) {
   const int rc = posix_spawn(&pid, GMOD_BIN, &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   return rc == 0 ? pid : -1;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// step -> that step's metrics line (the last one when a step was run twice).
-std::map<int64_t, json> step_metrics(const std::string& run_dir, std::vector<int64_t>* order = nullptr) {
-  std::map<int64_t, json> out;
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line);
-    if (!j.contains("loss")) continue;
-    if (order) order->push_back(j["step"].get<int64_t>());
-    out[j["step"].get<int64_t>()] = j;
-  }
-  return out;
-}
-
-bool bit_equal(const at::Tensor& a, const at::Tensor& b) {
-  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
-  at::Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel()) * x.element_size()) == 0;
-}
-
-std::string ckpt(const std::string& run_dir, int64_t step) { return run_dir + "/checkpoints/step-" + std::to_string(step); }
-
-void expect_same_model(const std::string& a, const std::string& b) {
-  auto ma = gmod::CheckpointReader(a).read_model(), mb = gmod::CheckpointReader(b).read_model();
-  ASSERT_EQ(ma.size(), mb.size());
-  for (size_t i = 0; i < ma.size(); ++i) {
-    EXPECT_EQ(ma[i].first, mb[i].first);
-    EXPECT_TRUE(bit_equal(ma[i].second, mb[i].second)) << ma[i].first;
-  }
 }
 
 // The unpadded flat optimizer vector `name` [P], assembled from every rank's file.

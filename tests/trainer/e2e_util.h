@@ -1,4 +1,4 @@
-// Helpers for the end-to-end `gmod train` tests of failure handling (e2e_failures.cpp): the demo dataset, a config
+// Helpers for the end-to-end `gmod train` tests (e2e_failures.cpp, e2e_train.cpp): the demo dataset, a config
 // on the tiny demo model, running `gmod train` (plain or under mpirun, in the foreground or spawned), finding the
 // ranks of a spawned mpirun, and comparing checkpoints bitwise.
 #pragma once
@@ -136,17 +136,24 @@ inline bool alive(pid_t pid) {
   return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] != 'Z';
 }
 
-// step -> that step's metrics line (the last one when a step was run twice).
-inline std::map<int64_t, json> step_metrics(const std::string& run_dir) {
+// step -> that step's metrics line (the last one when a step was run twice); `order`: the steps in file order.
+// A line that does not parse is an error unless `partial_ok` (a file still being written by a live run).
+inline std::map<int64_t, json> step_metrics(const std::string& run_dir, std::vector<int64_t>* order = nullptr,
+                                            bool partial_ok = false) {
   std::map<int64_t, json> out;
   std::ifstream in(run_dir + "/metrics.jsonl");
   std::string line;
   while (std::getline(in, line)) {
+    json j;
     try {
-      json j = json::parse(line);
-      if (j.contains("loss")) out[j["step"].get<int64_t>()] = j;
-    } catch (const std::exception&) {  // a line being written
+      j = json::parse(line);
+    } catch (const std::exception&) {
+      if (partial_ok) continue;
+      throw;
     }
+    if (!j.contains("loss")) continue;
+    if (order) order->push_back(j["step"].get<int64_t>());
+    out[j["step"].get<int64_t>()] = j;
   }
   return out;
 }
