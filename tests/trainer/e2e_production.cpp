@@ -8,12 +8,13 @@
 #include <filesystem>
 
 #include "tests/common/paths.h"
-#include "tests/trainer/e2e_production_util.h"
+#include "tests/trainer/e2e_util.h"
 
 namespace {
 
 using json = nlohmann::json;
 using namespace gmod::test;
+using namespace gmod::e2e;
 
 // `gmod train` on configs/tiny_parts.json with the fixture parts (np = 0: a plain process, else under
 // mpirun); `env` (e.g. "GMOD_FAULT_INJECT=...") is set for every rank. Output appends to <run_dir>.log.

@@ -36,6 +36,7 @@ using gmod::e2e::bit_equal;
 using gmod::e2e::ckpt;
 using gmod::e2e::env;
 using gmod::e2e::expect_same_model;
+using gmod::e2e::flat_optimizer;
 using gmod::e2e::gmod_train;
 using gmod::e2e::slurp;
 using gmod::e2e::step_metrics;
@@ -62,18 +63,6 @@ pid_t spawn_train(const std::string& cfg, const std::string& log) {
   const int rc = posix_spawn(&pid, GMOD_BIN, &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   return rc == 0 ? pid : -1;
-}
-
-// The unpadded flat optimizer vector `name` [P], assembled from every rank's file.
-at::Tensor flat_optimizer(const std::string& dir, const std::string& name) {
-  std::vector<at::Tensor> parts;
-  int64_t total = 0;
-  for (auto& rs : gmod::CheckpointReader(dir).read_all_rank_states()) {
-    total = rs.meta["layout"]["total"].get<int64_t>();
-    for (auto& [n, t] : rs.tensors)
-      if (n == name) parts.push_back(t.reshape({-1}));
-  }
-  return at::cat(parts).slice(0, 0, total);
 }
 
 // step -> sorted sample ids consumed in that step by all ranks together.

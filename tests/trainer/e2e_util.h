@@ -1,4 +1,4 @@
-// Helpers for the end-to-end `gmod train` tests (e2e_failures.cpp, e2e_train.cpp): the demo dataset, a config
+// Helpers for the end-to-end `gmod train` tests (e2e_failures.cpp, e2e_train.cpp, e2e_production.cpp): the demo dataset, a config
 // on the tiny demo model, running `gmod train` (plain or under mpirun, in the foreground or spawned), finding the
 // ranks of a spawned mpirun, and comparing checkpoints bitwise.
 #pragma once
@@ -175,6 +175,21 @@ inline void expect_same_model(const std::string& a, const std::string& b) {
     EXPECT_EQ(ma[i].first, mb[i].first);
     EXPECT_TRUE(bit_equal(ma[i].second, mb[i].second)) << ma[i].first;
   }
+}
+
+// Runs a shell command line; returns its exit code (128 + signal when killed).
+inline int run_shell(const std::string& cmd) { return exit_code(std::system(cmd.c_str())); }
+
+// The unpadded flat optimizer vector `name` [P], assembled from every rank's file.
+inline at::Tensor flat_optimizer(const std::string& dir, const std::string& name) {
+  std::vector<at::Tensor> parts;
+  int64_t total = 0;
+  for (auto& rs : gmod::CheckpointReader(dir).read_all_rank_states()) {
+    total = rs.meta["layout"]["total"].get<int64_t>();
+    for (auto& [n, t] : rs.tensors)
+      if (n == name) parts.push_back(t.reshape({-1}));
+  }
+  return at::cat(parts).slice(0, 0, total);
 }
 
 }  // namespace gmod::e2e
