@@ -1,5 +1,7 @@
-// Byte-level BPE from tokenizer.json: added-token split, PCRE2 pre-tokenizers, ranked merges, byte-level decode.
+// Byte-level BPE from tokenizer.json: PCRE2 pre-tokenizers, ranked merges, byte-level decode (the added-token split:
+// bpe_added_tokens.h).
 #include "data/bpe_tokenizer.h"
+#include "data/bpe_added_tokens.h"
 #include "data/pcre2_regex.h"
 #include "data/utf8.h"
 
@@ -24,6 +26,10 @@ namespace gmod {
 namespace {
 
 using json = nlohmann::json;
+using bpe::Added;
+using bpe::AddedMatcher;
+using bpe::Segment;
+using bpe::split_added;
 
 // ---------------------------------------------------------------- PCRE2
 const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -96,93 +102,6 @@ void split_piece(const Step& st, const std::string& piece, std::vector<std::stri
   for (auto& x : r)
     if (!x.second && x.first.second > x.first.first)
       out.push_back(piece.substr(x.first.first, x.first.second - x.first.first));
-}
-
-// ---------------------------------------------------------------- added tokens
-struct Added {
-  std::string content;
-  int32_t id;
-  bool single_word, lstrip, rstrip, normalized, special;
-};
-
-bool is_word_char_before(std::string_view s, size_t end) {  // Rust: last char alphanumeric or '_'
-  if (end == 0) return false;
-  size_t len;
-  const size_t at = utf8::prev(s, end);
-  const uint32_t c = utf8::code_point(s, at, &len);
-  if (c < 0x80) return std::isalnum(static_cast<int>(c)) || c == '_';
-  static const Pcre2Regex word(R"([\p{L}\p{N}\p{Mn}\p{Mc}])", false);
-  bool hit = false;
-  word.for_each_match(s.substr(at, len), [&](size_t, size_t) { hit = true; });
-  return hit;
-}
-bool is_word_char_after(std::string_view s, size_t start) {
-  if (start >= s.size()) return false;
-  size_t len;
-  utf8::code_point(s, start, &len);
-  return is_word_char_before(s, start + len);
-}
-
-// Leftmost-longest matcher over a set of added tokens (aho-corasick MatchKind::LeftmostLongest semantics).
-class AddedMatcher {
- public:
-  void add(const Added* t) {
-    if (t->content.empty()) return;
-    auto& v = by_first_[static_cast<unsigned char>(t->content[0])];
-    v.push_back(t);
-    std::stable_sort(v.begin(), v.end(), [](const Added* a, const Added* b) {
-      return a->content.size() > b->content.size();
-    });
-  }
-  bool empty() const {
-    return std::all_of(by_first_.begin(), by_first_.end(), [](const auto& v) { return v.empty(); });
-  }
-  // Next match at or after `pos`: token and its start, or nullptr.
-  const Added* find(std::string_view s, size_t pos, size_t* at) const {
-    for (size_t i = pos; i < s.size(); ++i) {
-      for (const Added* t : by_first_[static_cast<unsigned char>(s[i])])
-        if (s.compare(i, t->content.size(), t->content) == 0) return *at = i, t;
-    }
-    return nullptr;
-  }
-
- private:
-  std::array<std::vector<const Added*>, 256> by_first_;
-};
-
-struct Segment {
-  size_t begin, end;
-  int32_t id;  // >= 0: an added token; -1: text to pre-tokenize
-};
-
-// tokenizers AddedVocabulary::find_matches on sentence s (offsets relative to s, shifted by `base`).
-void split_added(std::string_view s, size_t base, const AddedMatcher& m, bool parse_special,
-                 std::vector<Segment>& out) {
-  size_t start_offset = 0, pos = 0, at = 0;
-  while (const Added* t = m.find(s, pos, &at)) {
-    size_t start = at, stop = at + t->content.size();
-    pos = stop;
-    if (!parse_special && t->special) continue;
-    if (t->single_word && (is_word_char_before(s, start) || is_word_char_after(s, stop))) continue;
-    if (t->lstrip) {
-      size_t ns = start, len;
-      while (ns > 0) {
-        const size_t p = utf8::prev(s, ns);
-        if (!utf8::is_white_space(utf8::code_point(s, p, &len))) break;
-        ns = p;
-      }
-      start = std::max(ns, start_offset);
-    }
-    if (t->rstrip) {
-      size_t len;
-      while (stop < s.size() && utf8::is_white_space(utf8::code_point(s, stop, &len))) stop += len;
-      pos = std::max(pos, stop);
-    }
-    if (start_offset < start) out.push_back({base + start_offset, base + start, -1});
-    out.push_back({base + start, base + stop, t->id});
-    start_offset = stop;
-  }
-  if (start_offset < s.size()) out.push_back({base + start_offset, base + s.size(), -1});
 }
 
 // GPT-2 bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 onwards.
