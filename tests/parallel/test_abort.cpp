@@ -2,6 +2,8 @@
 // a message naming the rank; a healthy job (and an MPI singleton without mpirun) exits 0.
 #include <gtest/gtest.h>
 
+#include "tests/common/run_command.h"
+
 #include <sys/wait.h>
 
 #include <array>
@@ -11,24 +13,8 @@
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;
-  double seconds = 0;
-};
-
-Result run(const std::string& cmd) {
-  Result r;
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return r;
-  std::array<char, 512> buf;
-  while (fgets(buf.data(), buf.size(), f)) r.out += buf.data();
-  const int st = pclose(f);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
+using Result = gmod::test::CommandResult;
+using gmod::test::run_command;
 
 std::string mpirun(int np, const std::string& mode) {
   return std::string("timeout 120 ") + GMOD_MPIEXEC + " -np " + std::to_string(np) + " " + GMOD_MPIRUN_FLAGS + " " +
@@ -38,7 +24,7 @@ std::string mpirun(int np, const std::string& mode) {
 }  // namespace
 
 TEST(RunGuarded, ThrowingRankAbortsJobWithRankTaggedMessage) {
-  Result r = run(mpirun(3, "throw"));
+  Result r = run_command(mpirun(3, "throw"));
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.code, 124) << "job hung until timeout:\n" << r.out;
   EXPECT_NE(r.out.find("[rank 2] error: deliberate failure in helper_abort"), std::string::npos) << r.out;
@@ -46,13 +32,13 @@ TEST(RunGuarded, ThrowingRankAbortsJobWithRankTaggedMessage) {
 }
 
 TEST(RunGuarded, HealthyJobExitsZero) {
-  Result r = run(mpirun(2, "ok"));
+  Result r = run_command(mpirun(2, "ok"));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("ok world 2 sum 2"), std::string::npos) << r.out;
 }
 
 TEST(RunGuarded, SingletonWithoutMpirun) {
-  Result r = run(std::string("timeout 120 ") + GMOD_ABORT_HELPER + " ok");
+  Result r = run_command(std::string("timeout 120 ") + GMOD_ABORT_HELPER + " ok");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("ok world 1 sum 1"), std::string::npos) << r.out;
 }

@@ -3,6 +3,8 @@
 // + 30 s, non-zero, with the rank named; a healthy job whose ranks finish at different times exits 0.
 #include <gtest/gtest.h>
 
+#include "tests/common/run_command.h"
+
 #include <sys/wait.h>
 
 #include <array>
@@ -13,29 +15,13 @@
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;
-  double seconds = 0;
-};
-
-Result run(const std::string& cmd) {
-  Result r;
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return r;
-  std::array<char, 512> buf;
-  while (fgets(buf.data(), buf.size(), f)) r.out += buf.data();
-  const int st = pclose(f);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
+using Result = gmod::test::CommandResult;
+using gmod::test::run_command;
 
 constexpr double kTimeout = 2.0;
 
 Result watch(const std::string& mode) {
-  return run(std::string("timeout 120 ") + GMOD_MPIEXEC + " -np 3 " + GMOD_MPIRUN_FLAGS + " " + GMOD_ABORT_HELPER +
+  return run_command(std::string("timeout 120 ") + GMOD_MPIEXEC + " -np 3 " + GMOD_MPIRUN_FLAGS + " " + GMOD_ABORT_HELPER +
              " watch_" + mode + " " + std::to_string(kTimeout));
 }
 
