@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "launch/args.h"
+#include "parallel/host_gather.h"
 #include "parallel/runtime.h"
 #include "parallel/watchdog.h"
 #include "trainer/trainer.h"
@@ -39,16 +40,6 @@ std::string nccl_version() {
 #endif
 }
 
-// Ranks of this job on this node (MPI_COMM_TYPE_SHARED), for the model.device check.
-int ranks_on_node() {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node);
-  int n = 1;
-  MPI_Comm_size(node, &n);
-  MPI_Comm_free(&node);
-  return n;
-}
-
 struct TrainOptions {
   std::string config;
   std::vector<std::string> sets;
@@ -57,27 +48,29 @@ struct TrainOptions {
 };
 
 int run_train(const TrainOptions& o) {
+  // First of all: SIGTERM/SIGINT/SIGUSR1 during set-up (model loading, ARank, resume checks) must not kill a rank
+  // silently; they are recorded, and the trainer stops cleanly once set-up is done (trainer/trainer.h).
+  install_stop_signal_handlers();
   Runtime runtime(nullptr, nullptr);
   return run_guarded([&] {
     if (o.threads > 0) at::set_num_threads(o.threads);
     const int rank = world_rank(), world = world_size();
     // Every problem of the file (reading and validation) in one message naming it.
-    TrainConfig cfg = read_valid_train_config(o.config, o.sets, world, ranks_on_node());
+    // Ranks of this job on this host (for the model.device check), polled under the default deadline.
+    TrainConfig cfg = read_valid_train_config(o.config, o.sets, world, ranks_on_this_host());
     if (rank == 0) std::cout << "effective config:\n" << to_json(cfg).dump(2) << "\n";
     if (o.dry_run) return 0;
     // Deadlines on every collective and the heartbeat between ranks, for the whole job (setup included).
     watchdog_start(WatchdogOptions{cfg.parallel.timeout_s});
 
     auto comm = make_comm(at::Device(cfg.model.device));
-    // Every rank's device, gathered for rank 0's banner.
-    std::string dev = comm->device().str();
-    char mine[32] = {0};
-    std::strncpy(mine, dev.c_str(), sizeof mine - 1);
-    std::vector<char> all(size_t(world) * sizeof mine);
-    MPI_Gather(mine, sizeof mine, MPI_CHAR, all.data(), sizeof mine, MPI_CHAR, 0, MPI_COMM_WORLD);
+    // Every rank's device, gathered for rank 0's banner (non-blocking and polled: a rank that never joins ends
+    // the job within parallel.timeout_s, named).
+    const std::vector<std::string> all =
+        all_gather_strings(comm->device().str(), "gather of the ranks' devices (MPI_Iallgatherv)");
     if (rank == 0) {
       std::cout << "gmod train: " << world << " rank(s), backend " << comm->backend() << ", devices [";
-      for (int r = 0; r < world; ++r) std::cout << (r ? ", " : "") << (all.data() + r * sizeof mine);
+      for (int r = 0; r < world; ++r) std::cout << (r ? ", " : "") << all[size_t(r)];
       std::cout << "], " << at::get_num_threads() << " CPU threads/rank\nLibTorch " << TORCH_VERSION << "; MPI "
                 << mpi_version() << "; NCCL " << nccl_version() << std::endl;
     }

@@ -152,14 +152,24 @@ MpiComm::MpiComm(MPI_Comm parent) : max_count_(INT_MAX) {
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) throw std::runtime_error("parallel/mpi_comm: MPI is not initialised (call gmod::Runtime first)");
-  check_mpi(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
+  // Creation waits for every rank of `parent`: non-blocking and polled, or timed by the watchdog thread (no
+  // non-blocking split exists), so a rank that never arrives ends the job within the deadline.
+  {
+    MPI_Request req;
+    const CollectiveId id{"communicator creation (MPI_Comm_idup)", 0, 0};
+    check_mpi(MPI_Comm_idup(parent, &comm_, &req), id);
+    watchdog_wait_mpi(1, &req, id);
+  }
   // Errors come back as return codes (named by check_mpi) instead of Open MPI's default abort without context.
   check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   id_ = next_comm_id();
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_, &world_), "MPI_Comm_size");
   MPI_Comm node;
-  check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  {
+    WaitScope wait(CollectiveId{"communicator creation (MPI_Comm_split_type)", id_, 0});
+    check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  }
   check_mpi(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank(node)");
   check_mpi(MPI_Comm_free(&node), "MPI_Comm_free(node)");
 }

@@ -75,13 +75,21 @@ NcclComm::NcclComm(MPI_Comm parent, int device_index) {
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) throw std::runtime_error("parallel/nccl_comm: MPI is not initialised (call gmod::Runtime first)");
-  check_mpi(MPI_Comm_dup(parent, &mpi_), "MPI_Comm_dup");
+  {
+    MPI_Request req;
+    const CollectiveId id{"bootstrap (MPI_Comm_idup)", 0, 0};
+    check_mpi(MPI_Comm_idup(parent, &mpi_, &req), describe(id));
+    watchdog_wait_mpi(1, &req, id);
+  }
   check_mpi(MPI_Comm_set_errhandler(mpi_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   id_ = next_comm_id();
   check_mpi(MPI_Comm_rank(mpi_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(mpi_, &world_), "MPI_Comm_size");
   MPI_Comm node;
-  check_mpi(MPI_Comm_split_type(mpi_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  {
+    WaitScope wait(CollectiveId{"bootstrap (MPI_Comm_split_type)", id_, 0});
+    check_mpi(MPI_Comm_split_type(mpi_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  }
   check_mpi(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank(node)");
   check_mpi(MPI_Comm_free(&node), "MPI_Comm_free(node)");
 
@@ -96,17 +104,37 @@ NcclComm::NcclComm(MPI_Comm parent, int device_index) {
   MPI_Request req;
   check_mpi(MPI_Ibcast(&uid, sizeof(uid), MPI_BYTE, 0, mpi_, &req), describe(bcast));
   watchdog_wait_mpi(1, &req, bcast);
-  {
-    WaitScope wait(CollectiveId{"bootstrap (ncclCommInitRank)", id_, ++seq_});
-    check_nccl(ncclCommInitRank(&comm_, world_, uid, rank_), "ncclCommInitRank");
-  }
+  // Non-blocking: creation (and later the connection setup inside a first collective) answers ncclInProgress instead
+  // of blocking, and is polled under the deadline here; a blocked peer cannot hold this rank beyond it, and
+  // ncclCommAbort never has to interrupt a thread stuck inside NCCL.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const double t0 = now_s(), timeout = collective_timeout();
+  const int rc = ncclCommInitRankConfig(&comm_, world_, uid, rank_, &config);
+  check_nccl(static_cast<ncclResult_t>(settle(rc, "bootstrap (ncclCommInitRankConfig)", t0, timeout)),
+             "ncclCommInitRankConfig");
+  ++seq_;
   watchdog_register(this);
 }
 
 NcclComm::~NcclComm() {
   watchdog_unregister(this);
   for (auto& p : pending_) cudaEventDestroy(static_cast<cudaEvent_t>(p.event));
-  if (comm_ && !aborted_) ncclCommDestroy(comm_);
+  if (comm_ && !aborted_.exchange(true)) {
+    // Non-blocking communicator: finalize, poll until quiescent (bounded), then destroy; abort when it does not
+    // settle (a peer gone), which frees it without waiting for peers.
+    ncclResult_t rc = ncclCommFinalize(comm_);
+    const double t0 = now_s(), limit = collective_timeout();
+    ncclResult_t state = rc;
+    while (state == ncclInProgress && now_s() - t0 < limit) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+    }
+    if (state == ncclSuccess)
+      ncclCommDestroy(comm_);
+    else
+      ncclCommAbort(comm_);
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && mpi_ != MPI_COMM_NULL) MPI_Comm_free(&mpi_);
@@ -116,7 +144,31 @@ void* NcclComm::stream() const {
   return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).stream();
 }
 
-void NcclComm::track(const char* what) {
+int NcclComm::settle(int rc, const char* what, double t0, double timeout) {
+  ncclResult_t state = static_cast<ncclResult_t>(rc);
+  for (long it = 0; state == ncclInProgress; ++it) {
+    if (now_s() - t0 > timeout) {
+      const CollectiveId id{what, id_, seq_ + 1};
+      watchdog_fail(describe(id) + ": NCCL did not finish setting it up (connecting to the peers) within " +
+                        deadline_text(),
+                    &id);
+    }
+    if (it > 1000) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (!comm_) break;  // ncclCommInitRankConfig failed before creating the communicator
+    const ncclResult_t q = ncclCommGetAsyncError(comm_, &state);
+    if (q != ncclSuccess) return q;
+  }
+  return state;
+}
+
+void NcclComm::enqueue(const char* what, const std::function<int()>& call) {
+  const double t0 = now_s(), timeout = collective_timeout();
+  std::string deadline = deadline_text();
+  check_nccl(static_cast<ncclResult_t>(settle(call(), what, t0, timeout)), what);
+  track(what, t0, timeout, std::move(deadline));
+}
+
+void NcclComm::track(const char* what, double t0, double timeout, std::string deadline) {
   cudaEvent_t ev;
   check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   check_cuda(cudaEventRecord(ev, static_cast<cudaStream_t>(stream())), "cudaEventRecord");
@@ -126,13 +178,15 @@ void NcclComm::track(const char* what) {
     cudaEventDestroy(static_cast<cudaEvent_t>(pending_.front().event));
     pending_.pop_front();
   }
-  pending_.push_back(Pending{ev, CollectiveId{what, id_, ++seq_}, watchdog_step(), now_s()});
+  pending_.push_back(Pending{ev, CollectiveId{what, id_, ++seq_}, watchdog_step(), t0, timeout, std::move(deadline)});
 }
 
 std::string NcclComm::check_locked(double timeout_s) {
-  if (aborted_) return "";
+  if (aborted_.load()) return "";
   ncclResult_t async = ncclSuccess;
-  if (comm_ && ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess) {
+  // ncclInProgress is not an error: the calling thread is settling a call (connection setup) under its deadline.
+  if (comm_ && ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
+      async != ncclInProgress) {
     std::string m = std::string("NCCL asynchronous error on communicator ") + std::to_string(id_) + ": " +
                     ncclGetErrorString(async);
     if (!pending_.empty()) m += " (oldest pending: " + describe(pending_.front().id) + ")";
@@ -149,9 +203,10 @@ std::string NcclComm::check_locked(double timeout_s) {
   if (!pending_.empty()) {
     const Pending& p = pending_.front();
     const double age = now_s() - p.enqueued;
-    if (age > timeout_s)
+    (void)timeout_s;  // each collective keeps the deadline in force when it was enqueued (phases differ)
+    if (age > p.timeout)
       return describe(p.id) + " (enqueued at step " + std::to_string(p.step) + ") has not completed after " +
-             secs(age) + " (parallel.timeout_s = " + secs(timeout_s) + ")";
+             secs(age) + " (" + p.deadline + ")";
   }
   return "";
 }
@@ -163,21 +218,24 @@ std::string NcclComm::poll(double timeout_s) {
 }
 
 void NcclComm::abort() {
-  // Not under mu_: a thread blocked inside NCCL must not keep the abort from happening.
-  if (comm_ && !aborted_) {
-    aborted_ = true;
-    ncclCommAbort(comm_);
-  }
+  // Called once, from the watchdog's abort thread (bounded by the watchdog: ncclCommAbort may block). aborted_ first,
+  // so that poll() and the destructor leave comm_ alone; mu_ if it can be had within 1 s, so that no poll() is
+  // inside ncclCommGetAsyncError on comm_ while it is freed (a thread stuck while holding it must not stop the abort).
+  if (!comm_ || aborted_.exchange(true)) return;
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  const double t0 = now_s();
+  while (!lock.try_lock() && now_s() - t0 < 1.0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ncclCommAbort(comm_);
 }
 
 void NcclComm::all_reduce(at::Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce");
   count(t.numel() * t.element_size(), world_ > 1 ? 2.0 * (world_ - 1) / world_ : 0.0);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-  check_nccl(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.scalar_type()),
-                           nccl_op(op), comm_, static_cast<cudaStream_t>(stream())),
-             "ncclAllReduce");
-  track("all_reduce (ncclAllReduce)");
+  enqueue("all_reduce (ncclAllReduce)", [&] {
+    return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.scalar_type()),
+                         nccl_op(op), comm_, static_cast<cudaStream_t>(stream()));
+  });
 }
 
 void NcclComm::reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) {
@@ -188,10 +246,10 @@ void NcclComm::reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op
                              "dtypes");
   count(in.numel() * in.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-  check_nccl(ncclReduceScatter(in.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()),
-                               nccl_type(in.scalar_type()), nccl_op(op), comm_, static_cast<cudaStream_t>(stream())),
-             "ncclReduceScatter");
-  track("reduce_scatter (ncclReduceScatter)");
+  enqueue("reduce_scatter (ncclReduceScatter)", [&] {
+    return ncclReduceScatter(in.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()),
+                             nccl_type(in.scalar_type()), nccl_op(op), comm_, static_cast<cudaStream_t>(stream()));
+  });
 }
 
 std::unique_ptr<CommRequest> NcclComm::reduce_scatter_v_start(at::Tensor in, at::Tensor out,
@@ -204,17 +262,23 @@ std::unique_ptr<CommRequest> NcclComm::reduce_scatter_v_start(at::Tensor in, at:
   const auto st = static_cast<cudaStream_t>(stream());
   const size_t es = static_cast<size_t>(in.element_size());
   char* base = static_cast<char*>(in.data_ptr());
-  check_nccl(ncclGroupStart(), "ncclGroupStart");
-  int64_t off = 0;
-  for (int k = 0; k < world_; ++k) {
-    if (counts[k] > 0)
-      check_nccl(ncclReduce(base + off * es, k == rank_ ? out.data_ptr() : nullptr, static_cast<size_t>(counts[k]),
-                            nccl_type(in.scalar_type()), nccl_op(op), k, comm_, st),
-                 "ncclReduce");
-    off += counts[k];
-  }
-  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
-  track("reduce_scatter_v_start (grouped ncclReduce)");
+  enqueue("reduce_scatter_v_start (grouped ncclReduce)", [&] {
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    int64_t off = 0;
+    for (int k = 0; k < world_; ++k) {
+      if (counts[k] > 0) {
+        const ncclResult_t rc = ncclReduce(base + off * es, k == rank_ ? out.data_ptr() : nullptr,
+                                           static_cast<size_t>(counts[k]), nccl_type(in.scalar_type()), nccl_op(op),
+                                           k, comm_, st);
+        if (rc != ncclSuccess && rc != ncclInProgress) {
+          ncclGroupEnd();
+          check_nccl(rc, "ncclReduce");
+        }
+      }
+      off += counts[k];
+    }
+    return ncclGroupEnd();  // ncclInProgress while a non-blocking communicator connects
+  });
   return completed_request();  // stream-ordered: nothing left to wait for on the host
 }
 
@@ -227,20 +291,20 @@ void NcclComm::all_gather(const at::Tensor& in, at::Tensor& out) {
     throw std::runtime_error("parallel/nccl_comm: all_gather needs out.numel() == world * in.numel() and equal dtypes");
   count(out.numel() * out.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-  check_nccl(ncclAllGather(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()),
-                           nccl_type(in.scalar_type()), comm_, static_cast<cudaStream_t>(stream())),
-             "ncclAllGather");
-  track("all_gather (ncclAllGather)");
+  enqueue("all_gather (ncclAllGather)", [&] {
+    return ncclAllGather(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()), nccl_type(in.scalar_type()),
+                         comm_, static_cast<cudaStream_t>(stream()));
+  });
 }
 
 void NcclComm::broadcast(at::Tensor& t, int root) {
   check_tensor(t, "broadcast");
   count(t.numel() * t.element_size(), rank_ == root ? double(world_ - 1) : 0.0);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-  check_nccl(ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.scalar_type()),
-                           root, comm_, static_cast<cudaStream_t>(stream())),
-             "ncclBroadcast");
-  track("broadcast (ncclBroadcast)");
+  enqueue("broadcast (ncclBroadcast)", [&] {
+    return ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.scalar_type()), root,
+                         comm_, static_cast<cudaStream_t>(stream()));
+  });
 }
 
 void NcclComm::barrier() {
@@ -264,7 +328,7 @@ void NcclComm::barrier() {
       problem = check_locked(timeout);
     }
     if (problem.empty() && now_s() - t0 > timeout)
-      problem = describe(id) + ": the CUDA stream did not drain within parallel.timeout_s = " + secs(timeout);
+      problem = describe(id) + ": the CUDA stream did not drain within " + deadline_text();
     if (!problem.empty()) watchdog_fail(problem, &id);
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }

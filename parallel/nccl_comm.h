@@ -3,10 +3,14 @@
 // c10::cuda::set_device before any other CUDA call. Collectives are enqueued on the current CUDA stream, so they are
 // ordered after the kernels that produced their inputs and before later consumers without extra synchronisation.
 // bf16 is reduced natively (ncclBfloat16). Compiled only with GMOD_WITH_CUDA.
-// Watchdog (parallel/watchdog.h): an event is recorded after every collective; the watchdog thread polls the events
-// and ncclCommGetAsyncError, and on an error or a collective pending longer than parallel.timeout_s names it,
-// ncclCommAbort's the communicator and aborts the job. barrier() polls the same way on the calling thread. Every MPI
-// call of the bootstrap is checked (MPI_ERRORS_RETURN on our duplicate), the unique-id broadcast is deadline-polled.
+// Watchdog (parallel/watchdog.h): the communicator is non-blocking (ncclCommInitRankConfig, blocking = 0), so neither
+// its creation nor a collective that must first connect to its peers blocks the host: a call answering
+// ncclInProgress is polled (ncclCommGetAsyncError) under the deadline, which starts before the call. An event is
+// recorded after every collective; the watchdog thread polls the events and ncclCommGetAsyncError, and on an error or
+// a collective pending longer than its deadline (counted from before the enqueue) names it, and the watchdog
+// ncclCommAbort's the communicator (bounded: WatchdogOptions::abort_s) and aborts the job. barrier() polls the same
+// way on the calling thread. Every MPI call of the bootstrap is checked (MPI_ERRORS_RETURN on our duplicate), the
+// unique-id broadcast is deadline-polled.
 #pragma once
 
 #ifdef GMOD_WITH_CUDA
@@ -16,7 +20,9 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <deque>
+#include <functional>
 #include <mutex>
 
 struct ncclComm;
@@ -52,8 +58,13 @@ class NcclComm final : public Comm, private WatchdogClient {
 
  private:
   void* stream() const;  // cudaStream_t of the current stream on our device
-  // After enqueueing a collective: an event on the current stream, timed by the watchdog.
-  void track(const char* what);
+  // Runs `call` (one NCCL enqueue, or a group ending in ncclGroupEnd) and, while the communicator reports
+  // ncclInProgress (connection setup), polls it until the deadline counted from before the call; then track().
+  void enqueue(const char* what, const std::function<int()>& call);
+  // Polls ncclCommGetAsyncError while it answers ncclInProgress; past t0 + timeout: watchdog_fail naming `what`.
+  int settle(int rc, const char* what, double t0, double timeout);
+  // After enqueueing a collective: an event on the current stream, timed by the watchdog from t0.
+  void track(const char* what, double t0, double timeout, std::string deadline);
   // WatchdogClient (watchdog thread): async errors, completed events dropped, the oldest one past the deadline.
   std::string poll(double timeout_s) override;
   void abort() override;
@@ -63,11 +74,13 @@ class NcclComm final : public Comm, private WatchdogClient {
     void* event;  // cudaEvent_t
     CollectiveId id;
     int64_t step;
-    double enqueued;
+    double enqueued;      // before the NCCL call (its connection setup counts)
+    double timeout;       // the deadline in force then (a phase's, or parallel.timeout_s)
+    std::string deadline; // deadline_text() then
   };
   std::mutex mu_;  // comm_ (against abort), pending_
   std::deque<Pending> pending_;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};  // set by the watchdog's abort thread, read by every other
   int id_ = 0;
   int64_t seq_ = 0;
   ncclComm* comm_ = nullptr;

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -52,6 +53,12 @@ struct Peer {
 
 struct State {
   std::atomic<double> timeout{600.0};
+  std::atomic<double> abort_s{10.0};
+  // The innermost PhaseDeadline (phase == nullptr: none).
+  std::mutex phase_mu;
+  const char* phase = nullptr;
+  const char* phase_key = nullptr;
+  double phase_timeout = 0;
   std::atomic<int64_t> step{0};
   std::atomic<int> comm_counter{0};
   std::atomic<bool> failing{false};
@@ -62,6 +69,8 @@ struct State {
   bool polled = false;  // the waiter enforces the deadline itself
   CollectiveId wait_id;
   double wait_since = 0;
+  double wait_timeout = 0;  // the deadline in force when the wait began (a phase's, or timeout)
+  std::string wait_deadline;
 
   // Heartbeat and watchdog thread.
   std::mutex mu;  // peers
@@ -148,6 +157,10 @@ void loop() {
   double next_send = 0;
   const double tick = std::min(0.05, s.period / 4);
   while (!s.stop.load()) {
+    if (s.failing.load()) {  // another thread is ending the job: touch nothing (its clients are being aborted)
+      std::this_thread::sleep_for(std::chrono::duration<double>(tick));
+      continue;
+    }
     const double t = now_s();
     const double timeout = s.timeout.load();
     if (s.heartbeat) {
@@ -191,19 +204,21 @@ void loop() {
       bool late = false;
       CollectiveId id;
       double since = 0;
+      std::string deadline;
       {
         std::lock_guard<std::mutex> lock(s.wait_mu);
         // The self-polling waiter reports first; this is the backstop 5 s later (a waiter that stopped polling).
         const double grace = s.polled ? 5.0 : 0.0;
-        if (s.waiting && t - s.wait_since > timeout + grace) {
+        if (s.waiting && t - s.wait_since > s.wait_timeout + grace) {
           late = true;
           id = s.wait_id;
           since = s.wait_since;
+          deadline = s.wait_deadline;
         }
       }
       if (late)
-        watchdog_fail(describe(id) + " did not complete within parallel.timeout_s = " + fmt_s(timeout) + " (waited " +
-                      fmt_s(t - since) + ")", &id);
+        watchdog_fail(describe(id) + " did not complete within " + deadline + " (waited " + fmt_s(t - since) + ")",
+                      &id);
     }
     std::string problem;
     {
@@ -230,13 +245,16 @@ void loop() {
   MPI_Wait(&rreq, MPI_STATUS_IGNORE);
 }
 
-void set_wait(const CollectiveId& id, bool polled) {
+void set_wait(const CollectiveId& id, bool polled, double since, double timeout) {
   State& s = st();
+  std::string deadline = deadline_text();
   std::lock_guard<std::mutex> lock(s.wait_mu);
   s.waiting = true;
   s.polled = polled;
   s.wait_id = id;
-  s.wait_since = now_s();
+  s.wait_since = since;
+  s.wait_timeout = timeout;
+  s.wait_deadline = std::move(deadline);
 }
 
 void clear_wait() {
@@ -259,7 +277,39 @@ std::string describe(const CollectiveId& id) {
          std::to_string(id.comm);
 }
 
-double collective_timeout() { return st().timeout.load(); }
+double collective_timeout() {
+  State& s = st();
+  std::lock_guard<std::mutex> lock(s.phase_mu);
+  return s.phase ? s.phase_timeout : s.timeout.load();
+}
+
+std::string deadline_text() {
+  State& s = st();
+  std::lock_guard<std::mutex> lock(s.phase_mu);
+  if (!s.phase) return "parallel.timeout_s = " + fmt_s(s.timeout.load());
+  return std::string(s.phase_key) + " = " + fmt_s(s.phase_timeout) + " (the deadline of phase '" + s.phase + "')";
+}
+
+void set_abort_bound(double seconds) {
+  if (!(seconds > 0) || !std::isfinite(seconds))
+    throw std::invalid_argument("parallel/watchdog: abort bound " + std::to_string(seconds) + ", expected > 0");
+  st().abort_s.store(seconds);
+}
+
+PhaseDeadline::PhaseDeadline(const char* phase, const char* key, double timeout_s) {
+  if (!(timeout_s > 0) || !std::isfinite(timeout_s))
+    throw std::invalid_argument(std::string(key) + ": " + std::to_string(timeout_s) + ", expected a finite value > 0");
+  State& s = st();
+  std::lock_guard<std::mutex> lock(s.phase_mu);
+  prev_phase_ = s.phase, prev_key_ = s.phase_key, prev_timeout_ = s.phase_timeout;
+  s.phase = phase, s.phase_key = key, s.phase_timeout = timeout_s;
+}
+
+PhaseDeadline::~PhaseDeadline() {
+  State& s = st();
+  std::lock_guard<std::mutex> lock(s.phase_mu);
+  s.phase = prev_phase_, s.phase_key = prev_key_, s.phase_timeout = prev_timeout_;
+}
 
 void set_collective_timeout(double seconds) {
   if (!(seconds > 0) || !std::isfinite(seconds))
@@ -284,6 +334,7 @@ void watchdog_start(const WatchdogOptions& o) {
   MPI_Comm_size(MPI_COMM_WORLD, &s.world);
   int level = 0;
   MPI_Query_thread(&level);
+  set_abort_bound(o.abort_s);
   s.period = o.heartbeat_s > 0 ? o.heartbeat_s : std::min(1.0, o.timeout_s / 10);
   s.heartbeat = s.world > 1 && level >= MPI_THREAD_MULTIPLE;
   if (s.world == 1) {
@@ -296,8 +347,12 @@ void watchdog_start(const WatchdogOptions& o) {
                    s.heartbeat_off.c_str());
   }
   if (s.heartbeat) {
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &s.hb);
-    if (rc != MPI_SUCCESS) throw std::runtime_error("parallel/watchdog: MPI_Comm_dup failed: " + mpi_error(rc));
+    // Non-blocking forms polled under the deadline (the thread that would time a blocking call is not running yet).
+    MPI_Request req;
+    const CollectiveId dup{"watchdog start (MPI_Comm_idup)", 0, 1};
+    int rc = MPI_Comm_idup(MPI_COMM_WORLD, &s.hb, &req);
+    if (rc != MPI_SUCCESS) throw std::runtime_error("parallel/watchdog: MPI_Comm_idup failed: " + mpi_error(rc));
+    watchdog_wait_mpi(1, &req, dup);
     MPI_Comm_set_errhandler(s.hb, MPI_ERRORS_RETURN);
     // Every rank's host and pid, so that messages say where a missing rank runs.
     char mine[64] = {0};
@@ -305,8 +360,10 @@ void watchdog_start(const WatchdogOptions& o) {
     gethostname(host, sizeof host - 1);
     std::snprintf(mine, sizeof mine, "%s:%d", host, int(getpid()));
     std::vector<char> all(size_t(s.world) * sizeof mine);
-    rc = MPI_Allgather(mine, sizeof mine, MPI_CHAR, all.data(), sizeof mine, MPI_CHAR, s.hb);
-    if (rc != MPI_SUCCESS) throw std::runtime_error("parallel/watchdog: MPI_Allgather failed: " + mpi_error(rc));
+    const CollectiveId gather{"watchdog start (MPI_Iallgather of host:pid)", 0, 2};
+    rc = MPI_Iallgather(mine, sizeof mine, MPI_CHAR, all.data(), sizeof mine, MPI_CHAR, s.hb, &req);
+    if (rc != MPI_SUCCESS) throw std::runtime_error("parallel/watchdog: MPI_Iallgather failed: " + mpi_error(rc));
+    watchdog_wait_mpi(1, &req, gather);
     s.where.clear();
     for (int r = 0; r < s.world; ++r) s.where.emplace_back(all.data() + size_t(r) * sizeof mine);
     const double t = now_s();
@@ -338,18 +395,18 @@ void watchdog_wait_mpi(int n, MPI_Request* reqs, const CollectiveId& id) {
       throw std::runtime_error("parallel/mpi_comm: " + describe(id) + " failed: " + mpi_error(rc));
     }
   };
+  // The deadline starts before the first test: MPI may set up connections inside the first call.
+  const double t0 = now_s(), timeout = collective_timeout();
   test();
   if (flag) return;
-  set_wait(id, true);
-  const double t0 = now_s(), timeout = collective_timeout();
+  set_wait(id, true, t0, timeout);
   // Spin briefly (small collectives finish in microseconds), then yield, then sleep between polls so that waiting
   // ranks leave the cores to the ones still computing.
   for (long it = 0;; ++it) {
     test();
     if (flag) break;
     const double waited = now_s() - t0;
-    if (waited > timeout)
-      watchdog_fail(describe(id) + " did not complete within parallel.timeout_s = " + fmt_s(timeout), &id);
+    if (waited > timeout) watchdog_fail(describe(id) + " did not complete within " + deadline_text(), &id);
     if (it < 2000) continue;
     if (waited < 0.05)
       std::this_thread::yield();
@@ -359,7 +416,7 @@ void watchdog_wait_mpi(int n, MPI_Request* reqs, const CollectiveId& id) {
   clear_wait();
 }
 
-WaitScope::WaitScope(const CollectiveId& id) { set_wait(id, false); }
+WaitScope::WaitScope(const CollectiveId& id) { set_wait(id, false, now_s(), collective_timeout()); }
 WaitScope::~WaitScope() { clear_wait(); }
 
 void watchdog_register(WatchdogClient* c) {
@@ -417,18 +474,42 @@ std::string watchdog_peer_report(const CollectiveId* id) {
 void watchdog_fail(const std::string& cause, const CollectiveId* id) {
   State& s = st();
   if (s.failing.exchange(true)) {
-    // Another thread is already reporting and aborting.
+    // Another thread is already reporting and aborting (and bounded: see below).
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+  const double bound = s.abort_s.load();
+  const int rank = my_rank();
+  // Backstop: whatever blocks below (a lock held by a thread stuck in a driver, MPI_Abort itself), the process ends.
+  std::thread([bound, rank] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(2 * bound + 1));
+    std::fprintf(stderr, "[rank %d] watchdog: the job did not end within %.1f s of the failure; exiting\n", rank,
+                 2 * bound + 1);
+    std::_Exit(1);
+  }).detach();
   const std::string peers = watchdog_peer_report(id);
   unblock_output_pipes();
-  std::fprintf(stderr, "[rank %d] watchdog: %s at step %lld; %s. Aborting the job.\n", my_rank(), cause.c_str(),
+  std::fprintf(stderr, "[rank %d] watchdog: %s at step %lld; %s. Aborting the job.\n", rank, cause.c_str(),
                static_cast<long long>(s.step.load()), peers.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
-  {
-    std::lock_guard<std::mutex> lock(s.clients_mu);
-    for (WatchdogClient* c : s.clients) c->abort();
+  // The clients' abort (ncclCommAbort can block, e.g. on a hung peer or GPU) runs on a thread of its own; MPI_Abort
+  // follows when it is done or after `bound` seconds, whichever is first.
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([done] {
+    std::vector<WatchdogClient*> clients;
+    {
+      std::lock_guard<std::mutex> lock(st().clients_mu);
+      clients = st().clients;
+    }
+    for (WatchdogClient* c : clients) c->abort();
+    done->store(true);
+  }).detach();
+  const double t0 = now_s();
+  while (!done->load() && now_s() - t0 < bound) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!done->load()) {
+    std::fprintf(stderr, "[rank %d] watchdog: aborting the communicators did not finish within %.1f s; ending the "
+                 "job without them\n", rank, bound);
+    std::fflush(stderr);
   }
   int inited = 0, fin = 0;
   MPI_Initialized(&inited);

@@ -9,8 +9,11 @@
 //     state (step, the collective it waits in) to every other rank once per period on a duplicate of
 //     MPI_COMM_WORLD and receives theirs. A rank silent for timeout_s (SIGSTOPped, dead, its host hung) ends the
 //     job, and a collective that times out names the ranks that are not in it, and where they are.
-//   - On any failure: "[rank R] watchdog: <what> at step S; <ranks>" on stderr, every NcclComm is ncclCommAbort'ed,
-//     then MPI_Abort ends every rank (mpirun kills the rest).
+//   - On any failure: "[rank R] watchdog: <what> at step S; <ranks>" on stderr, every NcclComm is ncclCommAbort'ed
+//     on a thread of its own, waited for at most WatchdogOptions::abort_s, then MPI_Abort ends every rank (mpirun
+//     kills the rest); a backstop _exit()s the process if even that has not ended it 2 * abort_s + 1 s later.
+//   - Phases (PhaseDeadline): a named stretch where ranks legitimately wait longer than parallel.timeout_s (ARank on
+//     rank 0, the CRC check of a checkpoint) gets its own deadline, and a timeout in it names the phase and its key.
 // Nothing here touches tensors: the heartbeat uses its own communicator, so results are bitwise unaffected.
 #pragma once
 
@@ -24,6 +27,9 @@ namespace gmod {
 struct WatchdogOptions {
   double timeout_s = 600.0;  // deadline of one collective, and the longest a peer may be silent
   double heartbeat_s = 0.0;  // heartbeat period; 0 = min(1 s, timeout_s / 10)
+  // On a failure, the longest the clients' abort() (ncclCommAbort, which can block) may take before MPI_Abort is
+  // called regardless.
+  double abort_s = 10.0;
 };
 
 // One collective as the watchdog names it. `what` must be a string literal (kept by pointer).
@@ -37,6 +43,28 @@ std::string describe(const CollectiveId& id);  // "all_reduce (MPI_Iallreduce), 
 // Deadline of every collective in seconds: 600 until watchdog_start() or set_collective_timeout() changes it.
 double collective_timeout();
 void set_collective_timeout(double seconds);
+// The deadline in force for a collective started now, as messages name it: "parallel.timeout_s = 600.0 s", or in a
+// phase "parallel.arank_timeout_s = 3600.0 s (the deadline of phase 'ARank ...')".
+std::string deadline_text();
+// Seconds the watchdog lets the clients' abort() take before MPI_Abort (WatchdogOptions::abort_s).
+void set_abort_bound(double seconds);
+
+// A named phase with its own deadline, entered by every rank (e.g. rank 0 runs ARank while the others wait in the
+// broadcast of its result): while it lives, collective_timeout() is `timeout_s` and a timeout names the phase and
+// its config key `key`. Nests (the inner one wins); `phase` and `key` must be string literals.
+class PhaseDeadline {
+ public:
+  PhaseDeadline(const char* phase, const char* key, double timeout_s);
+  ~PhaseDeadline();
+  PhaseDeadline(const PhaseDeadline&) = delete;
+  PhaseDeadline& operator=(const PhaseDeadline&) = delete;
+
+ private:
+  const char* prev_phase_;
+  const char* prev_key_;
+  double prev_timeout_;
+};
+
 // Numbers communicators in creation order (every rank creates them in the same order: creation is collective).
 int next_comm_id();
 
@@ -68,7 +96,8 @@ class WaitScope {
 
 // Something the watchdog thread polls (NcclComm). poll(): "" when healthy, else what failed (an asynchronous error,
 // a collective past the deadline). abort(): release what peers may be blocked on (ncclCommAbort), called once on
-// every client before the job is aborted. Both are called from the watchdog thread.
+// every client before the job is aborted, on a thread of its own and waited for at most abort_s (an abort that
+// blocks does not keep the job from ending). poll() is called from the watchdog thread.
 class WatchdogClient {
  public:
   virtual ~WatchdogClient() = default;
