@@ -387,6 +387,16 @@ void DataParallelOptimizer::reduce_gradients() {
   reduced_ = true;
 }
 
+void DataParallelOptimizer::all_reduce_after_gradients(at::Tensor& t, ReduceOp op) {
+  if (!reduced_) reduce_gradients();  // drain first: nothing of this window is in flight on grad_comm() after it
+  comm_->all_reduce(t, op);
+}
+
+size_t DataParallelOptimizer::reductions_in_flight() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return inflight_.size();
+}
+
 StepResult DataParallelOptimizer::step(double lr) {
   if (!reduced_) reduce_gradients();
   reduced_ = false;

@@ -105,6 +105,13 @@ class DataParallelOptimizer {
 
   // Averages gradients across ranks (called by step() unless already called since the last zero_grad/step).
   void reduce_gradients();
+  // The way to run a collective on comm() between the last backward of a window and step() (the trainer's step
+  // statistics): completes the window's bucket reductions first (reduce_gradients(); on CUDA the compute stream then
+  // waits for the comm stream), then all-reduces `t` on comm(). With overlap_comm the buckets run on grad_comm(), a
+  // second communicator, and NCCL does not guarantee progress when two communicators' collectives run at once.
+  void all_reduce_after_gradients(at::Tensor& t, ReduceOp op = ReduceOp::Sum);
+  // Bucket collectives started and not yet completed (0 after reduce_gradients(), step() and zero_grad()).
+  size_t reductions_in_flight();
   // reduce_gradients if needed, global-norm clip, AdamW, refresh compute params on every rank.
   StepResult step(double lr);
   StepResult step() { return step(opts_.lr); }
