@@ -80,7 +80,10 @@ json to_json(const TrainConfig& c) {
       {"metrics",
        {{"log_every", c.metrics.log_every}, {"peak_tflops", c.metrics.peak_tflops},
         {"log_sample_ids", c.metrics.log_sample_ids}}},
-      {"parallel", {{"timeout_s", c.parallel.timeout_s}}},
+      {"parallel",
+       {{"timeout_s", c.parallel.timeout_s}, {"arank_timeout_s", c.parallel.arank_timeout_s},
+        {"resume_check_timeout_s", c.parallel.resume_check_timeout_s},
+        {"save_timeout_s", c.parallel.save_timeout_s}}},
       {"seed", c.seed},
       {"deterministic", c.deterministic},
       {"run_dir", c.run_dir},
@@ -138,6 +141,9 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(mt, "log_every", c.metrics.log_every), get(mt, "peak_tflops", c.metrics.peak_tflops);
       get(mt, "log_sample_ids", c.metrics.log_sample_ids);
       get(j["parallel"], "timeout_s", c.parallel.timeout_s);
+      get(j["parallel"], "arank_timeout_s", c.parallel.arank_timeout_s);
+      get(j["parallel"], "resume_check_timeout_s", c.parallel.resume_check_timeout_s);
+      get(j["parallel"], "save_timeout_s", c.parallel.save_timeout_s);
       get(j, "seed", c.seed), get(j, "deterministic", c.deterministic), get(j, "run_dir", c.run_dir);
       get(j, "resume", c.resume), get(j, "max_consecutive_skipped", c.max_consecutive_skipped);
       get(j, "resume_allow_changes", c.resume_allow_changes);
@@ -463,8 +469,14 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
     e.push_back("resume: \"" + c.resume +
                 "\" is neither auto, auto_or_scratch, none nor a checkpoint directory with manifest.json");
   if (c.max_consecutive_skipped < 1) e.push_back("max_consecutive_skipped: must be >= 1");
-  if (!(c.parallel.timeout_s > 0) || !std::isfinite(c.parallel.timeout_s))
-    e.push_back("parallel.timeout_s: " + std::to_string(c.parallel.timeout_s) + ", expected a finite number > 0");
+  const std::pair<const char*, double> deadlines[] = {
+      {"parallel.timeout_s", c.parallel.timeout_s},
+      {"parallel.arank_timeout_s", c.parallel.arank_timeout_s},
+      {"parallel.resume_check_timeout_s", c.parallel.resume_check_timeout_s},
+      {"parallel.save_timeout_s", c.parallel.save_timeout_s}};
+  for (const auto& [key, v] : deadlines)
+    if (!(v > 0) || !std::isfinite(v))
+      e.push_back(std::string(key) + ": " + std::to_string(v) + ", expected a finite number > 0");
   return e;
 }
 

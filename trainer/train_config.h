@@ -151,6 +151,11 @@ struct ParallelSection {
   // Deadline of every collective and the longest a rank may go without a heartbeat; past it the job is aborted
   // naming the collective, the step and the missing ranks (parallel/watchdog.h).
   double timeout_s = 600.0;
+  // Named phases where the other ranks legitimately wait longer than timeout_s for rank 0 get their own deadline
+  // (parallel/watchdog.h PhaseDeadline); a timeout in one names the phase and its key.
+  double arank_timeout_s = 3600.0;         // ARank on rank 0 (mod.rule needing it), the others wait for its result
+  double resume_check_timeout_s = 3600.0;  // rank 0 verifies the CRCs of the checkpoint to resume from
+  double save_timeout_s = 3600.0;          // a checkpoint save: rank 0 writes model.h5 and applies retention
 };
 
 struct TrainConfig {

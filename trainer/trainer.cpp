@@ -56,6 +56,13 @@ std::atomic<bool>& stop_signal_flag() {
   return flag;
 }
 
+void install_stop_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
+}
+
 Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(cfg)), comm_(std::move(comm)) {
   rank_ = comm_->rank();
   world_ = comm_->world_size();
@@ -147,7 +154,10 @@ void Trainer::convert_model() {
 
 std::vector<double> Trainer::run_arank() {
   // On rank 0, on the samples mod.arank_protocol names; the result is broadcast so that
-  // every rank converts the same layers.
+  // every rank converts the same layers. The others wait in that broadcast for as long as rank 0 measures: a phase
+  // with its own deadline (thousands of SVDs at 7B take far longer than parallel.timeout_s).
+  const PhaseDeadline phase("ARank on rank 0 (the other ranks wait for its result)", "parallel.arank_timeout_s",
+                            cfg_.parallel.arank_timeout_s);
   const int n_layers = model_->config.text.num_hidden_layers;
   at::Tensor means = at::zeros({n_layers}, at::TensorOptions().dtype(at::kDouble));
   if (rank_ == 0) {
@@ -421,7 +431,9 @@ StepMetrics Trainer::train_step() {
   packed = packed.to(device_);
   packed[0] = lm_sum;
   packed[1] = routing_sum;
-  comm_->all_reduce(packed, ReduceOp::Sum);
+  // After this window's bucket reductions have completed: with overlap_comm they run on a second communicator, and
+  // NCCL does not guarantee progress when two communicators' collectives run at once (docs/parallel.md).
+  opt_->all_reduce_after_gradients(packed, ReduceOp::Sum);
   packed = packed.cpu();
   auto r = packed.accessor<double, 1>();
 
@@ -483,6 +495,14 @@ TrainResult Trainer::run() {
   } restore{old_term, old_int, old_usr1};
 
   TrainResult result;
+  // A stop signal that reached any rank during set-up ends the job here, cleanly, before the first step.
+  const int64_t first_step = step_;
+  if (comm_->all_reduce(stop_signal_flag().load() ? 1.0 : 0.0, ReduceOp::Max) > 0) {
+    stop_requested_ = true;
+    print("stop signal received during set-up: stopping before step " + std::to_string(step_ + 1) +
+          "; nothing trained, no checkpoint written" +
+          (last_checkpoint_.empty() ? "" : " (the last one is " + last_checkpoint_ + ")"));
+  }
   const int64_t exit_at = cfg_.schedule.exit_at_step > 0 ? cfg_.schedule.exit_at_step : total_steps_;
   while (step_ < std::min(total_steps_, exit_at) && !stop_requested_) {
     StepMetrics m = train_step();
@@ -500,7 +520,7 @@ TrainResult Trainer::run() {
   }
   if (eval_set_ && step_ == total_steps_ && (cfg_.eval.every == 0 || step_ % cfg_.eval.every != 0))
     logger_->log_eval(step_, evaluate());
-  if (last_saved_step_ != step_) save_checkpoint();
+  if (last_saved_step_ != step_ && !(stop_requested_ && step_ == first_step)) save_checkpoint();
   logger_->finish();
   result.final_step = step_;
   result.stopped_by_signal = stop_requested_;
@@ -535,6 +555,10 @@ std::string Trainer::save_checkpoint() {
   o.keep_last = cfg_.checkpoint.keep_last;
   o.barrier = [this] { comm_->barrier(); };
   o.warn = [this](const std::string& w) { print("warning: " + w); };
+  // The others wait in the save's barriers while rank 0 writes model.h5 and applies retention (which re-reads the
+  // CRCs of other jobs' checkpoints before deleting them): a phase with its own deadline.
+  const PhaseDeadline phase("checkpoint save (rank 0 writes the model and applies retention)",
+                            "parallel.save_timeout_s", cfg_.parallel.save_timeout_s);
   last_checkpoint_ = CheckpointWriter(cfg_.run_dir, rank_, world_, o).save(c, mine);
   last_saved_step_ = step_;
   print("checkpoint: " + last_checkpoint_ + " (" + std::to_string(int(seconds_since(t0) * 1000)) + " ms)");

@@ -124,7 +124,11 @@ class Trainer {
 // Seed of rank `rank`'s generators for a run starting (or restarting at another world size) at `step`.
 uint64_t rank_seed(uint64_t seed, int64_t step, int rank);
 
-// Set by the SIGTERM/SIGINT/SIGUSR1 handler Trainer::run installs; the loop agrees on it across ranks after every step.
+// Set by the SIGTERM/SIGINT/SIGUSR1 handler; the loop agrees on it across ranks after every step, and once before the
+// first (a signal during set-up: the job ends cleanly there, with a message, nothing trained, nothing saved).
 std::atomic<bool>& stop_signal_flag();
+// Installs that handler for SIGTERM, SIGINT and SIGUSR1. gmod train calls it first thing, before MPI and set-up, so
+// that a signal during set-up is recorded instead of killing the rank; Trainer::run installs it too.
+void install_stop_signal_handlers();
 
 }  // namespace gmod

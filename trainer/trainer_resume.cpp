@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "parallel/watchdog.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
@@ -50,11 +51,16 @@ void Trainer::check_resume_compatible(const std::string& dir, const json& saved_
 void Trainer::choose_resume() {
   resume_dir_.clear();
   if (cfg_.resume == "none") return;
+  // Rank 0 reads every file of the checkpoint for its CRC (~95 GB at 7B) while the others wait for its verdict: a
+  // phase with its own deadline.
+  const PhaseDeadline phase("checkpoint verification on resume (rank 0 checks every file's CRC)",
+                            "parallel.resume_check_timeout_s", cfg_.parallel.resume_check_timeout_s);
   if (!resume_is_auto()) {
     if (rank_ == 0) {
       const std::string why = CheckpointManager::verify(cfg_.resume);
       if (!why.empty()) throw std::runtime_error("resume: checkpoint " + cfg_.resume + " is not valid: " + why);
     }
+    comm_->barrier();  // the others wait for the verdict here, under the phase's deadline
     resume_dir_ = cfg_.resume;
     return;
   }
