@@ -1,0 +1,197 @@
+// Stopping real `gmod train` jobs by signal (issue 19), 2 ranks, demo model, parallel.timeout_s = 5:
+//   - SIGTERM to one rank only during training: every rank saves the checkpoint of the step and exits 0;
+//   - SIGTERM to one rank only during set-up (right after the banner, while the model is loaded and converted): the
+//     rank is not killed; the job ends cleanly (exit 0) with a message, or, when set-up was already over, saves;
+//   - SIGTERM to launch/run_single_node.sh and to launch/run_multi_node.sh (as `kill`, Ctrl-C or `timeout` would):
+//     the launcher turns it into the save signal for its ranks, a checkpoint is written, and the launcher and every
+//     rank are gone within kBound seconds.
+// Each test is its own ctest entry (CMakeLists.txt).
+#include "tests/trainer/e2e_util.h"
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+namespace {
+
+using namespace gmod::e2e;
+using gmod::test::TempDir;
+using Clock = std::chrono::steady_clock;
+
+constexpr double kBound = 60.0;  // seconds from the signal until every process is gone
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Waits up to `limit` s for pid (SIGKILLs it and `others` after that); returns the status, or -1 on timeout.
+int wait_for(pid_t pid, double limit, const std::map<int, pid_t>& others = {}) {
+  const auto t0 = Clock::now();
+  int status = 0;
+  while (since(t0) < limit) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (auto& [r, p] : others) kill(p, SIGKILL);
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+// Polls until `pred` or `limit` s.
+template <class F>
+bool wait_until(F pred, double limit) {
+  const auto t0 = Clock::now();
+  while (!pred()) {
+    if (since(t0) > limit) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// The ranks (OMPI_COMM_WORLD_RANK) among the descendants of `root`: mpirun's children, mpirun being `root` or a
+// child of it (the launchers start mpirun in the background).
+std::map<int, pid_t> find_ranks(pid_t root) {
+  std::map<int, pid_t> r = rank_pids(root);
+  if (!r.empty()) return r;
+  DIR* d = opendir("/proc");
+  if (!d) return r;
+  while (dirent* e = readdir(d)) {
+    const pid_t pid = pid_t(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream ss(stat.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    ss >> state >> ppid;
+    if (ppid == root) {
+      auto sub = rank_pids(pid);
+      r.insert(sub.begin(), sub.end());
+    }
+  }
+  closedir(d);
+  return r;
+}
+
+std::vector<std::string> checkpoints(const std::string& run) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator(run + "/checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && name.find('.') == std::string::npos) out.push_back(e.path().string());
+  }
+  return out;
+}
+
+// Every pid in `ranks` gone (or a zombie) within what is left of kBound since t0.
+void expect_ranks_gone(const std::map<int, pid_t>& ranks, Clock::time_point t0, const std::string& log) {
+  for (auto& [rank, pid] : ranks) {
+    while (alive(pid) && since(t0) < kBound) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(alive(pid)) << "rank " << rank << " (pid " << pid << ") still running " << since(t0)
+                             << " s after the signal\n" << log;
+  }
+}
+
+// A launcher (or mpirun) running a long job; returns once `steps` steps are logged, with the ranks' pids.
+struct Job {
+  pid_t pid = -1;
+  std::map<int, pid_t> ranks;
+};
+Job start(const std::string& command, const std::string& run, int steps) {
+  Job j;
+  j.pid = spawn_shell(command);
+  wait_until([&] { return int(step_metrics(run, nullptr, true).size()) >= steps; }, 180);
+  j.ranks = find_ranks(j.pid);
+  return j;
+}
+
+// The signal reached a job at t0: it must exit 0 within kBound, every rank gone, a valid checkpoint of the last step.
+void expect_saved_and_gone(const Job& j, Clock::time_point t0, const std::string& run, const std::string& log_path,
+                           const char* what) {
+  const int status = wait_for(j.pid, kBound, j.ranks);
+  const std::string log = slurp(log_path);
+  ASSERT_NE(status, -1) << what << " still running " << kBound << " s after SIGTERM:\n" << log;
+  const double s = since(t0);
+  EXPECT_EQ(exit_code(status), 0) << log;
+  expect_ranks_gone(j.ranks, t0, log);
+  const auto metrics = step_metrics(run);
+  ASSERT_FALSE(metrics.empty()) << log;
+  const int64_t last = metrics.rbegin()->first;
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, last)), "") << log;
+  EXPECT_NE(log.find("stopped by signal at step " + std::to_string(last)), std::string::npos) << log;
+  std::printf("%s: SIGTERM -> checkpoint of step %lld, all gone after %.1f s\n", what, static_cast<long long>(last), s);
+}
+
+std::string long_config(const std::string& run) {
+  return write_config(run, {{"schedule", {{"max_steps", 100000}}}, {"deterministic", false}});
+}
+
+}  // namespace
+
+TEST(TrainSignals, TermToOneRankDuringTrainingSavesAndExitsZero) {
+  TempDir t;
+  const std::string run = t.str("one"), cfg = long_config(run);
+  Job j = start("exec " + train_command(2, cfg), run, 2);
+  ASSERT_EQ(j.ranks.size(), 2u) << slurp(cfg + ".log");
+  const auto t0 = Clock::now();
+  ASSERT_EQ(kill(j.ranks.at(1), SIGTERM), 0);  // rank 1 only: rank 0 learns it in the step's all-reduce
+  expect_saved_and_gone(j, t0, run, cfg + ".log", "SIGTERM to rank 1");
+}
+
+TEST(TrainSignals, TermToOneRankDuringSetupEndsCleanly) {
+  TempDir t;
+  const std::string run = t.str("setup"), cfg = long_config(run), log = cfg + ".log";
+  const pid_t pid = spawn_shell("exec " + train_command(2, cfg));
+  // The banner is printed after the ranks' first exchange, before the model is loaded: rank 1 is in set-up.
+  ASSERT_TRUE(wait_until([&] { return slurp(log).find("gmod train: 2 rank(s)") != std::string::npos; }, 120))
+      << slurp(log);
+  std::map<int, pid_t> ranks = rank_pids(pid);
+  ASSERT_EQ(ranks.size(), 2u) << slurp(log);
+  const bool before_training = step_metrics(run, nullptr, true).empty();
+  const auto t0 = Clock::now();
+  ASSERT_EQ(kill(ranks.at(1), SIGTERM), 0);
+  const int status = wait_for(pid, kBound, ranks);
+  const std::string out = slurp(log);
+  ASSERT_NE(status, -1) << "job still running " << kBound << " s after SIGTERM:\n" << out;
+  EXPECT_EQ(exit_code(status), 0) << "a signal during set-up must not kill the rank:\n" << out;
+  EXPECT_EQ(out.find("exited on signal"), std::string::npos) << out;
+  expect_ranks_gone(ranks, t0, out);
+  const bool in_setup = out.find("stop signal received during set-up: stopping before step 1; nothing trained, no "
+                                 "checkpoint written") != std::string::npos;
+  EXPECT_TRUE(in_setup || out.find("stopped by signal at step") != std::string::npos) << out;
+  if (in_setup) {
+    EXPECT_TRUE(checkpoints(run).empty()) << out;
+  }
+  std::printf("SIGTERM to rank 1 %s set-up (%s): job ended cleanly after %.1f s\n",
+              before_training ? "during" : "after", in_setup ? "stopped before step 1" : "saved", since(t0));
+}
+
+TEST(TrainSignals, TermToRunSingleNodeSavesAndEndsTheJob) {
+  TempDir t;
+  const std::string run = t.str("single"), cfg = long_config(run), log = cfg + ".log";
+  const std::string launcher = gmod::test::source_dir() + "/launch/run_single_node.sh";
+  Job j = start("GMOD_BIN=" + std::string(GMOD_BIN) + " GMOD_THREADS=1 exec " + launcher + " " + cfg + " 2 >> " +
+                    log + " 2>&1",
+                run, 2);
+  ASSERT_EQ(j.ranks.size(), 2u) << slurp(log);
+  const auto t0 = Clock::now();
+  ASSERT_EQ(kill(j.pid, SIGTERM), 0);
+  expect_saved_and_gone(j, t0, run, log, "run_single_node.sh");
+  EXPECT_NE(slurp(log).find("run_single_node: SIGTERM -> SIGUSR1 to the ranks"), std::string::npos) << slurp(log);
+}
+
+TEST(TrainSignals, TermToRunMultiNodeSavesAndEndsTheJob) {
+  TempDir t;
+  const std::string run = t.str("multi"), cfg = long_config(run), log = cfg + ".log";
+  const std::string hosts = t.str("hosts");
+  std::ofstream(hosts) << "localhost slots=2\n";
+  const std::string launcher = gmod::test::source_dir() + "/launch/run_multi_node.sh";
+  Job j = start("GMOD_BIN=" + std::string(GMOD_BIN) +
+                    " GMOD_THREADS=1 GMOD_MPIRUN_ARGS='--mca btl_vader_single_copy_mechanism none' exec " + launcher + " " + hosts + " 2 " + cfg + " >> " + log + " 2>&1",
+                run, 2);
+  ASSERT_EQ(j.ranks.size(), 2u) << slurp(log);
+  const auto t0 = Clock::now();
+  ASSERT_EQ(kill(j.pid, SIGTERM), 0);
+  expect_saved_and_gone(j, t0, run, log, "run_multi_node.sh");
+  EXPECT_NE(slurp(log).find("run_multi_node: SIGTERM -> SIGUSR1 to the ranks"), std::string::npos) << slurp(log);
+}
