@@ -59,6 +59,7 @@ std::atomic<bool>& stop_signal_flag() {
 void install_stop_signal_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;  // set-up reads files: an interrupted read must resume, not fail
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
 }
@@ -481,6 +482,7 @@ TrainResult Trainer::run() {
   // SIGTERM/SIGINT mean the same here. Either way: finish the step, agree across ranks, save, exit 0.
   struct sigaction sa {}, old_term {}, old_int {}, old_usr1 {};
   sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGINT, &sa, &old_int);
