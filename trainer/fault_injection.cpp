@@ -1,10 +1,12 @@
 #include "trainer/fault_injection.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace gmod {
 namespace {
@@ -30,7 +32,8 @@ FaultInjection FaultInjection::parse(const std::string& spec) {
   auto fail = [&](const std::string& what) -> void {
     throw std::invalid_argument(
         std::string(kEnv) + "='" + spec + "': " + what +
-        " (expected e.g. 'nonfinite_grad:step=3,rank=1[,count=2]', faults separated by ';')");
+        " (expected e.g. 'nonfinite_grad:step=3,rank=1[,count=2]' or 'slow_arank:rank=0,seconds=8', faults separated "
+        "by ';')");
   };
   if (trim(spec).empty()) return out;
   for (const std::string& raw : split(spec, ';')) {
@@ -39,16 +42,20 @@ FaultInjection FaultInjection::parse(const std::string& spec) {
     const auto colon = item.find(':');
     Fault f;
     f.kind = trim(item.substr(0, colon));
-    if (f.kind != "nonfinite_grad") fail("unknown fault kind '" + f.kind + "' (known: nonfinite_grad)");
-    if (colon == std::string::npos) fail("fault '" + f.kind + "' needs step= and rank=");
-    bool has_step = false, has_rank = false, has_count = false;
+    if (f.kind != "nonfinite_grad" && f.kind != "slow_arank")
+      fail("unknown fault kind '" + f.kind + "' (known: nonfinite_grad, slow_arank)");
+    const bool slow = f.kind == "slow_arank";
+    if (colon == std::string::npos)
+      fail("fault '" + f.kind + (slow ? "' needs rank= and seconds=" : "' needs step= and rank="));
+    bool has_step = false, has_rank = false, has_count = false, has_seconds = false;
     for (const std::string& kv_raw : split(item.substr(colon + 1), ',')) {
       const std::string kv = trim(kv_raw);
       const auto eq = kv.find('=');
       if (eq == std::string::npos) fail("'" + kv + "' is not key=value");
       const std::string key = trim(kv.substr(0, eq)), val = trim(kv.substr(eq + 1));
-      if (key != "step" && key != "rank" && key != "count")
-        fail("unknown key '" + key + "' for " + f.kind + " (known: step, rank, count)");
+      if (slow ? key != "rank" && key != "seconds" : key != "step" && key != "rank" && key != "count")
+        fail("unknown key '" + key + "' for " + f.kind +
+             (slow ? " (known: rank, seconds)" : " (known: step, rank, count)"));
       int64_t v = 0;
       try {
         if (val.empty() || val.find_first_not_of("0123456789") != std::string::npos)
@@ -65,14 +72,19 @@ FaultInjection FaultInjection::parse(const std::string& spec) {
         if (has_rank) fail("rank given twice");
         if (v > std::numeric_limits<int>::max()) fail("rank " + val + " is too large");
         f.rank = int(v), has_rank = true;
+      } else if (key == "seconds") {
+        if (has_seconds) fail("seconds given twice");
+        if (v < 1 || v > 86400) fail("seconds must be in [1, 86400]");
+        f.seconds = v, has_seconds = true;
       } else if (key == "count") {
         if (has_count) fail("count given twice");
         if (v < 1) fail("count must be >= 1");
         f.count = v, has_count = true;
       }
     }
-    if (!has_step) fail(f.kind + " needs step=");
+    if (!slow && !has_step) fail(f.kind + " needs step=");
     if (!has_rank) fail(f.kind + " needs rank=");
+    if (slow && !has_seconds) fail(f.kind + " needs seconds=");
     out.faults.push_back(f);
   }
   return out;
@@ -93,10 +105,21 @@ bool FaultInjection::nonfinite_grad_due(int64_t step, int rank) const {
   return false;
 }
 
+int64_t FaultInjection::slow_arank_seconds(int rank) const {
+  int64_t s = 0;
+  for (const Fault& f : faults)
+    if (f.kind == "slow_arank" && f.rank == rank) s += f.seconds;
+  return s;
+}
+
 std::string FaultInjection::describe() const {
   std::ostringstream os;
   for (size_t i = 0; i < faults.size(); ++i) {
     const Fault& f = faults[i];
+    if (f.kind == "slow_arank") {
+      os << (i ? "; " : "") << "slow_arank on rank " << f.rank << ": +" << f.seconds << " s";
+      continue;
+    }
     os << (i ? "; " : "") << f.kind << " on rank " << f.rank << " at step " << f.step;
     if (f.count > 1) os << ".." << f.step + f.count - 1;
   }
@@ -112,6 +135,14 @@ at::Tensor inject_faults_into_loss(const at::Tensor& loss, int64_t step, int ran
               << FaultInjection::kEnv << ")\n";
   reported = step;
   return loss * std::numeric_limits<double>::quiet_NaN();
+}
+
+void inject_arank_delay(int rank) {
+  const int64_t s = FaultInjection::from_env().slow_arank_seconds(rank);
+  if (s <= 0) return;
+  std::cerr << "gmod: fault injection: ARank on rank " << rank << " takes " << s << " s longer ("
+            << FaultInjection::kEnv << ")\n";
+  std::this_thread::sleep_for(std::chrono::seconds(s));
 }
 
 }  // namespace gmod

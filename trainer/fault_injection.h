@@ -4,6 +4,7 @@
 //
 //   GMOD_FAULT_INJECT="nonfinite_grad:step=3,rank=1"            step 3's gradient on rank 1 is NaN
 //   GMOD_FAULT_INJECT="nonfinite_grad:step=2,rank=0,count=3"    steps 2, 3 and 4 on rank 0
+//   GMOD_FAULT_INJECT="slow_arank:rank=0,seconds=8"             ARank on rank 0 takes 8 s longer (phase deadlines)
 //   several faults: separated by ';'
 #pragma once
 
@@ -16,10 +17,11 @@
 namespace gmod {
 
 struct Fault {
-  std::string kind;   // "nonfinite_grad"
+  std::string kind;   // "nonfinite_grad" or "slow_arank"
   int64_t step = 0;   // first step (1-based, as the metrics count) it fires at
   int rank = 0;       // the rank it fires on
   int64_t count = 1;  // consecutive steps it fires at
+  int64_t seconds = 0;  // slow_arank: the extra seconds
 };
 
 class FaultInjection {
@@ -33,6 +35,7 @@ class FaultInjection {
 
   bool empty() const { return faults.empty(); }
   bool nonfinite_grad_due(int64_t step, int rank) const;
+  int64_t slow_arank_seconds(int rank) const;  // 0 when none
   std::string describe() const;  // "" when empty
 
   std::vector<Fault> faults;
@@ -43,5 +46,7 @@ class FaultInjection {
 // before any of it is reduced, as an overflow in that rank's forward would make it — else the loss unchanged.
 // Prints a line to stderr when it fires.
 at::Tensor inject_faults_into_loss(const at::Tensor& loss, int64_t step, int rank);
+// slow_arank: sleeps the injected seconds on `rank` (called inside the ARank phase).
+void inject_arank_delay(int rank);
 
 }  // namespace gmod

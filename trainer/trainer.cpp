@@ -199,6 +199,7 @@ std::vector<double> Trainer::run_arank() {
         throw std::runtime_error("arank: " + cfg_.data.train + ": no usable sample among " + std::to_string(seen) +
                                  " records");
     }
+    inject_arank_delay(rank_);  // GMOD_FAULT_INJECT slow_arank only (a test facility)
     ARankOptions o;
     o.max_samples = cfg_.mod.arank_samples;
     const ARankResult r = compute_arank(*model_, batches, o);

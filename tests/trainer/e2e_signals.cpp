@@ -5,6 +5,9 @@
 //   - SIGTERM to launch/run_single_node.sh and to launch/run_multi_node.sh (as `kill`, Ctrl-C or `timeout` would):
 //     the launcher turns it into the save signal for its ranks, a checkpoint is written, and the launcher and every
 //     rank are gone within kBound seconds.
+// And the rank-0 phases' own deadlines, on the ARank phase (GMOD_FAULT_INJECT slow_arank makes rank 0's ARank 8 s
+// longer than parallel.timeout_s = 5 while rank 1 waits for its result): within parallel.arank_timeout_s the job
+// trains; past it the watchdog names the phase and its key.
 // Each test is its own ctest entry (CMakeLists.txt).
 #include "tests/trainer/e2e_util.h"
 
@@ -194,4 +197,32 @@ TEST(TrainSignals, TermToRunMultiNodeSavesAndEndsTheJob) {
   ASSERT_EQ(kill(j.pid, SIGTERM), 0);
   expect_saved_and_gone(j, t0, run, log, "run_multi_node.sh");
   EXPECT_NE(slurp(log).find("run_multi_node: SIGTERM -> SIGUSR1 to the ranks"), std::string::npos) << slurp(log);
+}
+
+TEST(TrainSignals, ArankLongerThanTimeoutButWithinItsDeadlineTrains) {
+  TempDir t;
+  const std::string run = t.str("arank_ok"), cfg = write_config(run, {{"schedule", {{"max_steps", 1}}}});
+  const int rc = run_shell("env GMOD_FAULT_INJECT=slow_arank:rank=0,seconds=8 " + train_command(2, cfg));
+  const std::string log = slurp(cfg + ".log");
+  EXPECT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("ARank on rank 0 takes 8 s longer"), std::string::npos) << log;
+  EXPECT_EQ(log.find("watchdog:"), std::string::npos) << log;
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 1)), "") << log;
+}
+
+TEST(TrainSignals, ArankPastItsDeadlineIsNamed) {
+  TempDir t;
+  const std::string run = t.str("arank_late"), cfg = write_config(run, {{"schedule", {{"max_steps", 1}}}});
+  const auto t0 = Clock::now();
+  const int rc = run_shell("env GMOD_FAULT_INJECT=slow_arank:rank=0,seconds=60 timeout 120 " +
+                           train_command(2, cfg, {"parallel.arank_timeout_s=6"}));
+  const std::string log = slurp(cfg + ".log");
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(rc, 124) << "hung until timeout(1):\n" << log;
+  EXPECT_NE(log.find("[rank 1] watchdog: broadcast (MPI_Ibcast)"), std::string::npos) << log;
+  EXPECT_NE(log.find("did not complete within parallel.arank_timeout_s = 6.0 s (the deadline of phase 'ARank on "
+                     "rank 0 (the other ranks wait for its result)')"),
+            std::string::npos)
+      << log;
+  EXPECT_LT(since(t0), 50.0) << log;
 }

@@ -35,6 +35,27 @@ TEST(FaultInjection, ParsesStepsRanksAndCounts) {
   EXPECT_EQ(f.describe(), "nonfinite_grad on rank 1 at step 3; nonfinite_grad on rank 0 at step 5..6");
 }
 
+TEST(FaultInjection, SlowArankParsesRankAndSeconds) {
+  auto f = FaultInjection::parse("slow_arank:rank=0,seconds=8; nonfinite_grad:step=2,rank=1");
+  ASSERT_EQ(f.faults.size(), 2u);
+  EXPECT_EQ(f.slow_arank_seconds(0), 8);
+  EXPECT_EQ(f.slow_arank_seconds(1), 0);
+  EXPECT_TRUE(f.nonfinite_grad_due(2, 1));
+  EXPECT_FALSE(f.nonfinite_grad_due(2, 0));
+  EXPECT_EQ(f.describe(), "slow_arank on rank 0: +8 s; nonfinite_grad on rank 1 at step 2");
+  const std::pair<const char*, const char*> bad[] = {
+      {"slow_arank", "needs rank= and seconds="},
+      {"slow_arank:rank=0", "needs seconds="},
+      {"slow_arank:seconds=3", "needs rank="},
+      {"slow_arank:rank=0,seconds=0", "seconds must be in [1, 86400]"},
+      {"slow_arank:rank=0,seconds=3,step=2", "unknown key 'step' for slow_arank (known: rank, seconds)"},
+  };
+  for (const auto& [spec, want] : bad) {
+    const std::string err = error_of(spec);
+    EXPECT_NE(err.find(want), std::string::npos) << spec << " -> " << err;
+  }
+}
+
 TEST(FaultInjection, BadSpecsAreNamedErrors) {
   const std::pair<const char*, const char*> cases[] = {
       {"nan_loss:step=1,rank=0", "unknown fault kind 'nan_loss'"},
