@@ -67,7 +67,7 @@ int run_train(const TrainOptions& o) {
     // Every rank's device, gathered for rank 0's banner (non-blocking and polled: a rank that never joins ends
     // the job within parallel.timeout_s, named).
     const std::vector<std::string> all =
-        all_gather_strings(comm->device().str(), "gather of the ranks' devices (MPI_Iallgatherv)");
+        all_gather_strings(comm->device().str(), "device banner (MPI_Iallgatherv)");
     if (rank == 0) {
       std::cout << "gmod train: " << world << " rank(s), backend " << comm->backend() << ", devices [";
       for (int r = 0; r < world; ++r) std::cout << (r ? ", " : "") << all[size_t(r)];

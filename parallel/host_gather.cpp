@@ -45,7 +45,7 @@ int ranks_on_this_host() {
   MPI_Get_processor_name(name, &n);
   const std::string me(name, size_t(n));
   int count = 0;
-  for (const std::string& h : all_gather_strings(me, "count of ranks per host (MPI_Iallgather of host names)"))
+  for (const std::string& h : all_gather_strings(me, "ranks per host (MPI_Iallgather)"))
     count += h == me ? 1 : 0;
   return count;
 }

@@ -156,7 +156,7 @@ MpiComm::MpiComm(MPI_Comm parent) : max_count_(INT_MAX) {
   // non-blocking split exists), so a rank that never arrives ends the job within the deadline.
   {
     MPI_Request req;
-    const CollectiveId id{"communicator creation (MPI_Comm_idup)", 0, 0};
+    const CollectiveId id{"MPI_Comm_idup (creation)", 0, 0};
     check_mpi(MPI_Comm_idup(parent, &comm_, &req), id);
     watchdog_wait_mpi(1, &req, id);
   }
@@ -167,7 +167,7 @@ MpiComm::MpiComm(MPI_Comm parent) : max_count_(INT_MAX) {
   check_mpi(MPI_Comm_size(comm_, &world_), "MPI_Comm_size");
   MPI_Comm node;
   {
-    WaitScope wait(CollectiveId{"communicator creation (MPI_Comm_split_type)", id_, 0});
+    WaitScope wait(CollectiveId{"MPI_Comm_split_type (creation)", id_, 0});
     check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
   }
   check_mpi(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank(node)");

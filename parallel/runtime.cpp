@@ -97,7 +97,7 @@ int local_rank() {
   if (g_local_rank < 0) {
     MPI_Comm node;
     {
-      WaitScope wait(CollectiveId{"local rank (MPI_Comm_split_type)", 0, 0});  // timed by the watchdog thread
+      WaitScope wait(CollectiveId{"MPI_Comm_split_type (local)", 0, 0});  // timed by the watchdog thread
       MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node);
     }
     MPI_Comm_rank(node, &g_local_rank);

@@ -157,10 +157,9 @@ void loop() {
   double next_send = 0;
   const double tick = std::min(0.05, s.period / 4);
   while (!s.stop.load()) {
-    if (s.failing.load()) {  // another thread is ending the job: touch nothing (its clients are being aborted)
-      std::this_thread::sleep_for(std::chrono::duration<double>(tick));
-      continue;
-    }
+    // Another thread is ending the job: keep the heartbeat going (peers must not report this rank silent while it
+    // aborts), but judge nothing and touch no client (they are being aborted).
+    const bool failing = s.failing.load();
     const double t = now_s();
     const double timeout = s.timeout.load();
     if (s.heartbeat) {
@@ -195,7 +194,7 @@ void loop() {
             break;
           }
       }
-      if (silent >= 0)
+      if (silent >= 0 && !failing)
         watchdog_fail("no heartbeat from rank " + std::to_string(silent) + " [" + s.where[size_t(silent)] + "] for " +
                     fmt_s(age) +
                       " (parallel.timeout_s = " + fmt_s(timeout) + "): it is stopped, hung or dead");
@@ -216,12 +215,12 @@ void loop() {
           deadline = s.wait_deadline;
         }
       }
-      if (late)
+      if (late && !failing)
         watchdog_fail(describe(id) + " did not complete within " + deadline + " (waited " + fmt_s(t - since) + ")",
                       &id);
     }
     std::string problem;
-    {
+    if (!failing) {
       std::lock_guard<std::mutex> lock(s.clients_mu);
       for (WatchdogClient* c : s.clients)
         if (problem.empty()) problem = c->poll(timeout);
@@ -360,7 +359,7 @@ void watchdog_start(const WatchdogOptions& o) {
     gethostname(host, sizeof host - 1);
     std::snprintf(mine, sizeof mine, "%s:%d", host, int(getpid()));
     std::vector<char> all(size_t(s.world) * sizeof mine);
-    const CollectiveId gather{"watchdog start (MPI_Iallgather of host:pid)", 0, 2};
+    const CollectiveId gather{"watchdog start (MPI_Iallgather)", 0, 2};
     rc = MPI_Iallgather(mine, sizeof mine, MPI_CHAR, all.data(), sizeof mine, MPI_CHAR, s.hb, &req);
     if (rc != MPI_SUCCESS) throw std::runtime_error("parallel/watchdog: MPI_Iallgather failed: " + mpi_error(rc));
     watchdog_wait_mpi(1, &req, gather);

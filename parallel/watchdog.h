@@ -32,7 +32,8 @@ struct WatchdogOptions {
   double abort_s = 10.0;
 };
 
-// One collective as the watchdog names it. `what` must be a string literal (kept by pointer).
+// One collective as the watchdog names it. `what` must be a string literal (kept by pointer); the heartbeat carries
+// its first 31 characters.
 struct CollectiveId {
   const char* what = "";  // e.g. "all_reduce (MPI_Iallreduce)"
   int comm = 0;           // communicator number: creation order, the same on every rank
