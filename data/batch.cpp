@@ -49,16 +49,23 @@ Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_si
 }
 
 ModelInputs to_model_inputs(const Batch& batch, at::Device device) {
+  // To an accelerator: pinned host memory (the loader's pin_memory, else pinned here) copied non-blocking, so
+  // the host queues the copies and goes on; the caching host allocator keeps each pinned block until its copy
+  // is done.
+  auto move = [&](const at::Tensor& t) {
+    if (!t.defined() || device.is_cpu()) return t.defined() ? t.to(device) : t;
+    return (t.is_pinned() ? t : t.pin_memory()).to(device, /*non_blocking=*/true);
+  };
   ModelInputs in;
-  in.input_ids = batch.input_ids.to(device);
-  in.labels = batch.labels.to(device);
-  in.attention_mask = batch.attention_mask.to(device);
-  in.token_roles = batch.token_roles.to(device);
+  in.input_ids = move(batch.input_ids);
+  in.labels = move(batch.labels);
+  in.attention_mask = move(batch.attention_mask);
+  in.token_roles = move(batch.token_roles);
   // MoD capacities come from these host-side counts, so no MoD layer waits for the device (model/decoder_layer.h).
   if (batch.input_ids.defined())
     in.host_role_counts = count_routing_roles(batch.token_roles, batch.attention_mask, batch.input_ids.size(0),
                                               batch.input_ids.size(1));
-  if (batch.pixel_values.defined()) in.pixel_values = batch.pixel_values.to(device);
+  if (batch.pixel_values.defined()) in.pixel_values = move(batch.pixel_values);
   return in;
 }
 

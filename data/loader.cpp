@@ -79,6 +79,10 @@ Batch DataLoader::build(int64_t seq) {
     }
   }
   Batch batch = collate(samples, dataset_.encoder().pad_id(), dataset_.config().image.crop);
+  if (config_.pin_memory)
+    for (at::Tensor* t :
+         {&batch.input_ids, &batch.labels, &batch.attention_mask, &batch.token_roles, &batch.pixel_values})
+      if (t->defined() && !t->is_pinned()) *t = t->pin_memory();
   batch.skipped = std::move(bad);
   batch.sequence = seq;
   return batch;

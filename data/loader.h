@@ -31,6 +31,10 @@ struct LoaderConfig {
   double max_bad_fraction = 0.05;  // of the records this rank has seen, checked after `bad_fraction_min_seen`
   int64_t bad_fraction_min_seen = 200;
   bool log_bad_records = true;  // one line per skipped record on stderr
+  // Page-lock every batch's tensors in the workers (set it when the model runs on CUDA): to_model_inputs then
+  // copies them to the device asynchronously instead of through a synchronous pageable copy on the training
+  // thread.
+  bool pin_memory = false;
 };
 
 struct LoaderStats {

@@ -109,6 +109,12 @@ inline CliModel load_cli_model(const ModelOptions& o) {
   if (o.random_init) {
     m.model = std::make_shared<MultimodalLM>(load_model_config(m.dir));
     m.model->init_weights(*o.random_init);
+    // A γ-MoD dir's "mod" object (validated: unknown keys are errors) makes the random model γ-MoD too, with
+    // a fresh router; a dense model here would silently not be the model the dir describes.
+    if (const auto mc = read_mod_config(m.dir); mc && !mc->mod_layers.empty() && o.mod.empty()) {
+      validate(*mc, m.model->config.text.num_hidden_layers, m.dir + "/config.json: \"mod\"");
+      convert_to_mod(*m.model, *mc);
+    }
   } else {
     m.model = load_mod_pretrained(m.dir, m.dtype, at::kCPU);  // dense, or γ-MoD with config.json "mod"
   }

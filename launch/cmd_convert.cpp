@@ -74,6 +74,7 @@ int run_convert(const ConvertOptions& o) {
                      " --data DATA.json --out arank.json` and pass --arank arank.json "
                      "(or use --rule layers:a,b or arank_mod, which need none)");
   auto model = load_pretrained(o.model, at::kFloat, at::kCPU);
+  check_finite_weights(*model, o.model, "converted");  // before ARank files and conversion: name the source
   const int n = model->config.text.num_hidden_layers;
   std::vector<double> arank;
   if (by_arank) arank = read_arank(o.arank, n);

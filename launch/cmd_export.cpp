@@ -38,26 +38,6 @@ void copy_side_files(const std::string& from, const std::string& to) {
   }
 }
 
-// Refuses to export weights with NaN or infinity (a diverged run): names the tensors, writes nothing.
-void check_finite(const MultimodalLM& m, const std::string& source) {
-  std::vector<std::string> bad;
-  size_t n_bad = 0;
-  for (const auto& p : m.named_parameters(true)) {
-    const at::Tensor& t = p.value();
-    if (!t.is_floating_point() || at::isfinite(t).all().item<bool>()) continue;
-    if (++n_bad <= 5)
-      bad.push_back(p.key() + " (" + std::to_string(at::isnan(t).sum().item<int64_t>()) + " NaN, " +
-                    std::to_string(at::isinf(t).sum().item<int64_t>()) + " inf of " +
-                    std::to_string(t.numel()) + ")");
-  }
-  if (n_bad == 0) return;
-  std::string msg =
-      source + ": the weights are non-finite in " + std::to_string(n_bad) + " tensor(s), nothing exported:";
-  for (const auto& b : bad) msg += "\n  " + b;
-  if (n_bad > bad.size()) msg += "\n  ... and " + std::to_string(n_bad - bad.size()) + " more";
-  throw std::runtime_error(msg);
-}
-
 // Reloads `out` as gmod's loaders see it and checks every parameter is bit-identical to `m`'s.
 size_t verify_export(const MultimodalLM& m, const std::string& out) {
   auto back = load_mod_pretrained(out, m.llm->embed_tokens.scalar_type());
@@ -91,7 +71,7 @@ int run_export(const ExportOptions& o) {
     auto m = load_mod_pretrained(o.from_hf);
     MoDConfig mc = read_mod_config(o.from_hf).value_or(MoDConfig{});
     if (mod_layers(*m).empty()) mc.mod_layers.clear();
-    check_finite(*m, o.from_hf);
+    check_finite_weights(*m, o.from_hf, "exported");
     save_mod_pretrained(*m, mc, o.out);
     copy_side_files(o.from_hf, o.out);
     describe(*m, mc, o.out, verify_export(*m, o.out));
@@ -126,7 +106,7 @@ int run_export(const ExportOptions& o) {
   reader.load_model_into(params, /*strict=*/true);
   std::cout << "checkpoint " << step_dir << " (step " << reader.step() << ", model " << src << ", "
             << cfg.model.dtype << ")\n";
-  check_finite(*model, "checkpoint " + step_dir);
+  check_finite_weights(*model, "checkpoint " + step_dir, "exported");
   save_mod_pretrained(*model, mc, out);
   copy_side_files(default_tokenizer_source(cfg.model), out);
   if (!preprocessor_source(cfg.model).empty()) copy_side_files(preprocessor_source(cfg.model), out);

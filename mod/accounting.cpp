@@ -70,15 +70,21 @@ void add_decoder(ComputeReport& r, const std::vector<LayerTokens>& tokens, const
     // The shape describes this forward's tokens; if a report does not add up (a caller that passes no shape),
     // its tokens are taken as one sequence.
     const double dp = fresh == t.total ? dense_pairs : 0.5 * double(t.total) * double(t.total + 1);
-    const double pairs = t.attn_pairs >= 0 ? double(t.attn_pairs) : dp;
+    // A MoD layer of a full-sequence forward with a known plan ran B x k_max padded rows (header).
+    const bool padded =
+        t.attn_pairs >= 0 && s.mod_kmax >= 0 && fresh == t.total && s.context.size() == s.fresh.size();
+    const double B = double(s.fresh.size()), K = double(s.mod_kmax);
+    const int64_t rows = padded ? int64_t(s.fresh.size()) * s.mod_kmax : t.processed;
+    const double pairs = padded ? B * 0.5 * K * (K + 1) : t.attn_pairs >= 0 ? double(t.attn_pairs) : dp;
     auto& l = by_layer[t.layer];
     l.layer = t.layer;
     l.mod = l.mod || t.attn_pairs >= 0;
     l.processed += t.processed;
+    l.computed += rows;
     l.total += t.total;
     l.attn_pairs += pairs;
     l.dense_attn_pairs += dp;
-    l.linear_flops += tf * double(t.processed);
+    l.linear_flops += tf * double(rows);
     l.attn_flops += pf * pairs;
     l.dense_linear_flops += tf * double(t.total);
     l.dense_attn_flops += pf * dp;
@@ -135,7 +141,7 @@ void ComputeReport::add(const ComputeReport& o) {
     auto& t = by_layer[l.layer];
     t.layer = l.layer;
     t.mod = t.mod || l.mod;
-    t.processed += l.processed, t.total += l.total;
+    t.processed += l.processed, t.total += l.total, t.computed += l.computed;
     t.attn_pairs += l.attn_pairs, t.dense_attn_pairs += l.dense_attn_pairs;
     t.linear_flops += l.linear_flops, t.attn_flops += l.attn_flops;
     t.dense_linear_flops += l.dense_linear_flops, t.dense_attn_flops += l.dense_attn_flops;
@@ -185,9 +191,15 @@ nlohmann::json ComputeReport::to_json() const {
   j["vision_flops"] = vision_flops;
   j["projector_flops"] = projector_flops;
   for (const auto& l : layers)
-    j["layers"].push_back({{"layer", l.layer}, {"mod", l.mod}, {"processed", l.processed}, {"total", l.total},
-                           {"skip_ratio", l.skip_ratio()}, {"attn_pairs", l.attn_pairs},
-                           {"dense_attn_pairs", l.dense_attn_pairs}, {"flops", l.flops},
+    j["layers"].push_back({{"layer", l.layer},
+                           {"mod", l.mod},
+                           {"processed", l.processed},
+                           {"computed", l.computed},
+                           {"total", l.total},
+                           {"skip_ratio", l.skip_ratio()},
+                           {"attn_pairs", l.attn_pairs},
+                           {"dense_attn_pairs", l.dense_attn_pairs},
+                           {"flops", l.flops},
                            {"dense_flops", l.dense_flops}});
   return j;
 }

@@ -26,7 +26,27 @@ std::string layers_string(const std::vector<int>& v) {
 
 }  // namespace
 
+void check_finite_weights(const MultimodalLM& m, const std::string& what, const std::string& verb) {
+  std::vector<std::string> bad;
+  size_t n_bad = 0;
+  for (const auto& p : m.named_parameters(true)) {
+    const at::Tensor& t = p.value();
+    if (!t.is_floating_point() || at::isfinite(t).all().item<bool>()) continue;
+    if (++n_bad <= 5)
+      bad.push_back(p.key() + " (" + std::to_string(at::isnan(t).sum().item<int64_t>()) + " NaN, " +
+                    std::to_string(at::isinf(t).sum().item<int64_t>()) + " inf of " +
+                    std::to_string(t.numel()) + ")");
+  }
+  if (n_bad == 0) return;
+  std::string msg =
+      what + ": the weights are non-finite in " + std::to_string(n_bad) + " tensor(s), nothing " + verb + ":";
+  for (const auto& b : bad) msg += "\n  " + b;
+  if (n_bad > bad.size()) msg += "\n  ... and " + std::to_string(n_bad - bad.size()) + " more";
+  throw std::runtime_error(msg);
+}
+
 void save_mod_pretrained(const MultimodalLM& model, const MoDConfig& cfg, const std::string& dir) {
+  check_finite_weights(model, dir);
   const auto layers = mod_layers(model);
   if (layers.size() != cfg.mod_layers.size())
     throw std::invalid_argument("save_mod_pretrained(" + dir + "): the model has " + std::to_string(layers.size()) +
@@ -65,8 +85,13 @@ std::optional<MoDConfig> read_mod_config(const std::string& dir) {
     throw std::runtime_error(path + ": not valid JSON: " + e.what());
   }
   if (j.contains("mod") && j["mod"].is_object()) {
-    if (!j["mod"].value("mod_enable", true)) return std::nullopt;
-    return mod_config_from_json(j["mod"], path + ": \"mod\"");
+    // Validated before mod_enable is looked at: a disabled object with a misspelt key is still a mistake.
+    MoDConfig c = mod_config_from_json(j["mod"], path + ": \"mod\"");
+    const auto& en = j["mod"].contains("mod_enable") ? j["mod"]["mod_enable"] : nlohmann::json(true);
+    if (!en.is_boolean())
+      throw std::invalid_argument(path + ": \"mod\": mod_enable must be true or false, not " + en.dump());
+    if (!en.get<bool>()) return std::nullopt;
+    return c;
   }
   if (j.value("mod_enable", false) && j.contains("mod_layers_idx") && j["mod_layers_idx"].is_array()) {
     MoDConfig c;  // official γ-MoD config: defaults of the official code

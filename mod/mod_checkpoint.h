@@ -16,12 +16,22 @@
 
 namespace gmod {
 
+// Throws, writing nothing, when a floating-point parameter holds NaN or infinity (a diverged run, a damaged
+// source): "<what>: the weights are non-finite in N tensor(s), nothing <verb>:" and the first five tensors
+// with their NaN and inf counts. Every command that writes weights calls it (save_mod_pretrained does).
+void check_finite_weights(const MultimodalLM& model, const std::string& what,
+                          const std::string& verb = "written");
+
 // Writes `dir` (config.json + safetensors). `model` must have been converted with `cfg` (convert_to_mod);
 // a model without MoD layers and an empty cfg.mod_layers write a plain dense checkpoint without "mod".
+// Non-finite weights are refused before anything is written (check_finite_weights).
 void save_mod_pretrained(const MultimodalLM& model, const MoDConfig& cfg, const std::string& dir);
 
 // The MoD config a Hugging Face model directory's config.json records: the "mod" object when it has
 // mod_enable = true, else (official γ-MoD configs) top-level mod_enable + mod_layers_idx; nullopt = dense.
+// The "mod" object is gmod's own and is validated whole, also with mod_enable = false: an unknown key or a
+// bad value is an error naming config.json and the key (the rest of config.json is Hugging Face's: not
+// checked here).
 std::optional<MoDConfig> read_mod_config(const std::string& dir);
 
 // Loads `dir`: with a MoD config, builds the model, converts it (convert_to_mod) and loads the dense

@@ -12,9 +12,17 @@ using json = nlohmann::json;
 json Trainer::evaluate() {
   if (!eval_set_) return json::object();
   model_->eval();
-  LoaderConfig lc{cfg_.batch.micro_batch, rank_, world_, SamplerConfig{cfg_.seed, int64_t(world_) * cfg_.batch.micro_batch,
-                                                                       false, 0},
-                  cfg_.data.workers, cfg_.data.prefetch, -1, 1.0, 200, false};
+  LoaderConfig lc{cfg_.batch.micro_batch,
+                  rank_,
+                  world_,
+                  SamplerConfig{cfg_.seed, int64_t(world_) * cfg_.batch.micro_batch, false, 0},
+                  cfg_.data.workers,
+                  cfg_.data.prefetch,
+                  -1,
+                  1.0,
+                  200,
+                  false,
+                  device_.is_cuda()};
   DataLoader loader(*eval_set_, lc);
   int64_t batches = loader.micro_steps_per_epoch();
   if (cfg_.eval.max_batches > 0) batches = std::min<int64_t>(batches, cfg_.eval.max_batches);

@@ -6,15 +6,16 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
-#include <vector>
-
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <vector>
+
+#include "trainer/peak_flops.h"
 
 #ifdef GMOD_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -23,7 +24,11 @@
 namespace gmod {
 
 double default_peak_tflops(const at::Device& device, at::ScalarType dtype) {
-  if (device.is_cuda()) return dtype == at::kBFloat16 ? 989.0 : 67.0;
+  if (device
+          .is_cuda()) {  // the device's datasheet figure (trainer/peak_flops.h); 0 for a GPU the table lacks
+    const PeakFlops p = peak_flops_of(cuda_device_name(device.has_index() ? device.index() : -1));
+    return dtype == at::kBFloat16 ? p.bf16_tflops : p.fp32_tflops;
+  }
   return 1.0;
 }
 

@@ -4,10 +4,11 @@
 
 #include <stdexcept>
 
+#include "mod/conversion.h"
+#include "mod/mod_checkpoint.h"
 #include "model/compose.h"
 #include "model/config.h"
 #include "model/pretrained.h"
-#include "mod/conversion.h"
 
 namespace gmod {
 
@@ -21,9 +22,21 @@ ModelParts parts_of(const ModelSection& m) {
   p.vision_feature_select_strategy = m.vision_feature_select_strategy;
   return p;
 }
+
+// model.path's config.json "mod" object is gmod's own: read_mod_config refuses unknown keys in it. A γ-MoD
+// dir would load here as its dense weights without its routers, which is not the model it describes: refused.
+void refuse_mod_dir(const ModelSection& m) {
+  if (!m.llm.empty()) return;
+  if (const auto mc = read_mod_config(m.path); mc && !mc->mod_layers.empty())
+    throw std::invalid_argument("model.path " + m.path + "/config.json is a γ-MoD model (\"mod\": " +
+                                std::to_string(mc->mod_layers.size()) +
+                                " MoD layers); gmod train starts from a dense model and converts it itself "
+                                "(mod.*): give the dense model it was converted from");
+}
 }  // namespace
 
 LlavaConfig run_model_config(const ModelSection& m) {
+  refuse_mod_dir(m);
   return m.llm.empty() ? load_model_config(m.path) : compose_model_config(parts_of(m));
 }
 
@@ -33,6 +46,7 @@ std::shared_ptr<MultimodalLM> load_run_model(const ModelSection& m, at::ScalarTy
     model = std::make_shared<MultimodalLM>(run_model_config(m));
     model->init_weights(m.init_seed);
   } else if (m.llm.empty()) {
+    refuse_mod_dir(m);
     return load_pretrained(m.path, dtype, at::kCPU);
   } else {
     model = load_composed(parts_of(m), dtype, at::kCPU, m.init_seed);  // parts copied straight into `dtype`

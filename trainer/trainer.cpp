@@ -23,9 +23,23 @@
 #include "trainer/data_guard.h"
 #include "trainer/fault_injection.h"
 #include "trainer/model_setup.h"
+#include "trainer/peak_flops.h"
 
 namespace gmod {
 namespace {
+// k_max of this batch's MoD capacity plan (every MoD layer has the same config, so one plan for all): with it
+// the FLOP accounting credits the B x k_max rows each MoD layer computes (mod/accounting.h). -1: no MoD
+// layer, or layers that route by threshold (their counts are data-dependent).
+int64_t capacity_kmax(const MultimodalLM& model, const at::Tensor& host_role_counts) {
+  const auto layers = mod_layers(model);
+  if (layers.empty() || !host_role_counts.defined()) return -1;
+  const MoDDecoderLayer& l = *layers.front();
+  const bool amod = l.cfg.router == RouterKind::kAttention;
+  if ((!amod && !l.uses_topk()) || l.forced_selection.defined()) return -1;
+  return host_capacity(host_role_counts, l.cfg.skip_frac, l.cfg.forced_keep,
+                       amod && l.cfg.amod_routable == AmodRoutable::kAll)
+      .kmax;
+}
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -104,7 +118,7 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
                                                       SamplerConfig{cfg_.seed, global_batch_,
                                                                     cfg_.data.group_by_modality_length, 0},
                                                       cfg_.data.workers, cfg_.data.prefetch, -1,
-                                                      cfg_.data.max_bad_fraction, 200, true},
+                                                      cfg_.data.max_bad_fraction, 200, true, device_.is_cuda()},
                                          start_position_);
   const int64_t steps_per_epoch = loader_->micro_steps_per_epoch() / accum_;
   if (steps_per_epoch < 1)
@@ -119,8 +133,13 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
     const std::string diff = sched_->load_state(saved_schedule_);
     if (!diff.empty()) print("warning: " + diff);
   }
-  const double peak = world_ * 1e12 *
-                      (cfg_.metrics.peak_tflops > 0 ? cfg_.metrics.peak_tflops : default_peak_tflops(device_, dtype_));
+  const double peak_per_rank =
+      cfg_.metrics.peak_tflops > 0 ? cfg_.metrics.peak_tflops : default_peak_tflops(device_, dtype_);
+  if (peak_per_rank <= 0)
+    print("warning: no peak FLOP/s known for " + device_.str() + " (" + cuda_device_name(device_.index()) +
+          "): mfu is reported as 0; set metrics.peak_tflops (TFLOP/s per GPU, trainer/peak_flops.cpp has the "
+          "table)");
+  const double peak = world_ * 1e12 * peak_per_rank;
   logger_ = std::make_unique<MetricsLogger>(cfg_.run_dir, rank_ == 0, peak, step_);
   print("data: " + std::to_string(train_set_->size()) + " records, global batch " + std::to_string(global_batch_) +
         " = " + std::to_string(world_) + " ranks x " + std::to_string(cfg_.batch.micro_batch) + " x " +
@@ -410,9 +429,9 @@ StepMetrics Trainer::train_step() {
     loss.backward();
     lm_sum += out.lm_loss_sum.detach().to(at::kDouble);
     const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
-    step_flops += train_flops(
-        account_forward(st.tokens, model_->config, ForwardShape::full(sample_lengths(b.attention_mask), images)),
-        flop_parts_);
+    ForwardShape shape = ForwardShape::full(sample_lengths(b.attention_mask), images);
+    shape.mod_kmax = capacity_kmax(*model_, in.host_role_counts);  // MoD layers ran B x k_max rows
+    step_flops += train_flops(account_forward(st.tokens, model_->config, shape), flop_parts_);
     for (const LayerTokens& lt : st.tokens)
       for (size_t i = 0; i < n_mod; ++i)
         if (lt.layer == mod_layers_[i])

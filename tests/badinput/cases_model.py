@@ -118,6 +118,25 @@ def cases(ctx):
             r"field 'mod\.mod_layers_idx' must be a list of layer indices .* got \[4294967297\]",
             cmds=("forward", "export"))
 
+    # --- gmod's own "mod" object is checked whole: a misspelt key used to be ignored and the model ran dense
+    # (--random-init in eval/arank/generate, gmod train's model.path, and any object with mod_enable false).
+    unknown = r'config\.json: "mod": unknown MoD config key "skip_fracc"'
+    through("model_mod_unknown_key",
+            bad_model(ctx, "mod_unknown", set_key(None, "mod", {"mod_enable": True, "mod_layers_idx": [1],
+                                                                 "skip_fracc": 0.9})), unknown)
+    through("model_mod_disabled_unknown_key",
+            bad_model(ctx, "mod_off_unknown", set_key(None, "mod", {"mod_enable": False, "skip_fracc": 0.9})),
+            unknown, cmds=("forward", "eval", "generate", "convert"))
+    for name, mod, expect in (
+            ("train_model_mod_unknown_key", {"mod_enable": True, "mod_layers_idx": [1], "skip_fracc": 0.9}, unknown),
+            ("train_model_is_gamma_mod", {"mod_enable": True, "mod_layers_idx": [1, 2]},
+             r'config\.json is a γ-MoD model \("mod": 2 MoD layers\); gmod train starts from a dense model')):
+        mcfg = {"model": {"path": bad_model(ctx, name, set_key(None, "mod", mod)), "init": "random"},
+                "data": {"train": data, "tokenizer": tok, "max_len": 64, "workers": 0},
+                "run_dir": os.path.join(ctx.tmp, "run_" + name)}
+        c.append(dict(name=name, argv=["train", "--config", ctx.write(name + ".json", json.dumps(mcfg))],
+                      expect=r"model: .*" + expect))
+
     # --- values that cannot be right.
     through("model_rms_norm_eps_negative", bad_model(ctx, "eps_neg", set_key("text_config", "rms_norm_eps", -1)),
             r"'rms_norm_eps' must be positive, got -1", cmds=("forward", "eval", "convert"))
@@ -213,6 +232,10 @@ def cases(ctx):
     nan_dir, nan_tensor = nan_weights_copy(ctx)
     c.append(dict(name="export_nan_weights", argv=["export", "--from-hf", nan_dir, "--out", os.path.join(ctx.tmp, "nan_out")],
                   expect=r"the weights are non-finite in 1 tensor\(s\), nothing exported:\s+\S+ \(1 NaN, 0 inf"))
+    # gmod convert used to write the NaN into its γ-MoD dir; every command that writes weights checks them.
+    c.append(dict(name="convert_nan_weights",
+                  argv=["convert", "--model", nan_dir, "--out", os.path.join(ctx.tmp, "nan_conv"), "--rule", "layers:1"],
+                  expect=r"nan_model: the weights are non-finite in 1 tensor\(s\), nothing converted:\s+\S+ \(1 NaN, 0 inf"))
     train_json, step = train_checkpoint(ctx)
     for world, expect in ((2, r"manifest\.json is inconsistent: world_size 2 but it lists the optimizer files of 1 rank"),
                           (0, r"manifest\.json world_size 0 is not a rank count"),

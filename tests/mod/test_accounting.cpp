@@ -2,7 +2,12 @@
 // dense and MoD on one formula (a MoD model's dense reference is the dense model's count on the same tokens), and
 // generation: decode entries count only the samples a MoD layer really computed, and the dense reference of the
 // whole generation equals the same generation run without MoD.
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <numeric>
 
 #include "mod/accounting.h"
 #include "mod/conversion.h"
@@ -22,6 +27,24 @@ LlavaConfig tiny_config() {
   c.text.num_attention_heads = 2;
   c.text.num_key_value_heads = 2;
   return c;
+}
+
+// Rows that really went through an MLP during decode steps, counted at the kernels (aten::linear calls with a
+// gate/up weight [F, D] on one-token inputs [P, 1, D]), independently of what the layers report.
+std::atomic<int64_t> g_decode_mlp_rows{0};
+std::atomic<int64_t> g_F{0}, g_D{0}, g_L{0};
+// Full-sequence forwards: rows of gate/up calls whose inputs are not the batch's full length L (MoD
+// compactions).
+std::atomic<int64_t> g_compacted_mlp_rows{0};
+std::unique_ptr<at::ObserverContext> count_mlp_rows(const at::RecordFunction& fn) {
+  if (std::strcmp(fn.name(), "aten::linear") != 0) return nullptr;
+  auto in = fn.inputs();
+  if (in.size() < 2 || !in[0].isTensor() || !in[1].isTensor()) return nullptr;
+  const at::Tensor &x = in[0].toTensor(), &w = in[1].toTensor();
+  if (w.dim() != 2 || w.size(0) != g_F || w.size(1) != g_D || x.dim() != 3) return nullptr;
+  if (x.size(1) == 1) g_decode_mlp_rows += x.size(0);
+  if (x.size(1) != g_L) g_compacted_mlp_rows += x.size(0) * x.size(1);
+  return nullptr;
 }
 
 }  // namespace
@@ -118,7 +141,12 @@ TEST(Accounting, BatchedDecodeComputesOnlyProcessingSamplesAndHasADenseReference
   mod->eval();
   for (auto& l : mod_layers(*mod)) l->record_selection = true;
   const auto rd = generate(*dense, p, o);
+  g_F = mod->config.text.intermediate_size;
+  g_D = mod->config.text.hidden_size;
+  g_decode_mlp_rows = 0;
+  const auto handle = at::addGlobalCallback(at::RecordFunctionCallback(&count_mlp_rows).needsInputs(true));
   const auto rm = generate(*mod, p, o);
+  at::removeCallback(handle);
   EXPECT_DOUBLE_EQ(rd.compute.flops, rd.compute.dense_flops);
   EXPECT_NEAR(rm.compute.dense_flops, rd.compute.flops, 1e-9 * rd.compute.flops)
       << "the MoD generation's dense reference is the dense generation's count";
@@ -132,11 +160,51 @@ TEST(Accounting, BatchedDecodeComputesOnlyProcessingSamplesAndHasADenseReference
     }
   }
   EXPECT_GT(partial, 0) << "the test needs decode steps where only some samples process";
-  int64_t decode_processed = 0, recorded_kept = 0;
+  // What the decode entries report (every layer, dense and MoD) against the rows the MLP kernels ran on (gate
+  // and up projections: two calls per layer and step).
+  int64_t decode_processed = 0;
   const size_t n_layers = 4, prefill = n_layers;
-  for (size_t i = prefill; i < rm.layer_tokens.size(); ++i)
-    if (rm.layer_tokens[i].attn_pairs >= 0) decode_processed += rm.layer_tokens[i].processed;
-  for (const auto& l : mod_layers(*mod))
-    for (size_t t = 1; t < l->recorded.size(); ++t) recorded_kept += l->recorded[t].sum().item<int64_t>();
-  EXPECT_EQ(decode_processed, recorded_kept);
+  for (size_t i = prefill; i < rm.layer_tokens.size(); ++i) decode_processed += rm.layer_tokens[i].processed;
+  ASSERT_GT(g_decode_mlp_rows.load(), 0) << "no decode rows counted at the kernels";
+  EXPECT_EQ(2 * decode_processed, g_decode_mlp_rows.load());
+  // The dense layer 0 runs all 3 samples at each of the 5 decode steps: the MoD layers processed fewer.
+  EXPECT_LT(decode_processed, int64_t(n_layers) * 3 * (o.max_new_tokens - 1));
+}
+
+// Ragged batches: a training MoD layer compacts its kept tokens to [B, k_max] and its projections run on all
+// B x k_max rows. With the capacity plan's k_max in the shape, the accounting credits exactly the rows the
+// MLP kernels ran on (counted at aten::linear), not the Σ k_b kept tokens; processed (the routing decision)
+// stays Σ k_b.
+TEST(Accounting, RaggedMoDBatchIsCreditedTheRowsItComputes) {
+  auto m = test::random_text_lm(4, 7);
+  MoDConfig cfg;
+  cfg.mod_layers = {1, 2};
+  cfg.skip_frac = 0.5;
+  convert_to_mod(*m, cfg);
+  m->train();
+  const std::vector<int64_t> lengths = {30, 21, 9};
+  const int64_t L = 30, B = 3;
+  ModelInputs in = test::text_inputs(lengths, L, 18, 4);
+  in.host_role_counts = count_routing_roles(in.token_roles, in.attention_mask, B, L);
+  const HostCapacity plan = host_capacity(in.host_role_counts, cfg.skip_frac, cfg.forced_keep, false);
+  ASSERT_NE(plan.k.front(), plan.k.back()) << "the test needs ragged kept counts";
+  g_F = m->config.text.intermediate_size;
+  g_D = m->config.text.hidden_size;
+  g_L = L;
+  g_compacted_mlp_rows = 0;
+  ForwardState st;
+  const auto handle = at::addGlobalCallback(at::RecordFunctionCallback(&count_mlp_rows).needsInputs(true));
+  m->forward(in, st);
+  at::removeCallback(handle);
+  ForwardShape shape = ForwardShape::full(lengths);
+  shape.mod_kmax = plan.kmax;
+  const ComputeReport r = account_forward(st.tokens, m->config, shape);
+  int64_t computed = 0, processed = 0;
+  double linear = 0;
+  for (const auto& l : r.layers)
+    if (l.mod) computed += l.computed, processed += l.processed, linear += l.linear_flops;
+  EXPECT_EQ(2 * computed, g_compacted_mlp_rows.load()) << "gate + up rows the kernels ran on";
+  EXPECT_GT(computed, processed) << "padding rows of the ragged compaction";
+  EXPECT_EQ(processed, 2 * std::accumulate(plan.k.begin(), plan.k.end(), int64_t(0)));
+  EXPECT_DOUBLE_EQ(linear, double(computed) * token_linear_flops(m->config.text));
 }
