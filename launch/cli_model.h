@@ -175,7 +175,9 @@ inline DatasetConfig cli_dataset_config(const TextOptions& t, const CliModel& m)
   if (std::filesystem::exists(pre))
     dc.image = load_preprocess_config(pre.string());
   else if (m.model->config.vision)
-    dc.image.size = dc.image.crop = m.model->config.vision->image_size;
+    dc.image.size = dc.image.crop = m.model->config.image_input_size();
+  // LLaVA-HR preprocesses at input_image_size with CLIP's mean/std (its ConvNeXt tower's CLIPImageProcessor).
+  if (m.model->config.multipath) dc.image.size = dc.image.crop = m.model->config.image_input_size();
   return dc;
 }
 

@@ -51,7 +51,7 @@ int run_plan(const PlanOptions& o) {
   TrainConfig cfg = train_config_from_json(rest, o.sets, path);
   if (!o.model.empty()) {  // a combined HF-style config dir instead of the config's model
     cfg.model.path = o.model;
-    cfg.model.llm.clear(), cfg.model.vision.clear(), cfg.model.projector.clear();
+    cfg.model.llm.clear(), cfg.model.vision.clear(), cfg.model.projector.clear(), cfg.model.vision_slow.clear();
   }
   if (cfg.model.path.empty() && cfg.model.llm.empty())
     throw std::invalid_argument(path + ": neither model.path nor model.llm is set (or pass --model DIR)");

@@ -26,6 +26,21 @@ double vision_tower_flops(const LlavaConfig& c) {
   const double patch = P * 2.0 * v.num_channels * double(v.patch_size) * v.patch_size * Dv;
   // Per layer: q/k/v/out (4 Dv^2) and fc1/fc2 (2 Dv Iv) per token; non-causal attention, T^2 pairs x 4 Dv.
   const double layer = T * 2.0 * (4.0 * Dv * Dv + 2.0 * Dv * Iv) + T * T * 4.0 * Dv;
+  if (c.multipath) {  // LLaVA-HR (model/multipath_tower.h): every CLIP layer on the fast grid, no CLS, + ConvNeXt
+    const auto& m = *c.multipath;
+    const double Tf = c.image_seq_length();
+    const double fast_layer = Tf * 2.0 * (4.0 * Dv * Dv + 2.0 * Dv * Iv) + Tf * Tf * 4.0 * Dv;
+    double side = double(m.input_image_size) / m.slow.patch_size, prev = 0;
+    double slow = side * side * 2.0 * m.slow.in_chans * m.slow.patch_size * m.slow.patch_size * m.slow.dims[0];
+    for (size_t i = 0; i < m.slow.dims.size(); ++i) {
+      const double C = m.slow.dims[i];
+      if (i > 0) side /= 2, slow += side * side * 2.0 * prev * 4.0 * C;  // 2x2/2 downsampling conv
+      // per block: depthwise k x k, then fc1 / fc2 (C x ratio C each)
+      slow += m.slow.depths[i] * side * side * 2.0 * C * (double(m.slow.kernel_size) * m.slow.kernel_size + 2.0 * m.slow.mlp_ratio * C);
+      prev = C;
+    }
+    return Tf * 2.0 * v.num_channels * double(v.patch_size) * v.patch_size * Dv + n * fast_layer + slow;
+  }
   return patch + std::max(run, 0) * layer;
 }
 

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "model/unit_checkpoint.h"
+
 namespace gmod {
 
 namespace {
@@ -57,17 +59,37 @@ ClipVisionTower::ClipVisionTower(const ClipVisionConfig& c) : config(c) {
   post_layernorm = register_module("post_layernorm", std::make_shared<LayerNormImpl>(c.hidden_size, c.layer_norm_eps));
 }
 
+at::Tensor ClipVisionTower::embed(const at::Tensor& pixel_values) const {
+  auto px = pixel_values.to(patch_embedding.scalar_type());
+  auto patches = at::conv2d(px, patch_embedding, {}, config.patch_size);  // [N, D, g, g]
+  const int64_t gh = patches.size(2), gw = patches.size(3);
+  patches = patches.flatten(2).transpose(1, 2);  // [N, g*g, D]
+  auto cls = class_embedding.view({1, 1, -1}).expand({px.size(0), 1, class_embedding.size(0)});
+  auto pos = position_embedding.unsqueeze(0);  // [1, 1 + G*G, D]
+  if (gh * gw + 1 != pos.size(1)) {
+    if (gh != gw) throw std::invalid_argument("CLIP: position resampling needs a square patch grid");
+    const int64_t G = config.image_size / config.patch_size, D = pos.size(2);
+    auto grid = pos.narrow(1, 1, G * G).to(at::kFloat).reshape({1, G, G, D}).permute({0, 3, 1, 2});
+    grid = at::_upsample_bicubic2d_aa(grid, {gh, gw}, /*align_corners=*/false, std::nullopt, std::nullopt);
+    grid = grid.permute({0, 2, 3, 1}).reshape({1, gh * gw, D}).to(pos.scalar_type());
+    pos = at::cat({pos.narrow(1, 0, 1), grid}, 1);
+  }
+  return at::cat({cls, patches}, 1) + pos;
+}
+
+at::Tensor ClipVisionTower::run_layer(int i, const at::Tensor& h) {
+  auto layer = layers.at(i);
+  if (!checkpoint_layers) return layer->forward(h);
+  return checkpointed_unit([layer](const at::Tensor& x) { return layer->forward(x); }, h, layer->parameters(),
+                           "CLIP encoder layer " + std::to_string(i));
+}
+
 at::Tensor ClipVisionTower::forward(const at::Tensor& pixel_values, int feature_layer) {
   const int n = config.num_hidden_layers;
   const int run = feature_layer >= 0 ? feature_layer : n + 1 + feature_layer;
   if (run < 0 || run > n) throw std::invalid_argument("vision feature layer out of range");
-  auto px = pixel_values.to(patch_embedding.scalar_type());
-  auto patches = at::conv2d(px, patch_embedding, {}, config.patch_size);  // [N, D, g, g]
-  patches = patches.flatten(2).transpose(1, 2);                            // [N, g*g, D]
-  auto cls = class_embedding.view({1, 1, -1}).expand({px.size(0), 1, class_embedding.size(0)});
-  auto h = at::cat({cls, patches}, 1) + position_embedding.unsqueeze(0);
-  h = pre_layrnorm->forward(h);
-  for (int i = 0; i < run; ++i) h = layers[i]->forward(h);
+  auto h = pre_layrnorm->forward(embed(pixel_values));
+  for (int i = 0; i < run; ++i) h = run_layer(i, h);
   return h;
 }
 

@@ -1,6 +1,8 @@
-// CLIP vision tower in the transformers `CLIPVisionModel` layout (patch + class + position
+// CLIP vision transformer in the transformers `CLIPVisionModel` layout (patch + class + position
 // embeddings, pre-layernorm, pre-norm encoder layers with quick_gelu MLP). LLaVA reads the hidden
-// state of one encoder layer, so only the layers up to it are run.
+// state of one encoder layer, so only the layers up to it are run. The VisionTower wrappers around it are
+// model/clip_tower.h (LLaVA-1.5) and model/multipath_tower.h (LLaVA-HR's fast path, which also feeds it
+// larger images than its position table covers, see embed()).
 #pragma once
 
 #include "model/layers.h"
@@ -35,8 +37,15 @@ class ClipVisionTower : public torch::nn::Module {
   // pixel_values [N, C, S, S] -> hidden_states[feature_layer] [N, 1 + patches, D], where index 0 is
   // the embedding output (after pre_layrnorm) and negative indices count from the end, as in HF.
   at::Tensor forward(const at::Tensor& pixel_values, int feature_layer);
+  // Class + patch + position embeddings [N, 1 + g*g, D] (before pre_layrnorm) for pixels of any side S,
+  // g = S / patch_size. When g is not the config's grid, the position table is resampled as LLaVA-HR's
+  // resample_pos_embed does: patch positions bicubic with antialias (in fp32), the class position kept.
+  at::Tensor embed(const at::Tensor& pixel_values) const;
+  // Encoder layer i; recomputed in the backward instead of keeping its activations when checkpoint_layers.
+  at::Tensor run_layer(int i, const at::Tensor& h);
 
   ClipVisionConfig config;
+  bool checkpoint_layers = false;
   at::Tensor class_embedding, patch_embedding, position_embedding;
   std::shared_ptr<LayerNormImpl> pre_layrnorm, post_layernorm;
   std::vector<std::shared_ptr<ClipEncoderLayer>> layers;

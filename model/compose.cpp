@@ -1,5 +1,6 @@
 #include "model/compose.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -7,6 +8,9 @@
 #include <set>
 #include <sstream>
 
+#include "model/convnext_weights.h"
+#include "model/llava_hr_config.h"
+#include "model/multipath_tower.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
 #include "model/torch_save.h"
@@ -127,6 +131,22 @@ Composition compose(const ModelParts& parts, bool read_projector_file) {
     if (parts.vision_feature_select_strategy != "default" && parts.vision_feature_select_strategy != "full")
       problems.push_back("model.vision_feature_select_strategy must be 'default' or 'full', got '" +
                          parts.vision_feature_select_strategy + "'");
+    if (!parts.vision_slow.empty()) {  // LLaVA-HR: `vision` is the fast path, this the ConvNeXt
+      const json s = read_config("model.vision_slow", parts.vision_slow, problems);
+      json hr = {{"input_image_size", parts.input_image_size}, {"freeze_vision", parts.freeze_vision}};
+      if (s.is_object()) {
+        const bool named = s.contains("architecture") && s["architecture"].is_string();
+        hr["vision_tower_slow"] = named ? s["architecture"].get<std::string>() : "convnext_large_mlp";
+        if (!named)
+          problems.push_back("model.vision_slow: " + parts.vision_slow + "/config.json has no 'architecture' (a timm "
+                             "model directory names its model there, e.g. convnext_large_mlp)");
+        if (s.contains("model_args") && s["model_args"].is_object()) hr["vision_config_slow"] = s["model_args"];
+      }
+      if (s.is_object())
+        parse_llava_hr_fields(hr, "model.vision_slow: " + parts.vision_slow + "/config.json: ", c.config, problems);
+    }
+  } else if (!parts.vision_slow.empty()) {
+    problems.push_back("model.vision_slow is given but model.vision is not (LLaVA-HR's fast path is a CLIP tower)");
   } else if (!parts.projector.empty()) {
     problems.push_back("model.projector is given but model.vision is not (a projector needs a vision tower)");
   }
@@ -134,6 +154,12 @@ Composition compose(const ModelParts& parts, bool read_projector_file) {
     c.projector = read_projector(parts.projector, problems);
     const int64_t dv = c.config.vision ? c.config.vision->hidden_size : -1, dt = c.config.text.hidden_size;
     for (const auto& [name, t] : c.projector) {
+      if (starts_with(name, "vision.")) {  // LLaVA-HR adapters: checked when copied into the tower
+        if (!c.config.multipath)
+          problems.push_back("model.projector: " + parts.projector + ": '" + name +
+                             "' is a LLaVA-HR adapter, but the model has no multipath tower (model.vision_slow)");
+        continue;
+      }
       std::vector<int64_t> want;
       if (name == "projector.linear_1.weight") want = {dt, dv};
       else if (name == "projector.linear_2.weight") want = {dt, dt};
@@ -157,7 +183,8 @@ Composition compose(const ModelParts& parts, bool read_projector_file) {
 
 // The vision tower's tensors of a CLIPVisionModel/CLIPModel directory under gmod names (vision.vision_model.*);
 // the text tower and projections of a CLIPModel are skipped.
-void load_vision(MultimodalLM& model, const std::string& dir, std::vector<std::string>& problems) {
+void load_vision(MultimodalLM& model, const std::string& dir, const std::string& prefix,
+                 std::vector<std::string>& problems) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   std::string file;
   std::unique_ptr<SafetensorsCheckpoint> st;
@@ -188,7 +215,7 @@ void load_vision(MultimodalLM& model, const std::string& dir, std::vector<std::s
       continue;
     // CLIPModel and older CLIPVisionModel saves prefix the tower with "vision_model."; transformers 5 saves a
     // CLIPVisionModel without it.
-    const std::string g = starts_with(n, "vision_model.") ? "vision." + n : "vision.vision_model." + n;
+    const std::string g = starts_with(n, "vision_model.") ? prefix + n : prefix + "vision_model." + n;
     if (!params.contains(g)) {
       unknown.push_back(n);
       continue;
@@ -204,7 +231,7 @@ void load_vision(MultimodalLM& model, const std::string& dir, std::vector<std::s
     problems.push_back("model.vision: " + dir + ": tensors a CLIP vision tower does not have: " + first_names(unknown));
   std::vector<std::string> missing;
   for (const auto& p : params)
-    if (starts_with(p.key(), "vision.") && !seen.count(p.key())) missing.push_back(p.key().substr(7));
+    if (starts_with(p.key(), prefix) && !seen.count(p.key())) missing.push_back(p.key().substr(prefix.size()));
   if (!missing.empty())
     problems.push_back("model.vision: " + dir + " lacks " + std::to_string(missing.size()) +
                        " tensor(s): " + first_names(missing));
@@ -233,6 +260,11 @@ std::vector<std::pair<std::string, at::Tensor>> read_projector(const std::string
     std::string n = name;
     for (const char* wrap : {"base_model.model.", "model."})  // LoRA wrapper, LlavaLlamaModel
       if (starts_with(n, wrap)) n = n.substr(std::string(wrap).size());
+    if (starts_with(n, "vision_tower.align_stages")) {  // LLaVA-HR's stage 1 saves its adapters alongside
+      const std::string g = "vision." + n.substr(13);
+      if (got.insert(g).second) out.emplace_back(g, t);
+      continue;
+    }
     auto it = projector_names().find(n);
     if (it == projector_names().end()) {
       unknown.push_back(name);
@@ -267,6 +299,14 @@ std::shared_ptr<MultimodalLM> load_composed(const ModelParts& parts, at::ScalarT
   if (!c.problems.empty()) throw_problems(c.problems);  // configs must be right before anything is allocated
   auto model = std::make_shared<MultimodalLM>(c.config);
   if (c.projector.empty() && c.config.vision) model->init_weights(init_seed, "projector.");
+  // LLaVA-HR's adapters: those the stage-1 file lacks start as the original initialises them (a frozen-tower stage 1
+  // saves the align module but no stitches; LLaVA-HR loads it with strict=False).
+  std::set<std::string> adapter_groups;  // "vision.align_stages." / "vision.align_stages_latent." given by the file
+  for (const auto& [name, t] : c.projector)
+    if (starts_with(name, "vision.align_stages")) adapter_groups.insert(name.substr(0, name.find('.', 7) + 1));
+  if (c.config.multipath)
+    for (const char* group : {"vision.align_stages.", "vision.align_stages_latent."})
+      if (!adapter_groups.count(group)) model->init_weights(init_seed, group);
   model->to(device, dtype);
   std::vector<std::string>& problems = c.problems;
   try {
@@ -276,11 +316,31 @@ std::shared_ptr<MultimodalLM> load_composed(const ModelParts& parts, at::ScalarT
   } catch (const std::exception& e) {
     problems.push_back(std::string("model.llm: ") + e.what());
   }
-  if (!parts.vision.empty()) load_vision(*model, parts.vision, problems);
+  if (!parts.vision.empty())
+    load_vision(*model, parts.vision, c.config.multipath ? "vision.fast_vision_tower." : "vision.", problems);
+  if (c.config.multipath) {
+    try {
+      load_convnext_weights(*std::dynamic_pointer_cast<MultipathTower>(model->vision)->convnext, parts.vision_slow);
+    } catch (const std::exception& e) {
+      problems.push_back(std::string("model.vision_slow: ") + e.what());
+    }
+  }
   if (!c.projector.empty()) {
     auto params = model->named_parameters(true);
     at::NoGradGuard ng;
+    std::vector<std::string> adapters_missing;  // a group the file gives must be complete
+    for (const auto& p : params)
+      if (adapter_groups.count(p.key().substr(0, p.key().find('.', 7) + 1)) &&
+          std::none_of(c.projector.begin(), c.projector.end(), [&](const auto& x) { return x.first == p.key(); }))
+        adapters_missing.push_back(p.key());
+    if (!adapters_missing.empty())
+      problems.push_back("model.projector: " + parts.projector + " holds LLaVA-HR adapters but lacks " +
+                         first_names(adapters_missing));
     for (auto& [name, t] : c.projector) {
+      if (!params.contains(name)) {
+        problems.push_back("model.projector: " + parts.projector + ": '" + name + "' is not a tensor of this model");
+        continue;
+      }
       try {
         copy_into(params[name], t, name, parts.projector);
       } catch (const std::exception& e) {

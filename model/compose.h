@@ -25,6 +25,12 @@ struct ModelParts {
   std::string projector;  // stage-1 projector file ("" = initialised randomly, as at the start of stage 1)
   int vision_feature_layer = -2;                          // LLaVA-1.5: penultimate layer
   std::string vision_feature_select_strategy = "default";  // "default" drops CLS (LLaVA "patch"), "full" keeps it
+  // LLaVA-HR (model/multipath_tower.h): a timm ConvNeXt directory (config.json with "architecture", weights in
+  // timm's names) for the slow path; `vision` is then the fast CLIP path. The stage-1 projector file may also
+  // hold the adapters (`model.vision_tower.align_stages*`, as LLaVA-HR's pretraining saves them).
+  std::string vision_slow;
+  int input_image_size = 1024;
+  bool freeze_vision = true;  // LLaVA-HR's flag: false = the towers train and the stitch adapters exist
 };
 
 // The composed model's config (LLM config + vision config + LLaVA wiring). Throws listing every problem.
@@ -35,8 +41,8 @@ LlavaConfig compose_model_config(const ModelParts& parts);
 std::shared_ptr<MultimodalLM> load_composed(const ModelParts& parts, at::ScalarType dtype = at::kFloat,
                                             at::Device device = at::kCPU, uint64_t init_seed = 0);
 
-// The projector tensors of a stage-1 file under gmod names (projector.linear_{1,2}.{weight,bias}); unknown or
-// missing names are appended to `problems`.
+// The projector tensors of a stage-1 file under gmod names (projector.linear_{1,2}.{weight,bias}, and LLaVA-HR's
+// adapters as vision.align_stages*); unknown or missing names are appended to `problems`.
 std::vector<std::pair<std::string, at::Tensor>> read_projector(const std::string& path,
                                                                std::vector<std::string>& problems);
 

@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include "model/llava_hr_config.h"
+
 #include <climits>
 #include <cmath>
 #include <filesystem>
@@ -200,7 +202,15 @@ ClipVisionConfig parse_clip_vision_config(const nlohmann::json& j, const std::st
 
 int LlavaConfig::image_seq_length() const {
   if (!vision) return 0;
+  if (multipath) {  // LLaVA-HR: the fast path's patches, no class token
+    const int g = multipath->fast_image_size() / vision->patch_size;
+    return g * g;
+  }
   return vision->num_patches() + (vision_feature_select_strategy == "full" ? 1 : 0);
+}
+
+int LlavaConfig::image_input_size() const {
+  return multipath ? multipath->input_image_size : vision ? vision->image_size : 0;
 }
 
 LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& source) {
@@ -245,6 +255,10 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
         errors.push_back(where + "original LLaVA config without an embedded 'vision_config': add the CLIP "
                          "vision config of '" + j.value("mm_vision_tower", std::string("?")) + "'");
       r.optional("image_token_id", c.image_token_id);
+      if (j.contains("is_multipath_encoder") && !j["is_multipath_encoder"].is_boolean())
+        errors.push_back(where + "field 'is_multipath_encoder' must be true or false");
+      else if (j.value("is_multipath_encoder", false))
+        parse_llava_hr_fields(j, where, c, errors);  // LLaVA-HR
     }
   }
   // The γ-MoD config of a converted checkpoint (mod/mod_checkpoint.h reads its fields): must be an object.
@@ -283,13 +297,12 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
     if (c.image_token_id < 0 || c.image_token_id > c.text.vocab_size)
       errors.push_back(where + "image token id " + std::to_string(c.image_token_id) + " is outside the vocabulary");
     const ClipVisionConfig& v = *c.vision;
-    if (v.patch_size > 0 && v.image_size > 0 && v.image_size % v.patch_size == 0 &&
-        c.text.max_position_embeddings > 0 &&
-        int64_t(v.image_size / v.patch_size) * (v.image_size / v.patch_size) >=
-            c.text.max_position_embeddings)
-      errors.push_back(where + "one image takes " + std::to_string(v.image_size / v.patch_size) +
-                       "^2 positions, " + "not fewer than max_position_embeddings (" +
-                       std::to_string(c.text.max_position_embeddings) + ")");
+    const int side = c.multipath ? c.multipath->fast_image_size() : v.image_size;
+    if (v.patch_size > 0 && side > 0 && side % v.patch_size == 0 && c.text.max_position_embeddings > 0 &&
+        int64_t(side / v.patch_size) * (side / v.patch_size) >= c.text.max_position_embeddings)
+      errors.push_back(where + "one image takes " + std::to_string(side / v.patch_size) + "^2 positions, " +
+                       "not fewer than max_position_embeddings (" + std::to_string(c.text.max_position_embeddings) +
+                       ")");
   }
   if (!errors.empty()) {
     std::ostringstream os;

@@ -1,8 +1,10 @@
-// Model configuration: the LLaMA-family decoder, the CLIP vision tower and the LLaVA wiring.
-// Plain structs with defaults; `load_model_config` reads a Hugging Face config.json (LlamaForCausalLM,
-// LlavaForConditionalGeneration or original LLaVA's LlavaLlamaForCausalLM) and validates it in one place.
+// Model configuration: the LLaMA-family decoder, the vision tower (CLIP, or LLaVA-HR's CLIP + ConvNeXt
+// multipath tower) and the LLaVA wiring. Plain structs with defaults; `load_model_config` reads a Hugging Face
+// config.json (LlamaForCausalLM, LlavaForConditionalGeneration, original LLaVA's or LLaVA-HR's
+// LlavaLlamaForCausalLM) and validates it in one place.
 #pragma once
 
+#include <algorithm>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -47,9 +49,35 @@ struct ClipVisionConfig {
   int num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
 };
 
+// ConvNeXt as timm builds it (patch stem, four stages; model/convnext.h). Defaults: convnext_large_mlp.
+struct ConvNextConfig {
+  std::vector<int> depths = {3, 3, 27, 3};
+  std::vector<int> dims = {192, 384, 768, 1536};
+  int in_chans = 3;
+  int patch_size = 4;   // stem conv kernel = stride
+  int kernel_size = 7;  // depthwise conv of every block
+  int mlp_ratio = 4;
+  double norm_eps = 1e-6;       // LayerNorm2d / LayerNorm (convnext_xxlarge: 1e-5)
+  double ls_init_value = 1e-6;  // layer scale init (<= 0: no layer scale)
+  double initializer_range = 0.02;
+};
+
+// LLaVA-HR's mixture-of-resolution tower (model/multipath_tower.h): LlavaConfig::vision is its fast CLIP path,
+// this the slow ConvNeXt path and the adapters.
+struct MultipathConfig {
+  std::string slow_name = "convnext_large_mlp.clip_laion2b_ft_320";  // vision_tower_slow
+  ConvNextConfig slow;
+  int input_image_size = 1024;  // the slow path's (and the preprocessing's) image size; a multiple of 32
+  bool stitch = true;           // !freeze_vision: the three stitch adapters between the CLIP quarters exist
+
+  // The fast (CLIP) path's image size: max(input_image_size / 32 * 14, 336), as LLaVA-HR computes it.
+  int fast_image_size() const { return std::max(input_image_size / 32 * 14, 336); }
+};
+
 struct LlavaConfig {
   LlamaConfig text;
   std::optional<ClipVisionConfig> vision;  // absent: a text-only LLM
+  std::optional<MultipathConfig> multipath;  // present: LLaVA-HR's multipath tower with `vision` as its fast path
   std::string projector_type = "mlp2x_gelu";
   std::string projector_hidden_act = "gelu";
   int image_token_id = 32000;
@@ -58,6 +86,9 @@ struct LlavaConfig {
 
   // Number of LLM positions one image occupies after splicing.
   int image_seq_length() const;
+  // The side of the square images the tower takes (what preprocessing produces): CLIP's image_size, or
+  // LLaVA-HR's input_image_size.
+  int image_input_size() const;
 };
 
 // One part's config; problems are appended to `errors` prefixed with `where` (e.g. "llm/config.json: ").

@@ -18,6 +18,10 @@ const std::vector<std::pair<std::string, std::string>>& read_rules() {
       {"multi_modal_projector.", "projector."},
       {"model.mm_projector.0.", "projector.linear_1."},
       {"model.mm_projector.2.", "projector.linear_2."},
+      // LLaVA-HR's multipath tower (model/multipath_tower.h)
+      {"model.vision_tower.fast_vision_tower.vision_tower.vision_model.", "vision.fast_vision_tower.vision_model."},
+      {"model.vision_tower.slow_vision_tower.vision_tower.", "vision.slow_vision_tower."},
+      {"model.vision_tower.align_stages", "vision.align_stages"},
       {"model.vision_tower.vision_tower.vision_model.", "vision.vision_model."},
       {"model.vision_tower.vision_model.", "vision.vision_model."},
       {"model.vision_tower.", "vision.vision_model."},
@@ -29,12 +33,36 @@ const std::vector<std::pair<std::string, std::string>>& read_rules() {
   return rules;
 }
 
+const std::string kSlow = "vision.slow_vision_tower.";
+
+// LLaVA-HR's ConvNeXt copy names the layer scale `blocks.J.weight` where timm has `blocks.J.gamma`.
+std::string layer_scale_to_gamma(const std::string& g) {
+  const auto b = g.rfind(".blocks.");
+  if (b == std::string::npos) return g;
+  const std::string tail = g.substr(b + 8);  // "J.weight" or "J.conv_dw.weight", ...
+  const auto dot = tail.find('.');
+  if (dot != std::string::npos && tail.substr(dot) == ".weight" &&
+      tail.substr(0, dot).find_first_not_of("0123456789") == std::string::npos)
+    return g.substr(0, g.size() - 6) + "gamma";
+  return g;
+}
+
 }  // namespace
+
+bool hf_unused(const std::string& hf_name) {
+  if (hf_name.find("rotary_emb.inv_freq") != std::string::npos) return true;
+  const auto g = hf_to_gmod(hf_name);
+  return g && starts_with(*g, kSlow) &&
+         (starts_with(*g, kSlow + "head.") || starts_with(*g, kSlow + "norm_pre."));
+}
 
 std::optional<std::string> hf_to_gmod(const std::string& hf_name) {
   if (hf_name.find("rotary_emb.inv_freq") != std::string::npos) return std::nullopt;
   for (const auto& [from, to] : read_rules())
-    if (starts_with(hf_name, from)) return to + hf_name.substr(from.size());
+    if (starts_with(hf_name, from)) {
+      std::string g = to + hf_name.substr(from.size());
+      return starts_with(g, kSlow) ? layer_scale_to_gamma(g) : g;
+    }
   return std::nullopt;
 }
 
@@ -46,6 +74,22 @@ std::string gmod_to_hf(const std::string& name, HfLayout layout) {
   if (layout == HfLayout::kLlama) {
     if (auto s = swap("llm.", "model.")) return *s;
     return name;  // lm_head.* and anything extra keep their names
+  }
+  if (layout == HfLayout::kLlavaHr) {  // LLaVA-HR's original layout
+    if (auto s = swap("llm.", "model.")) return *s;
+    if (auto s = swap("projector.linear_1.", "model.mm_projector.0.")) return *s;
+    if (auto s = swap("projector.linear_2.", "model.mm_projector.2.")) return *s;
+    if (auto s = swap("vision.fast_vision_tower.vision_model.",
+                      "model.vision_tower.fast_vision_tower.vision_tower.vision_model."))
+      return *s;
+    if (auto s = swap(kSlow, "model.vision_tower.slow_vision_tower.vision_tower.")) {
+      const std::string suf = ".gamma";  // the copy's layer-scale name
+      if (s->size() > suf.size() && s->compare(s->size() - suf.size(), suf.size(), suf) == 0)
+        return s->substr(0, s->size() - suf.size()) + ".weight";
+      return *s;
+    }
+    if (auto s = swap("vision.align_stages", "model.vision_tower.align_stages")) return *s;
+    return name;
   }
   if (auto s = swap("llm.", "language_model.model.")) return *s;
   if (auto s = swap("lm_head.", "language_model.lm_head.")) return *s;

@@ -2,7 +2,9 @@
 // wild: plain LLaMA (`model.*`), original LLaVA (`model.mm_projector.{0,2}`,
 // `model.vision_tower.vision_tower.vision_model.*`), transformers' LlavaForConditionalGeneration
 // (`language_model.model.*`, `multi_modal_projector.*`, `vision_tower[.vision_model].*`) and the
-// newer `model.language_model.*` prefixes. Writes the transformers LLaVA layout or the plain LLaMA one.
+// newer `model.language_model.*` prefixes, and LLaVA-HR's multipath tower (`model.vision_tower.{fast,slow}_
+// vision_tower.vision_tower.*`, `model.vision_tower.align_stages[_latent].*`). Writes the transformers LLaVA
+// layout, the plain LLaMA one, or LLaVA-HR's original layout (`model.*`, `model.mm_projector.{0,2}.*`).
 #pragma once
 
 #include <optional>
@@ -12,8 +14,11 @@ namespace gmod {
 
 // gmod name for a checkpoint name; nullopt for names gmod does not hold (e.g. rotary inv_freq).
 std::optional<std::string> hf_to_gmod(const std::string& hf_name);
+// Checkpoint tensors gmod deliberately does not hold, which loaders skip: RoPE inv_freq, and the classifier
+// head / norm_pre of LLaVA-HR's ConvNeXt (the tower reads the last stage's map).
+bool hf_unused(const std::string& hf_name);
 
-enum class HfLayout { kLlama, kLlava };
+enum class HfLayout { kLlama, kLlava, kLlavaHr };
 std::string gmod_to_hf(const std::string& gmod_name, HfLayout layout);
 
 // MoD router tensors. Checkpoints carry one router per MoD layer i as `<layers prefix>.{i}.router.weight`

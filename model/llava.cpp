@@ -22,9 +22,8 @@ MultimodalLM::MultimodalLM(const LlavaConfig& c) : config(c) {
     lm_head = h->register_parameter("weight", at::empty({c.text.vocab_size, c.text.hidden_size}));
   }
   if (c.vision) {
-    auto vm = register_module("vision", std::make_shared<Holder>());
-    vision = vm->register_module("vision_model", std::make_shared<ClipVisionTower>(*c.vision));
-    projector = register_module("projector", std::make_shared<ProjectorImpl>(c.vision->hidden_size, c.text.hidden_size));
+    vision = register_module("vision", make_vision_tower(c));
+    projector = register_module("projector", std::make_shared<ProjectorImpl>(vision->feature_dim(), c.text.hidden_size));
   }
 }
 
@@ -36,6 +35,7 @@ void MultimodalLM::init_weights(uint64_t seed, const std::string& prefix) {
     if (!prefix.empty() && name.rfind(prefix, 0) != 0) continue;
     auto& t = p.value();
     const bool vision_param = name.rfind("vision.", 0) == 0;
+    if (vision_param && vision->init_parameter(name.substr(7), t, gen)) continue;
     const double std = vision_param ? config.vision->initializer_range : config.text.initializer_range;
     auto ends = [&](const char* s) {
       std::string suf(s);
@@ -52,8 +52,7 @@ void MultimodalLM::init_weights(uint64_t seed, const std::string& prefix) {
 
 at::Tensor MultimodalLM::image_features(const at::Tensor& pixel_values) {
   if (!vision) throw std::invalid_argument("image inputs given to a model without a vision tower");
-  auto h = vision->forward(pixel_values, config.vision_feature_layer);  // [N, 1+P, Dv]
-  if (config.vision_feature_select_strategy == "default") h = h.narrow(1, 1, h.size(1) - 1);
+  auto h = vision->features(pixel_values);  // [N, T, Dv]
   return projector->forward(h.to(projector->linear_1->weight.scalar_type()));
 }
 

@@ -1,12 +1,12 @@
-// The LLaVA-style multimodal LM: CLIP vision tower -> mlp2x_gelu projector -> LLaMA decoder -> LM
-// head. Image features replace the image-token positions of the (already expanded) input ids, so
+// The LLaVA-style multimodal LM: vision tower (model/vision_tower.h) -> mlp2x_gelu projector -> LLaMA decoder
+// -> LM head. Image features replace the image-token positions of the (already expanded) input ids, so
 // any number of images per batch and text-only samples mix freely. Parameter names:
 //   llm.embed_tokens.weight, llm.layers.{i}.*, llm.norm.weight, lm_head.weight,
-//   vision.* (transformers CLIPVisionModel names under vision_model), projector.linear_{1,2}.*
+//   vision.* (the tower's own names, e.g. CLIP's vision.vision_model.*), projector.linear_{1,2}.*
 #pragma once
 
-#include "model/clip.h"
 #include "model/llama.h"
+#include "model/vision_tower.h"
 
 namespace gmod {
 
@@ -59,7 +59,7 @@ class MultimodalLM : public torch::nn::Module {
   LlavaConfig config;
   std::shared_ptr<LlamaModel> llm;
   at::Tensor lm_head;  // [V, D]; undefined when tied
-  std::shared_ptr<ClipVisionTower> vision;
+  std::shared_ptr<VisionTower> vision;  // nullptr: text-only
   std::shared_ptr<ProjectorImpl> projector;
 };
 

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "model/llava_hr_config.h"
 #include "model/safetensors.h"
 
 namespace gmod {
@@ -32,7 +33,7 @@ LoadReport load_weights(MultimodalLM& model, const std::string& path, const Load
   LoadReport report;
   auto params = model.named_parameters(/*recurse=*/true);
   std::set<std::string> seen;
-  std::vector<std::string> unknown;
+  std::vector<std::string> unknown, problems;  // every problem is reported, in one error
   at::NoGradGuard ng;
   for (const auto& hf : ckpt.names()) {
     if (opt.skip && opt.skip(hf)) {
@@ -42,7 +43,7 @@ LoadReport load_weights(MultimodalLM& model, const std::string& path, const Load
     auto name = hf_to_gmod(hf);
     if (name && *name == "lm_head.weight" && model.config.text.tie_word_embeddings) name.reset();  // tied copy
     if (!name || !params.contains(*name)) {
-      if (has_prefix(hf, opt.ignore_unknown_prefixes) || hf.find("rotary_emb.inv_freq") != std::string::npos ||
+      if (has_prefix(hf, opt.ignore_unknown_prefixes) || hf_unused(hf) ||
           (hf == "lm_head.weight" || hf == "language_model.lm_head.weight")) {
         report.unmapped.push_back(hf);
         continue;
@@ -54,20 +55,28 @@ LoadReport load_weights(MultimodalLM& model, const std::string& path, const Load
       throw std::runtime_error(ckpt.file_of(hf) + ": tensor '" + hf + "' maps to '" + *name +
                                "', which another checkpoint tensor already provided");
     auto& dst = params[*name];
-    copy_into(dst, ckpt.tensor(hf), hf, ckpt.file_of(hf));
-    report.loaded.push_back(*name);
+    try {
+      copy_into(dst, ckpt.tensor(hf), hf, ckpt.file_of(hf));
+      report.loaded.push_back(*name);
+    } catch (const std::exception& e) {  // shape or dtype mismatch: keep going, report them all
+      problems.push_back(e.what());
+    }
   }
   if (!unknown.empty())
-    throw std::runtime_error(path + ": checkpoint tensors that this model does not have: " + join_some(unknown) +
-                             " (wrong model config, or pass ignore_unknown_prefixes)");
+    problems.push_back(path + ": checkpoint tensors that this model does not have: " + join_some(unknown) +
+                       " (wrong model config, or pass ignore_unknown_prefixes)");
   std::vector<std::string> missing;
   for (const auto& p : params) {
     if (seen.count(p.key())) continue;
     if (opt.partial || has_prefix(p.key(), opt.optional_prefixes)) report.missing.push_back(p.key());
     else missing.push_back(p.key());
   }
-  if (!missing.empty())
-    throw std::runtime_error(path + ": checkpoint lacks tensors the model needs: " + join_some(missing));
+  if (!missing.empty()) problems.push_back(path + ": checkpoint lacks tensors the model needs: " + join_some(missing));
+  if (!problems.empty()) {
+    std::string msg;
+    for (const auto& p : problems) msg += (msg.empty() ? "" : "\n") + p;
+    throw std::runtime_error(msg);
+  }
   if (report.loaded.empty()) throw std::runtime_error(path + ": no tensor of the checkpoint matches the model");
   return report;
 }
@@ -88,7 +97,8 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
   namespace fs = std::filesystem;
   fs::create_directories(dir);
   const bool llava = model.vision != nullptr;
-  const auto layout = llava ? HfLayout::kLlava : HfLayout::kLlama;
+  const bool hr = model.config.multipath.has_value();  // LLaVA-HR: its original layout
+  const auto layout = hr ? HfLayout::kLlavaHr : llava ? HfLayout::kLlava : HfLayout::kLlama;
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   int64_t bytes = 0;
   for (const auto& p : model.named_parameters(true)) {
@@ -102,7 +112,19 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
   nlohmann::json cfg;
   auto dtype = model.llm->embed_tokens.scalar_type();
   std::string dtype_name = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
-  if (llava) {
+  if (hr) {
+    cfg = text;
+    cfg["architectures"] = {"LlavaLlamaForCausalLM"};
+    cfg["model_type"] = "llava";
+    cfg["vision_config"] = clip_config_to_json(*c.vision);
+    cfg["mm_hidden_size"] = c.vision->hidden_size;
+    cfg["mm_projector_type"] = c.projector_type;
+    cfg["mm_vision_select_layer"] = c.vision_feature_layer;
+    cfg["mm_vision_select_feature"] = c.vision_feature_select_strategy == "full" ? "cls_patch" : "patch";
+    cfg["image_token_id"] = c.image_token_id;
+    cfg["torch_dtype"] = dtype_name;
+    llava_hr_fields_to_json(c, cfg);
+  } else if (llava) {
     cfg = {{"architectures", {"LlavaForConditionalGeneration"}},
            {"model_type", "llava"},
            {"text_config", text},

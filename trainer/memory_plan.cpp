@@ -115,6 +115,42 @@ int64_t clip_layer_saved(int64_t NT, int64_t Dv, int64_t Iv, int64_t heads, int6
 
 std::set<int> layer_set(const std::vector<int>& v) { return std::set<int>(v.begin(), v.end()); }
 
+// LLaVA-HR's ConvNeXt (model/convnext.h) and adapters (model/mr_adapters.h), parameter counts.
+int64_t multipath_extra_params(const MultipathConfig& m, int64_t d) {
+  const auto& c = m.slow;
+  const int64_t k2 = int64_t(c.kernel_size) * c.kernel_size, r = c.mlp_ratio;
+  int64_t n = int64_t(c.dims[0]) * c.in_chans * c.patch_size * c.patch_size + 3 * int64_t(c.dims[0]);
+  for (size_t i = 0; i < c.dims.size(); ++i) {
+    const int64_t C = c.dims[i];
+    if (i > 0) n += 2 * int64_t(c.dims[i - 1]) + C * c.dims[i - 1] * 4 + C;
+    n += c.depths[i] * (C * k2 + C + 2 * C + 2 * r * C * C + r * C + C + (c.ls_init_value > 0 ? C : 0));
+  }
+  const int64_t s = c.dims.back();
+  if (m.stitch) n += 3 * ((s * s + s) + (d * s + d) + (d * 49 + d) + (d * d + d) + (2 * d * (d / 2) + d / 2) + (d / 2 + 1));
+  return n + (d * d + d) + (d * s + d);
+}
+
+// LLaVA-HR trained towers, saved activations (an estimate, not validated against a measurement yet): per ConvNeXt
+// block dwconv/LayerNorm/fc1/GELU/fc2/layer-scale inputs, about 12 C per pixel; with tower checkpointing only the
+// stage and CLIP-layer inputs plus the largest unit's recompute.
+int64_t multipath_saved(const LlavaConfig& c, int64_t images, int64_t e, bool ckpt) {
+  const auto& m = *c.multipath;
+  const auto& v = *c.vision;
+  const int64_t T = c.image_seq_length(), Dv = v.hidden_size;
+  const int64_t clip_layer = clip_layer_saved(images * T, Dv, v.intermediate_size, v.num_attention_heads, e);
+  int64_t full = int64_t(v.num_hidden_layers) * clip_layer, kept = int64_t(v.num_hidden_layers) * e * images * T * Dv;
+  int64_t unit_max = clip_layer, side = m.input_image_size / m.slow.patch_size;
+  for (size_t i = 0; i < m.slow.dims.size(); ++i) {
+    if (i > 0) side /= 2;
+    const int64_t px = images * side * side, C = m.slow.dims[i];
+    const int64_t stage = e * px * C * (12 * m.slow.depths[i] + (i > 0 ? 2 : 0));
+    full += stage;
+    kept += e * px * C;
+    unit_max = std::max(unit_max, stage);
+  }
+  return ckpt ? kept + unit_max : full;
+}
+
 }  // namespace
 
 const MemoryTerm* MemoryPlan::term(const std::string& name) const {
@@ -155,6 +191,9 @@ ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layer
     p.vision = Dv + Dv * v.num_channels * v.patch_size * v.patch_size + (v.num_patches() + 1) * Dv + 4 * Dv +
                layer * v.num_hidden_layers;
     p.projector = Dv * D + D + D * D + D;
+    if (c.multipath) {  // LLaVA-HR: all CLIP layers run, plus the ConvNeXt and the adapters
+      p.vision += multipath_extra_params(*c.multipath, Dv);
+    }
   }
   return p;
 }
@@ -218,7 +257,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const int64_t grad_elem_bytes = s.e + (acc32 ? 4 : 0);
   const int64_t images = in.model.vision ? int64_t(in.images_per_sample) * s.B : 0;
   const int64_t img_px =
-      in.model.vision ? 3 * int64_t(in.model.vision->image_size) * in.model.vision->image_size : 0;
+      in.model.vision ? 3 * int64_t(in.model.image_input_size()) * in.model.image_input_size() : 0;
   std::vector<MemoryTerm> statics = {
       {"weights", s.e * padded,
        "trainable parameters: flat compute buffer pflat_ [padded P] (data_parallel.cpp)"},
@@ -247,7 +286,9 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   if (images > 0 && in.model.vision) {
     const ClipVisionConfig& v = *in.model.vision;
     const int64_t T = in.model.image_seq_length(), Dv = v.hidden_size;
-    if (in.train_vision) {
+    if (in.train_vision && in.model.multipath) {
+      act += multipath_saved(in.model, images, s.e, in.checkpointing != "none");
+    } else if (in.train_vision) {
       const int run = in.model.vision_feature_layer >= 0
                           ? in.model.vision_feature_layer
                           : v.num_hidden_layers + 1 + in.model.vision_feature_layer;

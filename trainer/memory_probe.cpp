@@ -48,7 +48,7 @@ ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, at::
   in.token_roles = roles.to(at::kChar);
   in.attention_mask = at::ones({B, L}, at::TensorOptions().dtype(at::kBool));
   if (T > 0) {
-    const int S = c.vision->image_size;
+    const int S = c.image_input_size();
     in.pixel_values = at::randn({int64_t(B) * images, 3, S, S}, gen, at::TensorOptions().dtype(at::kFloat));
     if (dtype != at::kFloat) in.pixel_values = in.pixel_values.to(dtype);
   }

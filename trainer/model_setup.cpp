@@ -20,6 +20,9 @@ ModelParts parts_of(const ModelSection& m) {
   p.projector = m.projector;
   p.vision_feature_layer = m.vision_feature_layer;
   p.vision_feature_select_strategy = m.vision_feature_select_strategy;
+  p.vision_slow = m.vision_slow;
+  p.input_image_size = m.input_image_size;
+  p.freeze_vision = m.freeze_vision;
   return p;
 }
 
@@ -60,6 +63,7 @@ std::string preprocessor_source(const ModelSection& m) { return m.llm.empty() ? 
 std::string describe_model_source(const ModelSection& m) {
   if (m.llm.empty()) return m.path;
   return "llm=" + m.llm + (m.vision.empty() ? "" : " vision=" + m.vision) +
+         (m.vision_slow.empty() ? "" : " vision_slow=" + m.vision_slow) +
          (m.projector.empty() ? "" : " projector=" + m.projector);
 }
 

@@ -44,7 +44,9 @@ json to_json(const TrainConfig& c) {
       {"model",
        {{"path", c.model.path}, {"llm", c.model.llm}, {"vision", c.model.vision}, {"projector", c.model.projector},
         {"vision_feature_layer", c.model.vision_feature_layer},
-        {"vision_feature_select_strategy", c.model.vision_feature_select_strategy}, {"dtype", c.model.dtype}, {"device", c.model.device}, {"init", c.model.init},
+        {"vision_feature_select_strategy", c.model.vision_feature_select_strategy},
+        {"vision_slow", c.model.vision_slow}, {"input_image_size", c.model.input_image_size},
+        {"freeze_vision", c.model.freeze_vision}, {"dtype", c.model.dtype}, {"device", c.model.device}, {"init", c.model.init},
         {"init_seed", c.model.init_seed}, {"activation_checkpointing", c.model.activation_checkpointing}}},
       {"data",
        {{"train", c.data.train}, {"image_folder", c.data.image_folder}, {"tokenizer", c.data.tokenizer},
@@ -112,6 +114,8 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(m, "llm", c.model.llm), get(m, "vision", c.model.vision), get(m, "projector", c.model.projector);
       get(m, "vision_feature_layer", c.model.vision_feature_layer);
       get(m, "vision_feature_select_strategy", c.model.vision_feature_select_strategy);
+      get(m, "vision_slow", c.model.vision_slow), get(m, "input_image_size", c.model.input_image_size);
+      get(m, "freeze_vision", c.model.freeze_vision);
       get(m, "activation_checkpointing", c.model.activation_checkpointing);
       get(d, "train", c.data.train), get(d, "image_folder", c.data.image_folder);
       get(d, "tokenizer", c.data.tokenizer), get(d, "template", c.data.template_name);
@@ -343,8 +347,9 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
   } else if (!c.model.path.empty()) {
     if (!fs::exists(fs::path(c.model.path) / "config.json"))
       e.push_back("model.path: " + c.model.path + "/config.json does not exist");
-    if (!c.model.vision.empty() || !c.model.projector.empty())
-      e.push_back("model.vision / model.projector: only with model.llm (parts), not with model.path");
+    if (!c.model.vision.empty() || !c.model.projector.empty() || !c.model.vision_slow.empty())
+      e.push_back("model.vision / model.vision_slow / model.projector: only with model.llm (parts), not with "
+                  "model.path");
   } else {
     for (auto [key, dir] : {std::pair<const char*, const std::string*>{"model.llm", &c.model.llm},
                             {"model.vision", &c.model.vision}})
@@ -354,6 +359,10 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
       e.push_back("model.projector: " + c.model.projector + " is not a file");
     if (!c.model.projector.empty() && c.model.vision.empty())
       e.push_back("model.projector: needs model.vision (a projector maps vision features)");
+    if (!c.model.vision_slow.empty() && c.model.freeze_vision != c.freeze.vision)
+      e.push_back(std::string("model.freeze_vision (") + (c.model.freeze_vision ? "true" : "false") +
+                  ", LLaVA-HR's flag: stitch adapters exist only when the towers train) and freeze.vision (" +
+                  (c.freeze.vision ? "true" : "false") + ") disagree");
   }
   // freeze.llm_layers checked against the model's layers (else: syntax only, below)
   bool fits_checked = false;

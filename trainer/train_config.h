@@ -26,6 +26,13 @@ struct ModelSection {
   std::string llm, vision, projector;
   int vision_feature_layer = -2;                          // parts only: CLIP layer whose features are projected
   std::string vision_feature_select_strategy = "default";  // parts only: "default" drops CLS, "full" keeps it
+  // Parts only, LLaVA-HR (model/multipath_tower.h): the ConvNeXt of the slow path (a timm model directory with
+  // config.json + model.safetensors, e.g. timm/convnext_large_mlp.clip_laion2b_ft_320) makes `vision` the fast CLIP
+  // path of a multipath tower at input_image_size px; freeze_vision as LLaVA-HR's flag (false: the towers train
+  // and the three stitch adapters exist; must equal freeze.vision).
+  std::string vision_slow;
+  int input_image_size = 1024;
+  bool freeze_vision = true;
   std::string dtype = "fp32";    // compute/parameter dtype: "fp32" or "bf16" (optimizer keeps fp32 master weights)
   // "cpu", "cuda" (each rank takes GPU local_rank % device_count) or "cuda:N" (only with one rank per node)
   std::string device = "cpu";

@@ -110,6 +110,8 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
   model_->to(device_, dtype_);  // new router parameters
   model_->train();
   model_->llm->activation_checkpointing = parse_activation_checkpointing(cfg_.model.activation_checkpointing);
+  // The tower's own units (CLIP layers, ConvNeXt stages) are checkpointed whenever decoder layers are.
+  if (model_->vision) model_->vision->set_activation_checkpointing(model_->llm->activation_checkpointing.enabled());
   freeze_and_count();
   setup_optimizer();
   resume_if_requested();
@@ -242,7 +244,8 @@ void Trainer::freeze_and_count() {
     const std::string& name = item.key();
     at::Tensor p = item.value();
     bool frozen;
-    if (starts_with(name, "vision.")) frozen = cfg_.freeze.vision;
+    // A frozen tower keeps its adapters trainable (LLaVA-HR's align module), see VisionTower::is_adapter.
+    if (starts_with(name, "vision.")) frozen = cfg_.freeze.vision && !model_->vision->is_adapter(name.substr(7));
     else if (starts_with(name, "projector.")) frozen = cfg_.freeze.projector;
     else {
       frozen = cfg_.freeze.llm;
@@ -347,8 +350,10 @@ void Trainer::setup_data() {
   if (!preprocessor_source(cfg_.model).empty() && fs::exists(pre)) {
     dc.image = load_preprocess_config(pre.string());
   } else if (model_->config.vision) {
-    dc.image.size = dc.image.crop = model_->config.vision->image_size;
+    dc.image.size = dc.image.crop = model_->config.image_input_size();
   }
+  // LLaVA-HR preprocesses at input_image_size with CLIP's mean/std (its ConvNeXt tower's CLIPImageProcessor).
+  if (model_->config.multipath) dc.image.size = dc.image.crop = model_->config.image_input_size();
   train_set_ = std::make_unique<Dataset>(dc, tokenizer_);
   if (!cfg_.eval.data.empty()) {
     DatasetConfig ec = dc;

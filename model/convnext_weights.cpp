@@ -1,0 +1,54 @@
+#include "model/convnext_weights.h"
+
+#include <set>
+#include <stdexcept>
+
+#include "model/safetensors.h"
+
+namespace gmod {
+
+void load_convnext_weights(ConvNext& net, const std::string& checkpoint, const std::string& prefix) {
+  SafetensorsCheckpoint ckpt(checkpoint);
+  auto params = net.named_parameters();
+  std::set<std::string> seen;
+  std::vector<std::string> problems;
+  at::NoGradGuard ng;
+  for (const auto& full : ckpt.names()) {
+    if (full.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string n = full.substr(prefix.size());
+    if (convnext_unused_name(n)) continue;
+    // LLaVA-HR's copy of timm's ConvNeXt names the layer scale `blocks.J.weight` (timm: `blocks.J.gamma`).
+    const auto b = n.rfind(".blocks.");
+    if (b != std::string::npos) {
+      const std::string tail = n.substr(b + 8);
+      const auto dot = tail.find('.');
+      if (dot != std::string::npos && tail.substr(dot) == ".weight" &&
+          tail.substr(0, dot).find_first_not_of("0123456789") == std::string::npos)
+        n = n.substr(0, n.size() - 6) + "gamma";
+    }
+    if (!params.contains(n)) {
+      problems.push_back("'" + full + "' is not a tensor of this ConvNeXt (depths/dims: " +
+                         std::to_string(net.config.dims.size()) + " stages, widths " +
+                         std::to_string(net.config.dims.front()) + ".." +
+                         std::to_string(net.config.dims.back()) + ")");
+      continue;
+    }
+    seen.insert(n);
+    try {
+      copy_into(params[n], ckpt.tensor(full), full, ckpt.file_of(full));
+    } catch (const std::exception& e) {
+      problems.push_back(e.what());
+    }
+  }
+  for (const auto& p : params)
+    if (!seen.count(p.key())) problems.push_back("missing '" + prefix + p.key() + "'");
+  if (!problems.empty()) {
+    std::string msg = checkpoint + ": cannot load the ConvNeXt (" + std::to_string(problems.size()) +
+                      " problem" + (problems.size() > 1 ? "s" : "") + "):";
+    for (size_t i = 0; i < problems.size() && i < 20; ++i) msg += "\n  " + problems[i];
+    if (problems.size() > 20) msg += "\n  ... (" + std::to_string(problems.size()) + " in all)";
+    throw std::runtime_error(msg);
+  }
+}
+
+}  // namespace gmod

@@ -1,0 +1,14 @@
+#include "model/vision_tower.h"
+
+#include "model/clip_tower.h"
+#include "model/multipath_tower.h"
+
+namespace gmod {
+
+std::shared_ptr<VisionTower> make_vision_tower(const LlavaConfig& c) {
+  if (!c.vision) return nullptr;
+  if (c.multipath) return std::make_shared<MultipathTower>(*c.vision, *c.multipath);
+  return std::make_shared<ClipTower>(*c.vision, c.vision_feature_layer, c.vision_feature_select_strategy);
+}
+
+}  // namespace gmod

@@ -1,0 +1,52 @@
+// The vision tower interface: all that the LLM side (MultimodalLM, projector, MoD, trainer, checkpoint code)
+// knows of the tower that turns images into patch features. Implementations: the CLIP tower of LLaVA-1.5
+// (model/clip_tower.h) and LLaVA-HR's CLIP + ConvNeXt multipath tower (model/multipath_tower.h), chosen by
+// the model config in make_vision_tower. A tower registers its parameters under its own names; MultimodalLM
+// puts it at `vision.`, and each tower's checkpoint names are mapped in model/hf_names.cpp.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+
+#include "model/config.h"
+
+namespace gmod {
+
+class VisionTower : public torch::nn::Module {
+ public:
+  // Normalised pixels [N, C, S, S] (S = image_size()) -> patch features [N, tokens_per_image(),
+  // feature_dim()] in the tower's parameter dtype; these are what the projector maps.
+  virtual at::Tensor features(const at::Tensor& pixel_values) = 0;
+  virtual int64_t feature_dim() const = 0;
+  virtual int64_t tokens_per_image() const = 0;
+  // The side of the square images preprocessing must produce.
+  virtual int image_size() const = 0;
+  // Random initialisation of one parameter as the original model initialises it (`name` relative to the
+  // tower). Returns false to leave it to MultimodalLM's default (normal(0, initializer_range), norms 1,
+  // biases 0), which draws from `gen` in parameter order.
+  virtual bool init_parameter(const std::string& name, at::Tensor& t, at::Generator& gen) const {
+    (void)name, (void)t, (void)gen;
+    return false;
+  }
+  // True for adapter parameters (`name` relative to the tower) that train even when the tower is frozen, as
+  // LLaVA-HR trains its align module with frozen towers.
+  virtual bool is_adapter(const std::string& name) const {
+    (void)name;
+    return false;
+  }
+  // Recompute the tower's checkpoint units (CLIP encoder layers, ConvNeXt stages) in the backward instead of
+  // keeping their activations.
+  void set_activation_checkpointing(bool on) { checkpoint_units_ = on; }
+  bool activation_checkpointing() const { return checkpoint_units_; }
+
+ protected:
+  bool checkpoint_units_ = false;
+};
+
+// The tower the config asks for; nullptr for a text-only model (no vision config).
+std::shared_ptr<VisionTower> make_vision_tower(const LlavaConfig& c);
+
+}  // namespace gmod
