@@ -1,5 +1,7 @@
 #include "parallel/data_parallel.h"
 
+#include "parallel/bucket_release.h"
+
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -235,8 +237,8 @@ void DataParallelOptimizer::on_grad_ready(size_t index, const at::Tensor& param)
     launch(next_launch_++, false);
     ++launched_early_;
   }
-  // MPI progresses only inside MPI calls. Completed buckets are retired (stage 2: released) in step(), so that what
-  // a backward holds does not depend on how fast the network is.
+  // MPI progresses only inside MPI calls. Completed buckets are retired (stage 2 on MPI: released) in step(), so that
+  // what a backward holds does not depend on how fast the network is (CUDA: released by launch(), when enqueued).
   for (auto& f : inflight_) f.req->test();
 }
 
@@ -287,6 +289,9 @@ void DataParallelOptimizer::launch(int b, bool flush) {
     }
     inflight_.push_back(std::move(f));
   }
+  // Stream-ordered backends (CUDA): the collectives are enqueued and the storage is recorded on their stream, so
+  // the bucket's gradient can go now instead of living until step() (parallel/bucket_release.h).
+  if (release_bucket_at_launch(opts_.stage, comm_->device())) release_bucket(b);
 }
 
 void DataParallelOptimizer::retire_front() {
