@@ -116,6 +116,25 @@ TEST_P(LlavaHrParity, LogitsLossAndEveryGradientMatchTheOriginal) {
             << " (" << worst_name << ")\n";
 }
 
+TEST_P(LlavaHrParity, Bf16LogitsTrackTheOriginalBf16) {
+  // As for LLaVA-1.5 (test_hf_parity.cpp): gmod in bf16 must be as close to the fp32 truth as the original in bf16.
+  const auto dir = test::fixture("llava_hr/" + GetParam());
+  const auto meta = read_json(dir + "/reference.json");
+  auto model = load_pretrained(dir, at::kBFloat16);
+  SafetensorsFile ref(dir + "/reference.safetensors"), ref16(dir + "/reference_bf16.safetensors");
+  auto in = hr_inputs(ref, meta.at("pixel_repeat").get<int>());
+  in.pixel_values = in.pixel_values.to(at::kBFloat16);
+  at::NoGradGuard ng;
+  auto out = model->forward(in);
+  auto valid = in.attention_mask.unsqueeze(-1).expand_as(out.logits);
+  auto err = [&](const at::Tensor& a) {
+    return (a - ref.tensor("logits")).abs().masked_select(valid).max().item<double>();
+  };
+  const double ours = err(out.logits), theirs = err(ref16.tensor("logits").to(at::kFloat));
+  EXPECT_LT(ours, 2.0 * theirs + 1e-3) << "gmod bf16 error " << ours << " vs the original's bf16 error " << theirs;
+  std::cout << GetParam() << ": bf16 max logit error gmod " << ours << ", original " << theirs << "\n";
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlavaHrParity,
                          ::testing::Values("hr768_trained", "hr1024_trained", "hr384_frozen"));
 
