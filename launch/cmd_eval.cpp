@@ -13,6 +13,7 @@
 #include "launch/cli_model.h"
 #include "mod/accounting.h"
 #include "mod/answer_match.h"
+#include "model/lm_loss.h"
 
 namespace gmod::cli {
 namespace {
@@ -48,7 +49,7 @@ int run_eval(const EvalOptions& o) {
     ModelInputs in = to_model_inputs(b, m.device);
     if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(m.dtype);
     ForwardState st;
-    ModelOutput out = m.model->forward(in, st);
+    ModelOutput out = forward_label_loss(*m.model, in, st);  // loss only: no [B, L, V] logits
     loss_sum += out.lm_loss_sum.item<double>();
     supervised += out.supervised_tokens;
     samples += b.size();

@@ -15,6 +15,7 @@
 #include "launch/args.h"
 #include "mod/mod_checkpoint.h"
 #include "model/config.h"
+#include "model/lm_loss.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
 
@@ -77,7 +78,8 @@ int run_forward(const ForwardOptions& o) {
   for (int s = 0; s < o.steps; ++s) {
     for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
     auto t1 = std::chrono::steady_clock::now();
-    auto out = model->forward(in);
+    ForwardState st;
+    ModelOutput out = forward_label_loss(*model, in, st);  // as training computes the loss (model/lm_loss.h)
     auto t2 = std::chrono::steady_clock::now();
     out.lm_loss.backward();
     auto t3 = std::chrono::steady_clock::now();

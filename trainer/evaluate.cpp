@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "mod/answer_match.h"
+#include "model/lm_loss.h"
 #include "trainer/trainer.h"
 
 namespace gmod {
@@ -38,7 +39,7 @@ json Trainer::evaluate() {
       ModelInputs in = to_model_inputs(b, device_);
       if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
       ForwardState st;
-      ModelOutput out = model_->forward(in, st);
+      ModelOutput out = forward_label_loss(*model_, in, st);
       acc[0] += out.lm_loss_sum.item<double>();
       acc[1] += double(out.supervised_tokens);
       acc[2] += double(b.size());

@@ -10,6 +10,8 @@
 
 #include "mod/conversion.h"
 #include "model/activation_checkpoint.h"
+#include "model/lm_loss.h"
+#include "parallel/bucket_release.h"
 #include "trainer/train_config.h"
 
 namespace gmod {
@@ -209,6 +211,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                                 in.checkpointing + "\"");
   if (in.checkpointing == "every_k" && in.checkpoint_every < 1)
     throw std::invalid_argument("memory plan: checkpoint_every must be >= 1");
+  if (!(in.supervised_fraction >= 0 && in.supervised_fraction <= 1))
+    throw std::invalid_argument("memory plan: supervised_fraction must be in [0, 1]");
   if (in.mod_kept_fraction <= 0 || in.mod_kept_fraction > 1)
     throw std::invalid_argument("memory plan: mod_kept_fraction must be in (0, 1]");
 
@@ -282,7 +286,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   bool rg = embed_trained || proj_rg;  // does the decoder input require grad
   int64_t act = 0;
   act += 2 * s.e * s.B * s.L * s.Dh;  // rope cos/sin [B,L,Dh] (ForwardState, saved by apply_rotary)
-  act += 8 * s.B * s.L + s.B * s.L;   // shifted labels copy (nll_loss target), image-token mask
+  act += s.B * s.L;                   // image-token mask (masked_scatter)
   if (images > 0 && in.model.vision) {
     const ClipVisionConfig& v = *in.model.vision;
     const int64_t T = in.model.image_seq_length(), Dv = v.hidden_size;
@@ -317,18 +321,37 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     if (ckpt) max_layer = std::max(max_layer, a);
     max_transient = std::max(max_transient, layer_backward_transient(s, is_mod ? K : s.L, tw));
   }
+  // Label-only loss (model/lm_loss.cpp): N labelled rows, handled chunk rows at a time.
+  const int64_t Nsup =
+      std::max<int64_t>(0, std::llround(in.supervised_fraction * double(s.B) * double(s.L - 1)));
+  const int64_t C = std::min<int64_t>(Nsup, lm_loss_chunk_rows(s.V));
   const bool head_tw = in.train_llm;
-  int64_t head = norm_saved(s, s.L, rg, head_tw);  // final norm
-  if (head_tw) head += s.e * s.B * s.L * s.D;      // lm_head input
   const bool head_rg = rg || head_tw;
+  int64_t head = norm_saved(s, s.L, rg, head_tw);  // final norm
+  // The head node saves the labelled hidden rows [N,D], their targets [N] int64 and log-sum-exp [N] fp32;
+  // index_select saves its index [N] int64 (when the hidden states require grad).
+  if (head_rg) head += s.e * Nsup * s.D + 12 * Nsup + (rg ? 8 * Nsup : 0);
   p.activations_saved = act + layers_full + head;
   const int64_t A = act + layers_ckpt + head;  // what is alive at the end of the forward
 
-  // ---- logits and loss (model/llava.cpp logits, causal_lm_loss_sum) ----
-  const int64_t BLV = s.B * s.L * s.V, NV = s.B * (s.L - 1) * s.V;
-  const int64_t logits = 4 * BLV;  // fp32 [B,L,V], held by the step until its backward is done
-  const int64_t reshape_copy = s.B > 1 ? 4 * NV : 0;  // narrow(1, 0, L-1).reshape: a copy unless B == 1
-  const int64_t lsm = head_rg ? 4 * NV : 0;           // log_softmax output saved for backward
+  // ---- head and loss (model/lm_loss.cpp HeadCrossEntropy), per chunk of C rows ----
+  const int64_t CV = C * s.V;
+  // Forward: fp32 logits and their log_softmax (bf16: the bf16 GEMM output next to its fp32 copy, before).
+  const int64_t loss_fwd = std::max(8 * CV, s.fp32 ? 0 : (s.e + 4) * CV);
+  // Backward: the hidden rows' gradient [N,D]; per chunk the recomputed logits (bf16: GEMM output + fp32
+  // copy), softmax - onehot in place, its compute-dtype copy, the weight gradient (several chunks, bf16: an
+  // fp32 accumulator and one chunk's product); then index_select's backward scatters into a [B,L,D] gradient
+  // while the rows' gradient and the head weight's are still held by the engine.
+  int64_t loss_bwd = 0;
+  if (head_rg) {
+    const int64_t VD = head_tw ? s.V * s.D : 0;
+    const bool multi = Nsup > C;
+    int64_t fn =
+        s.fp32 ? 4 * CV + 4 * VD : std::max((s.e + 4) * CV, s.e * CV + s.e * VD) + (multi ? 4 * VD : 0);
+    fn += (rg ? s.e * Nsup * s.D : 0);
+    const int64_t after = rg ? s.e * s.B * s.L * s.D + s.e * Nsup * s.D + s.e * VD : 0;
+    loss_bwd = std::max(fn, after);
+  }
 
   // ---- gradient buckets in flight (data_parallel.cpp launch/finish_all, mpi_comm.cpp) ----
   // Per bucket element: the reduce-dtype copy (g.to(reduce_dtype)); MpiComm also upcasts bf16 to fp32 (MPI
@@ -340,16 +363,31 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const int64_t per_elem = (src_e != r ? r : 0) + (mpi && r != 4 ? 4 : 0);
   // (Inflight::out is a view of the fp32 shard when the reduce dtype is fp32: no buffer of its own.)
   const int64_t per_owned = in.stage == 2 ? (r == 4 ? 0 : r) + (mpi ? std::max<int64_t>(r, 4) : 0) : 0;
-  const int64_t inflight = per_elem * padded + per_owned * shard;
+  // CUDA stage 2 (parallel/bucket_release.h): a bucket's gradient and its reduce-dtype copy (allocated on the
+  // comm stream) are dropped once its reduce-scatter is enqueued; only Inflight::out stays until step().
+  const bool cuda_release =
+      release_bucket_at_launch(in.stage, c10::Device(in.device == "cuda" ? c10::kCUDA : c10::kCPU));
+  const int64_t bucket = std::max<int64_t>(1, in.bucket_bytes / r);
+  const int64_t inflight = cuda_release ? per_owned * shard + (src_e != r ? r : 0) * std::min(padded, bucket)
+                                        : per_elem * padded + per_owned * shard;
   // Bucket 0 (the last parameters, lm_head first) is launched as soon as its gradients are done and stays in
   // flight during the rest of the backward.
   int64_t first_bucket = 0;
-  {
-    const int64_t bucket = std::max<int64_t>(1, in.bucket_bytes / r);
-    int64_t b0 =
-        std::min<int64_t>(padded, std::max<int64_t>(bucket, in.train_llm ? pc.lm_head + s.D : bucket));
-    if (b0 >= padded) b0 = 0;  // one bucket: launched at the end of the backward
-    if (b0 > 0) first_bucket = per_elem * b0 + per_owned * std::min(b0, shard);
+  int64_t b0 = std::min<int64_t>(padded, std::max<int64_t>(bucket, in.train_llm ? pc.lm_head + s.D : bucket));
+  if (b0 >= padded) b0 = 0;  // one bucket: launched at the end of the backward
+  if (b0 > 0) first_bucket = (cuda_release ? 0 : per_elem * b0) + per_owned * std::min(b0, shard);
+  // What the stage-2 buckets hold in the backward of the window's last micro-batch. CUDA with overlap and one
+  // micro-batch: the buckets of at most one decoder layer wait for its last gradient (a bucket launches only
+  // after the earlier ones), next to the bucket being filled; at the end the embedding's bucket, released at
+  // once. Otherwise (MPI, earlier micro-batches' backwards, no overlap) every bucket (upper bound).
+  int64_t zero2_layer = grad_elem_bytes * padded, zero2_end = grad_elem_bytes * padded;
+  if (cuda_release && in.overlap_comm && in.grad_accum == 1) {
+    int64_t max_layer_params = 0;
+    for (int l = 0; l < int(pc.llm_layer.size()); ++l)
+      if (in.train_llm && !frozen_layers.count(l))
+        max_layer_params = std::max(max_layer_params, pc.llm_layer[size_t(l)]);
+    zero2_layer = grad_elem_bytes * std::min(padded, max_layer_params + std::max(bucket, b0));
+    zero2_end = grad_elem_bytes * std::min(padded, std::max(bucket, in.train_llm ? pc.embed : 0));
   }
 
   // ---- phases ----
@@ -362,35 +400,22 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
       in.checkpointing == "none" ? "" : " (checkpointed layers keep only their input)";
   const MemoryTerm act_term{"activations", A,
                             "tensors saved for backward at the end of the forward" + ckpt_note};
-  const MemoryTerm logits_term{"logits", logits,
-                               "fp32 logits [B,L,V] (ModelOutput, alive through the backward)"};
   {
-    // End of forward: log_softmax's output (saved) next to the shifted copy it was computed from (freed right
-    // after); bf16 briefly holds the bf16 logits next to the fp32 ones before that.
-    int64_t copy = reshape_copy;
-    if (!s.fp32) copy = std::max(copy, s.e * BLV - lsm);
+    // End of forward: one chunk's logits and log_softmax, freed once its loss is summed.
     phases.push_back({"forward (loss)",
                       {act_term,
-                       logits_term,
-                       {"log_softmax_saved", lsm, "log_softmax output [B*(L-1),V] fp32, saved for backward"},
-                       {"loss_transient", copy, "shifted logits copy, freed once log_softmax ran"}}});
+                       {"loss_transient", loss_fwd,
+                        "one chunk's fp32 logits + log_softmax [C,V] (label-only loss, freed per chunk)"}}});
     if (stage2_grads && in.grad_accum > 1)
       phases.back().terms.push_back({"gradients_zero2", grad_elem_bytes * padded,
                                      "ZeRO-2 gradient buckets written by the window's earlier backwards"});
   }
   if (head_rg) {
-    // Loss backward: nll grad + log_softmax grad next to the saved log_softmax; then the [B,L,V] grad of the
-    // narrow; then lm_head's matmul backward (grad of the hidden states and of the lm_head weight).
-    const int64_t t1 = lsm + 4 * NV + 4 * NV;
-    const int64_t t2 = 4 * NV + 4 * BLV;
-    const int64_t t3 = s.fp32 ? 4 * BLV + 4 * s.B * s.L * s.D + (head_tw ? 4 * s.V * s.D : 0)
-                              : std::max(4 * BLV + s.e * BLV,
-                                         s.e * BLV + s.e * s.B * s.L * s.D + (head_tw ? s.e * s.V * s.D : 0));
-    phases.push_back({"loss backward",
-                      {act_term,
-                       logits_term,
-                       {"loss_backward_transient", std::max({t1, t2, t3}),
-                        "gradients of log_softmax / logits / lm_head"}}});
+    phases.push_back(
+        {"loss backward",
+         {act_term,
+          {"loss_backward_transient", loss_bwd,
+           "recomputed chunk logits, gradients of the labelled rows / hidden states / lm_head"}}});
     // ZeRO-2, one micro-batch: bucket 0 is allocated only when lm_head's gradient is accumulated, after these
     // transients are gone (measured), so no gradient storage counts here.
     if (stage2_grads && in.grad_accum > 1)
@@ -400,7 +425,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     // layer, the gradient temporaries, and bucket 0 in flight.
     // The final norm and lm_head inputs are freed by then.
     std::vector<MemoryTerm> lt = {
-        {"activations", A - head, "saved tensors of the decoder layers" + ckpt_note}, logits_term};
+        {"activations", A - head, "saved tensors of the decoder layers" + ckpt_note}};
     if (max_layer > 0)
       lt.push_back({"recomputed_layer", max_layer, "one checkpointed layer's activations, recomputed"});
     lt.push_back(
@@ -408,17 +433,21 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     if (first_bucket > 0)
       lt.push_back({"comm_inflight", first_bucket, "gradient bucket 0 (lm_head) in flight"});
     if (stage2_grads)  // upper bound: the buckets of the layers not yet reached are still unallocated
-      lt.push_back({"gradients_zero2", grad_elem_bytes * padded, "ZeRO-2 gradient buckets (at most all)"});
+      lt.push_back({"gradients_zero2", zero2_layer,
+                    cuda_release ? "ZeRO-2 gradient buckets not yet enqueued"
+                                 : "ZeRO-2 gradient buckets (at most all)"});
     phases.push_back({"layer backward", lt});
     // End of backward: every bucket in flight, the embedding's dense weight gradient.
     phases.push_back({"end of backward",
-                      {logits_term,
-                       {"comm_inflight", inflight,
+                      {{"comm_inflight", inflight,
                         "gradient buckets in flight (reduce-dtype copies, reduce-scatter buffers)"},
                        {"embedding_grad", embed_trained ? s.e * (s.V * s.D + s.B * s.L * s.D) : 0,
                         "dense embedding weight gradient before it is accumulated"}}});
     if (stage2_grads)
-      phases.back().terms.push_back({"gradients_zero2", grad_elem_bytes * padded, "ZeRO-2 gradient buckets, all"});
+      phases.back().terms.push_back({"gradients_zero2", zero2_end,
+                                     cuda_release
+                                         ? "ZeRO-2: the last (embedding) bucket, released when enqueued"
+                                         : "ZeRO-2 gradient buckets, all"});
   }
   // Optimizer step: AdamW's denominator temporaries (2 chunks of at most 64 Mi elements, sharded_adamw.cpp).
   phases.push_back({"optimizer step",
@@ -476,6 +505,7 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw
   in.frozen_llm_layers = parse_layer_ranges(cfg.freeze.llm_layers, model.text.num_hidden_layers);
   in.bucket_bytes = int64_t(cfg.optimizer.bucket_mb) << 20;
   in.grad_accum = grad_accum_steps(cfg, world);
+  in.overlap_comm = cfg.optimizer.overlap_comm;
   in.device = cfg.model.device;
   if (cfg.mod.enabled) {
     in.mod_layers = cfg.mod.config.mod_layers;

@@ -28,6 +28,10 @@ struct MemoryPlanInputs {
   int micro_batch = 1;         // samples per forward/backward (batch.micro_batch)
   int seq_len = 2048;         // padded tokens per sample (data.max_len: the plan assumes full-length batches)
   int images_per_sample = 1;  // 0 = text-only batches
+  // Fraction of the B*(L-1) next-token positions that carry a label (model/lm_loss.h computes the head and
+  // the loss on those rows only). 1 = every position (the upper bound); LLaVA conversations are typically
+  // 0.1-0.3.
+  double supervised_fraction = 1.0;
   bool train_vision = false, train_projector = true, train_llm = true;  // freeze.* negated
   std::vector<int> frozen_llm_layers;                                   // freeze.llm_layers
   // Activation checkpointing of decoder layers: "none", "full" (every layer keeps only its input and is
@@ -42,6 +46,7 @@ struct MemoryPlanInputs {
   std::string reduce_dtype = "fp32";  // gradient communication dtype
   int64_t bucket_bytes = int64_t(25) << 20;
   int grad_accum = 1;  // micro-batches per optimizer step (communication happens once per step)
+  bool overlap_comm = true;  // optimizer.overlap_comm: buckets reduced during the last backward
   // "cpu" (MpiComm: fp32 upcast of bf16 reductions, a receive buffer per reduce-scatter) or "cuda"
   // (NcclComm).
   std::string device = "cpu";

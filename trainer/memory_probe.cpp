@@ -4,11 +4,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <stdexcept>
 
 #include "mod/conversion.h"
 #include "model/llava.h"
+#include "model/lm_loss.h"
 #include "model/token_roles.h"
 #include "parallel/data_parallel.h"
 #include "trainer/memory_tracker.h"
@@ -18,10 +20,11 @@ namespace {
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 
-// One micro-batch of full-length samples: [BOS, image tokens..., text...], the first half of the text a
-// question (unsupervised), the rest the answer, no padding (the plan assumes padded length = seq_len).
-ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, at::ScalarType dtype,
-                            uint64_t seed) {
+// One micro-batch of full-length samples: [BOS, image tokens..., text...], the text a question (unsupervised)
+// and then the answer, whose round(supervised_fraction * (L - 1)) tokens carry labels, no padding (the plan
+// assumes padded length = seq_len).
+ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, double supervised_fraction,
+                            at::ScalarType dtype, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const int64_t V = c.text.vocab_size;
   const int64_t T = images > 0 ? c.image_seq_length() * images : 0;
@@ -40,7 +43,12 @@ ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, at::
     ids.narrow(1, 1, T).fill_(c.image_token_id);
     roles.narrow(1, 1, T).fill_(int64_t(TokenRole::kImage));
   }
-  const int64_t answer = 1 + T + (L - 1 - T) / 2;
+  const int64_t n_sup = std::llround(supervised_fraction * double(L - 1));
+  if (supervised_fraction < 0 || n_sup > L - 1 - T)
+    throw std::invalid_argument("memory probe: supervised_fraction " + std::to_string(supervised_fraction) +
+                                " labels more than the " + std::to_string(L - 1 - T) +
+                                " text tokens of a sample");
+  const int64_t answer = L - n_sup;
   roles.narrow(1, answer, L - answer).fill_(int64_t(TokenRole::kAnswer));
   in.labels = ids.clone();
   in.labels.narrow(1, 0, answer).fill_(-100);
@@ -112,7 +120,8 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
 
     std::vector<ModelInputs> micro;
     for (int k = 0; k < in.grad_accum; ++k)
-      micro.push_back(synthetic_batch(in.model, in.micro_batch, in.seq_len, in.images_per_sample, dtype,
+      micro.push_back(synthetic_batch(in.model, in.micro_batch, in.seq_len, in.images_per_sample,
+                                      in.supervised_fraction, dtype,
                                       seed + 1000 * uint64_t(comm->rank()) + uint64_t(k)));
     m.steady_bytes = tracker.live_bytes() - base;
     tracker.reset_peak();
@@ -124,7 +133,7 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
       const double n_sup = comm->all_reduce(double(local_sup), ReduceOp::Sum);
       for (size_t k = 0; k < micro.size(); ++k) {
         ForwardState st;
-        ModelOutput out = model->forward(micro[k], st);
+        ModelOutput out = forward_label_loss(*model, micro[k], st);
         at::Tensor loss = out.lm_loss_sum * (double(in.world) / std::max(1.0, n_sup));
         if (!st.aux_losses.empty()) loss = loss + total_routing_loss(st, MoDConfig{}) / double(micro.size());
         m.after_forward_bytes = tracker.live_bytes() - base;

@@ -14,6 +14,7 @@
 #include "data/arank_samples.h"
 #include "data/demo_dataset.h"
 #include "model/config.h"
+#include "model/lm_loss.h"
 #include "model/pretrained.h"
 #include "mod/arank.h"
 #include "mod/conversion.h"
@@ -420,7 +421,7 @@ StepMetrics Trainer::train_step() {
     ModelInputs in = to_model_inputs(b, device_);
     if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
     ForwardState st;
-    ModelOutput out = model_->forward(in, st);
+    ModelOutput out = forward_label_loss(*model_, in, st);  // no [B, L, V] logits (model/lm_loss.h)
     at::Tensor loss = out.lm_loss_sum * (double(world_) / std::max(1.0, n_sup));
     if (!st.aux_losses.empty()) {
       loss = loss + total_routing_loss(st, cfg_.mod.config) / double(accum_);

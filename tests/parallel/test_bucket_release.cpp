@@ -1,15 +1,14 @@
-// When ZeRO-2 releases a gradient bucket (parallel/bucket_release.h): on CUDA as soon as its reduce-scatter is
-// enqueued (the armed last backward ends holding no bucket), on the CPU (MPI-style non-blocking collectives)
-// only when step() retires the reduction (the backward ends holding every bucket). Both give the same update as
-// a run without overlap. Single process (LocalComm); the CUDA half skips without a GPU.
+// When ZeRO-2 releases a gradient bucket (parallel/bucket_release.h): on CUDA as soon as its reduce-scatter
+// is enqueued (the armed last backward ends holding no bucket), on the CPU (MPI-style non-blocking
+// collectives) only when step() retires the reduction (the backward ends holding every bucket). Both give the
+// same update as a run without overlap. Single process (LocalComm); the CUDA half skips without a GPU.
+#include <ATen/Context.h>
+#include <gtest/gtest.h>
+
 #include "parallel/bucket_release.h"
 #include "parallel/data_parallel.h"
 #include "parallel/local_comm.h"
 #include "tests/parallel/parallel_test_util.h"
-
-#include <gtest/gtest.h>
-
-#include <ATen/Context.h>
 
 using namespace gmod;
 using namespace gmod::testing;

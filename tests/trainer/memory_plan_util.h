@@ -37,6 +37,7 @@ inline MemoryPlanInputs small_plan_inputs(int world, int stage, const std::strin
   in.micro_batch = 4;
   in.seq_len = 128;
   in.images_per_sample = 1;
+  in.supervised_fraction = 0.3;  // as a LLaVA conversation: the answers only
   in.train_vision = false;
   return in;
 }
