@@ -140,8 +140,10 @@ at::Tensor inject_faults_into_loss(const at::Tensor& loss, int64_t step, int ran
 void inject_arank_delay(int rank) {
   const int64_t s = FaultInjection::from_env().slow_arank_seconds(rank);
   if (s <= 0) return;
-  std::cerr << "gmod: fault injection: ARank on rank " << rank << " takes " << s << " s longer ("
-            << FaultInjection::kEnv << ")\n";
+  // One write, so that the line is not interleaved with the other output of the rank.
+  const std::string line = "gmod: fault injection: ARank on rank " + std::to_string(rank) + " takes " +
+                           std::to_string(s) + " s longer (" + FaultInjection::kEnv + ")\n";
+  std::cerr << line << std::flush;
   std::this_thread::sleep_for(std::chrono::seconds(s));
 }
 

@@ -6,8 +6,8 @@
 //     the launcher turns it into the save signal for its ranks, a checkpoint is written, and the launcher and every
 //     rank are gone within kBound seconds.
 // And the rank-0 phases' own deadlines, on the ARank phase (GMOD_FAULT_INJECT slow_arank makes rank 0's ARank 8 s
-// longer than parallel.timeout_s = 5 while rank 1 waits for its result): within parallel.arank_timeout_s the job
-// trains; past it the watchdog names the phase and its key.
+// longer than parallel.timeout_s = 5 while rank 1 waits for its result; mod.rule keep_top:2 needs ARank): within
+// parallel.arank_timeout_s the job trains; past it the watchdog names the phase and its key.
 // Each test is its own ctest entry (CMakeLists.txt).
 #include "tests/trainer/e2e_util.h"
 
@@ -125,6 +125,11 @@ void expect_saved_and_gone(const Job& j, Clock::time_point t0, const std::string
   std::printf("%s: SIGTERM -> checkpoint of step %lld, all gone after %.1f s\n", what, static_cast<long long>(last), s);
 }
 
+// One step with a conversion rule that needs ARank (on rank 0, in the ARank phase).
+std::string arank_config(const std::string& run) {
+  return write_config(run, {{"schedule", {{"max_steps", 1}}}, {"mod", {{"rule", "keep_top:2"}}}});
+}
+
 std::string long_config(const std::string& run) {
   return write_config(run, {{"schedule", {{"max_steps", 100000}}}, {"deterministic", false}});
 }
@@ -201,7 +206,7 @@ TEST(TrainSignals, TermToRunMultiNodeSavesAndEndsTheJob) {
 
 TEST(TrainSignals, ArankLongerThanTimeoutButWithinItsDeadlineTrains) {
   TempDir t;
-  const std::string run = t.str("arank_ok"), cfg = write_config(run, {{"schedule", {{"max_steps", 1}}}});
+  const std::string run = t.str("arank_ok"), cfg = arank_config(run);
   const int rc = run_shell("env GMOD_FAULT_INJECT=slow_arank:rank=0,seconds=8 " + train_command(2, cfg));
   const std::string log = slurp(cfg + ".log");
   EXPECT_EQ(rc, 0) << log;
@@ -212,7 +217,7 @@ TEST(TrainSignals, ArankLongerThanTimeoutButWithinItsDeadlineTrains) {
 
 TEST(TrainSignals, ArankPastItsDeadlineIsNamed) {
   TempDir t;
-  const std::string run = t.str("arank_late"), cfg = write_config(run, {{"schedule", {{"max_steps", 1}}}});
+  const std::string run = t.str("arank_late"), cfg = arank_config(run);
   const auto t0 = Clock::now();
   const int rc = run_shell("env GMOD_FAULT_INJECT=slow_arank:rank=0,seconds=60 timeout 120 " +
                            train_command(2, cfg, {"parallel.arank_timeout_s=6"}));
