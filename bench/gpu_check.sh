@@ -4,8 +4,8 @@
 # time on a compile, so the binaries are built here (a CUDA-enabled build: CUDA toolkit present) and carried:
 # Usage:
 #   bench/gpu_check.sh --pack [BUILD] [OUT]   here: build gmod test_mod test_model mpi_parallel, copy them stripped
-#                                             with the Debian libraries they need and a relocatable Open MPI into OUT
-#                                             (default .gpu-pack, ~40 MiB; add /.gpu-pack/ to .git/info/exclude)
+#                                             with the Debian libraries they need and a relocatable Open MPI into
+#                                             OUT/pack.tar.xz (default OUT .gpu-pack, git-ignored)
 #   bench/gpu_check.sh [PACK]                 there, from the repository root, with PACK carried (run's carry:
 #                                             [".gpu-pack"]): runs the checks below and prints a verdict
 #   bench/gpu_check.sh --build                there, if the machine has gmod's Debian packages: build, then check
@@ -29,11 +29,12 @@ TARGETS=(gmod test_mod test_model mpi_parallel)
 # Copies FILE to OUT/sys/<its path without /usr> (the layout Open MPI relocates with OPAL_PREFIX=OUT/sys).
 put() { local f=$1 d; d="$2/sys$(dirname "${f#/usr}")"; mkdir -p "$d" && cp -L "$f" "$d/"; }
 pack() {
-  local build=${1:-build} out=${2:-$root/.gpu-pack}
+  local build=${1:-build} dest=${2:-$root/.gpu-pack} out
+  out=$(mktemp -d "${TMPDIR:-/tmp}/gmod-gpu-pack-XXXXXX")
   grep -q 'GMOD_NCCL_LIB:FILEPATH=/' "$build/CMakeCache.txt" 2>/dev/null ||
     { echo "gpu_check --pack: $build is not a CUDA-enabled build (no NCCL found at configure)" >&2; return 1; }
   cmake --build "$build" --target "${TARGETS[@]}" || return 1
-  rm -rf "$out" && mkdir -p "$out/bin" "$out/lib"
+  mkdir -p "$out/bin" "$out/lib"
   local b
   for b in bin/gmod tests/mod/test_mod tests/model/test_model tests/parallel/mpi_parallel; do
     strip -o "$out/bin/$(basename "$b")" "$build/$b" || return 1
@@ -41,7 +42,7 @@ pack() {
   # Libraries of the Debian packages (MPI, HDF5, SentencePiece, PCRE2, JPEG, PNG, ...) the binaries load; not
   # glibc/libstdc++ (the GPU machine has newer ones), not torch, CUDA or NCCL (its venv has them).
   ldd "$out"/bin/* | awk '$3 ~ /^\// { print $3 }' | sort -u |
-    grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so|/torch/|/cuda|nccl|libcudart|libnvrtc|/nvidia/' |
+    grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so|/torch/|/cuda|nccl|libcudart|libnvrtc|/nvidia/|/openmpi/|/pmix2/' |
     while read -r l; do cp -L "$l" "$out/lib/"; done
   # Open MPI (singleton: no daemon, MCA components loaded from the relocated prefix) and PMIx.
   local m=/usr/lib/x86_64-linux-gnu
@@ -53,7 +54,9 @@ pack() {
   ldd "$m"/openmpi/lib/openmpi3/*.so "$m"/pmix2/lib/pmix/*.so 2>/dev/null | awk '$3 ~ /^\// { print $3 }' | sort -u |
     grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.so|/openmpi/|/pmix2/' |
     while read -r l; do [[ -e $out/lib/$(basename "$l") ]] || cp -L "$l" "$out/lib/"; done
-  echo "gpu_check --pack: $(du -sh "$out" | cut -f1) in $out; carry it (run: carry [\"${out#"$root"/}\"])"
+  # One compressed file: the carried tree has a size limit (64 MiB with the repository).
+  rm -rf "$dest" && mkdir -p "$dest" && tar -C "$out" -cJf "$dest/pack.tar.xz" . && rm -rf "$out" || return 1
+  echo "gpu_check --pack: $(du -sh "$dest/pack.tar.xz" | cut -f1) in $dest/pack.tar.xz; carry it (run: carry [\"${dest#"$root"/}\"])"
 }
 
 # --- there: environment, checks, verdict -------------------------------------------------------------------------
@@ -71,6 +74,7 @@ setup_env() {  # PACK
 }
 
 LOGS=${GMOD_GPU_LOGS:-/tmp/gmod-gpu-check}
+CUDA=False
 declare -a VERDICT=() FAILED=()
 verdict() {  # PART STATUS TEXT
   VERDICT+=("$(printf '%-6s %-4s %s' "$1" "$2" "$3")")
@@ -83,9 +87,13 @@ gtest() {
   timeout "$limit" "$bin" --gtest_filter="$filter" >"$log" 2>&1
   rc=$?
   local passed skipped
-  passed=$(grep -c '^\[       OK \]' "$log")
-  skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z]' "$log")
-  if [[ $rc -eq 0 && $skipped -gt 0 ]]; then verdict "$part" SKIP "$skipped case(s) skipped: $(grep -m1 -A1 'Skipped' "$log" | tail -1)"
+  passed=$(grep '^\[       OK \]' "$log" | awk '{print $4}' | sort -u | wc -l)
+  skipped=$(grep '^\[  SKIPPED \] [A-Za-z]' "$log" | awk '{print $4}' | sort -u | wc -l)
+  local why
+  why=$(grep -m1 -A1 'Skipped$' "$log" | tail -1)
+  # On the GPU machine a skip means the device was not usable: that fails the check.
+  if [[ $rc -eq 0 && $skipped -gt 0 && $CUDA == True ]]; then verdict "$part" FAIL "$skipped case(s) skipped with CUDA available: $why"
+  elif [[ $rc -eq 0 && $skipped -gt 0 ]]; then verdict "$part" SKIP "$skipped case(s) skipped: $why"
   elif [[ $rc -eq 0 && $passed -gt 0 ]]; then verdict "$part" PASS "$passed case(s) ($filter)"
   else verdict "$part" FAIL "rc $rc$([[ $rc == 124 ]] && echo " (over ${limit}s)"), log $log: $(grep -m1 -E 'Failure|error|Error' "$log")"
   fi
@@ -132,12 +140,16 @@ main() {
     bindir="$root/build-gpu"
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 GMOD_SOURCE_DIR="$root"
   else
-    pack=$(cd "${mode:-$root/.gpu-pack}" 2>/dev/null && pwd) ||
-      { echo "gpu_check: no pack at ${mode:-$root/.gpu-pack} (bench/gpu_check.sh --pack here, then carry it)"; return 1; }
+    local carried=${mode:-$root/.gpu-pack}
+    [[ -f $carried/pack.tar.xz ]] ||
+      { echo "gpu_check: no $carried/pack.tar.xz (bench/gpu_check.sh --pack here, then carry it)"; return 1; }
+    pack=${TMPDIR:-/tmp}/gmod-gpu-pack
+    rm -rf "$pack" && mkdir -p "$pack" && tar -C "$pack" -xJf "$carried/pack.tar.xz" || return 1
     setup_env "$pack" || return 1
   fi
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   "$PY" -c 'import torch;print("torch", torch.__version__, "cuda available:", torch.cuda.is_available())'
+  CUDA=$("$PY" -c 'import torch;print(torch.cuda.is_available())' 2>/dev/null)
   local b="${bindir:-$pack/bin}"
   local tm=$b/test_mod tmo=$b/test_model mp=$b/mpi_parallel g=$b/gmod
   if [[ -n ${bindir:-} ]]; then tm=$b/tests/mod/test_mod tmo=$b/tests/model/test_model mp=$b/tests/parallel/mpi_parallel g=$b/bin/gmod; fi
