@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_help.h"
 #include "mod/conversion.h"
 #include "model/activation_checkpoint.h"
 #include "model/token_roles.h"
@@ -105,10 +106,22 @@ void step(MultimodalLM& m, const ModelInputs& in, const MoDConfig& cfg, const ch
 
 }  // namespace
 
+const char* const kUsage =
+    "usage: bench_checkpointing [--hidden 512] [--layers 8] [--seq 512] [--batch 2] [--iters 3]\n"
+    "Activation checkpointing (none / full / every_2) on a dense and a γ-MoD model: activation memory\n"
+    "kept after the forward, peak during forward+backward, and the fastest step time.\n";
+
 int main(int argc, char** argv) {
+  if (gmod::bench_help(argc, argv, kUsage)) return 0;
   MemoryTracker::install();  // before any tensor exists
 
-  const Args a = parse(argc, argv);
+  Args a;
+  try {
+    a = parse(argc, argv);
+  } catch (const std::exception& e) {  // a usage error: say so, no uncaught-exception abort
+    std::fprintf(stderr, "bench_checkpointing: error: %s (--help lists the options)\n", e.what());
+    return 2;
+  }
   at::manual_seed(0);
   const ModelInputs in = make_inputs(a);
   MoDConfig cfg;

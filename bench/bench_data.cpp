@@ -13,6 +13,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "bench/bench_help.h"
 #include "data/demo_dataset.h"
 #include "data/loader.h"
 
@@ -25,15 +26,27 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The repository's SentencePiece fixture. GMOD_SOURCE_ROOT is the absolute source dir CMake built this from
+// (__FILE__ is relative to the build dir under Ninja, which broke runs from any other directory).
 std::string default_tokenizer() {
   const char* env = std::getenv("GMOD_SOURCE_DIR");
-  const std::filesystem::path root = env ? env : std::filesystem::path(__FILE__).parent_path().parent_path();
+  const std::filesystem::path root = env ? env : GMOD_SOURCE_ROOT;
   return (root / "tests/fixtures/tokenizer/sp/tokenizer.model").string();
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+const char* const kUsage =
+    "usage: bench_data [--records N] [--batches N] [--micro-batch N] [--workers 1,2] [--tokenizer PATH]\n"
+    "                  [--device cpu|cuda]\n"
+    "Data pipeline throughput (JSON -> tokens, 336 px images decoded and CLIP-preprocessed -> batches)\n"
+    "per worker count on a generated demo dataset, next to how fast a small model consumes batches. The\n"
+    "default tokenizer is the repository's test fixture (found from the source dir this was built from,\n"
+    "or $GMOD_SOURCE_DIR).\n";
+
+namespace {
+
+int run(int argc, char** argv) {
   int records = 256, batches = 16, mb = 8;
   std::vector<int> worker_counts = {1, 2};
   std::string tokenizer = default_tokenizer(), device_name = torch::cuda::is_available() ? "cuda" : "cpu";
@@ -54,10 +67,14 @@ int main(int argc, char** argv) {
       std::stringstream ss(v);
       for (std::string w; std::getline(ss, w, ',');) worker_counts.push_back(std::stoi(w));
     } else {
-      std::cerr << "unknown option " << a << "\n";
+      std::cerr << "bench_data: unknown option " << a << " (--help lists them)\n";
       return 2;
     }
   }
+  if (!std::filesystem::is_regular_file(tokenizer))
+    throw std::runtime_error("tokenizer " + tokenizer +
+                             " is not a file: pass --tokenizer PATH (or set GMOD_SOURCE_DIR "
+                             "to the repository root)");
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("gmod-bench-data-" + std::to_string(getpid()));
   DemoDatasetOptions demo;
@@ -149,4 +166,16 @@ int main(int argc, char** argv) {
       dir.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
       FTW_DEPTH | FTW_PHYS);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (gmod::bench_help(argc, argv, kUsage)) return 0;
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_data: error: %s\n", e.what());
+    return 1;
+  }
 }

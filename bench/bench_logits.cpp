@@ -5,10 +5,18 @@
 
 #include <cstdio>
 
+#include "bench/bench_help.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
 
+const char* const kUsage =
+    "usage: bench_logits MODEL_DIR inputs.safetensors out.safetensors\n"
+    "Logits [B,L,V] fp32 of a Hugging Face dir for input_ids [B,L] (and attention_mask) of\n"
+    "inputs.safetensors, for comparisons with transformers (tests/model/check_export_transformers.py,\n"
+    "tests/realmodel/check_smollm2.py).\n";
+
 int main(int argc, char** argv) {
+  if (gmod::bench_help(argc, argv, kUsage)) return 0;
   if (argc != 4) {
     std::fprintf(stderr, "usage: bench_logits MODEL_DIR inputs.safetensors out.safetensors\n");
     return 2;

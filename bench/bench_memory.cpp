@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "bench/bench_help.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/runtime.h"
 #include "tests/trainer/memory_plan_util.h"
@@ -17,7 +18,14 @@
 
 using namespace gmod;
 
+const char* const kUsage =
+    "usage: bench_memory [--dtype fp32|bf16] [--batch B] [--seq L] [--layers N] [--hidden D] [--vocab V]\n"
+    "                    [--steps K]\n"
+    "Peak CPU memory per rank of real training steps next to what `gmod plan` estimates, ZeRO-0/1/2 at\n"
+    "the world size it is launched with (bench/run_memory.sh runs 1, 2 and 3 ranks).\n";
+
 int main(int argc, char** argv) {
+  if (gmod::bench_help(argc, argv, kUsage)) return 0;
   Runtime rt(&argc, &argv);
   return run_guarded([&] {
     std::string dtype = "fp32";

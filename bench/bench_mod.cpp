@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 
+#include "bench/bench_help.h"
 #include "bench/mod_savings.h"
 #include "mod/accounting.h"
 #include "mod/conversion.h"
@@ -113,8 +114,22 @@ double time_it(int iters, bool cuda, F f) {
 
 }  // namespace
 
+const char* const kUsage =
+    "usage: bench_mod [--hidden 512] [--layers 8] [--seq 512] [--batch 4] [--iters 3] [--routable N]\n"
+    "                 [--lengths equal|unequal|both] [--cuda]\n"
+    "Mixture-of-Depths vs dense: fwd+bwd step and prefill time next to the FLOP ratio of the accounting,\n"
+    "and the host synchronisations of one training step, for dense, γ-MoD and A-MoD, equal and ragged\n"
+    "sample lengths.\n";
+
 int main(int argc, char** argv) {
-  Args a = parse(argc, argv);
+  if (gmod::bench_help(argc, argv, kUsage)) return 0;
+  Args a;
+  try {
+    a = parse(argc, argv);
+  } catch (const std::exception& e) {  // a usage error: say so, no uncaught-exception abort
+    std::fprintf(stderr, "bench_mod: error: %s (--help lists the options)\n", e.what());
+    return 2;
+  }
   const at::Device dev = a.cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
   MoDConfig gamma;
   for (int i = 1; i + 1 < a.layers; ++i) gamma.mod_layers.push_back(i);

@@ -10,11 +10,19 @@
 #include <cstdio>
 #include <string>
 
+#include "bench/bench_help.h"
 #include "model/pretrained.h"
 
 using namespace gmod;
 
+const char* const kUsage =
+    "usage: bench_model --model DIR [--batch B] [--seq L] [--steps N] [--warmup W] [--threads T] [--dtype\n"
+    "                               fp32|bf16]\n"
+    "Forward+backward step time of gmod's dense model on a Hugging Face dir\n"
+    "(bench/compare_transformers.py runs it next to transformers).\n";
+
 int main(int argc, char** argv) {
+  if (gmod::bench_help(argc, argv, kUsage)) return 0;
   std::string dir, dtype_s = "fp32";
   int64_t B = 4, L = 128;
   int steps = 5, warmup = 2, threads = 0;

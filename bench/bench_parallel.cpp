@@ -5,11 +5,12 @@
 // (--overlap 1), not overlapped (0) or both, next to each other.
 //   bench_parallel [--mode step|mlp] [--params N] [--steps K] [--device cpu|cuda] [--dtype fp32|bf16]
 //                  [--bucket-mb B] [--overlap 0|1|both] [--layers L] [--width D] [--batch B] [--stage S]
-#include "parallel/data_parallel.h"
-#include "parallel/runtime.h"
-
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+
+#include "bench/bench_help.h"
+#include "parallel/data_parallel.h"
+#include "parallel/runtime.h"
 #ifdef GMOD_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -91,7 +92,12 @@ void bench_stage(const std::shared_ptr<Comm>& comm, const Args& a, int stage) {
     opt.zero_grad();
     {
       c10::NoGradGuard ng;
-      for (auto& [name, p] : params) p.mutable_grad().normal_(0, 1e-3);
+      // As a backward would: ZeRO-2 leaves the .grad of released buckets undefined after a step, and autograd
+      // then creates a fresh tensor, which the optimizer copies into the re-allocated bucket.
+      for (auto& [name, p] : params) {
+        if (!p.grad().defined()) p.mutable_grad() = at::empty_like(p);
+        p.mutable_grad().normal_(0, 1e-3);
+      }
     }
     sync(dev);
     comm->barrier();
@@ -196,7 +202,18 @@ void bench_allreduce(const std::shared_ptr<Comm>& comm) {
 
 }  // namespace
 
+const char* const kUsage =
+    "usage: bench_parallel [--mode step|mlp] [--params N] [--steps K] [--device cpu|cuda] [--dtype\n"
+    "                      fp32|bf16]\n"
+    "                      [--bucket-mb B] [--overlap 0|1|both] [--layers L] [--width D] [--batch B]\n"
+    "                      [--stage S]\n"
+    "Time per optimizer step, bytes communicated and optimizer memory per rank for ZeRO stages 0/1/2 at\n"
+    "the world size it is launched with (mpirun -np N; bench/run_parallel.sh runs 1, 2, 4); on CUDA the\n"
+    "NCCL all-reduce bus bandwidth. --mode mlp times whole training steps of an MLP stack with and\n"
+    "without overlapped reduction.\n";
+
 int main(int argc, char** argv) {
+  if (gmod::bench_help(argc, argv, kUsage)) return 0;
   Runtime rt(&argc, &argv);
   return run_guarded([&] {
     Args a = parse(argc, argv);

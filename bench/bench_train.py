@@ -26,13 +26,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {"demo": "configs/demo_model", "smollm2": "configs/bench_smollm2_llava"}
 
 
-def run_gmod(model_dir, mod, steps, threads, run_dir, micro_batch, global_batch):
+def run_gmod(gmod, model_dir, mod, steps, threads, run_dir, micro_batch, global_batch):
     shutil.rmtree(run_dir, ignore_errors=True)
     sets = [f"model.path={model_dir}", f"run_dir={run_dir}", f"schedule.max_steps={steps}", "eval.data=",
             "checkpoint.every=0", "metrics.log_every=1", "resume=none", f"batch.micro_batch={micro_batch}",
             f"batch.global_batch={global_batch}", f"data.train={run_dir}-data/train.json", "data.demo_records=200"]
     sets += ["mod.enabled=true", "mod.rule=keep_top:4"] if mod else ["mod.enabled=false"]
-    cmd = [os.path.join(ROOT, "build", "bin", "gmod"), "train", "--config", os.path.join(ROOT, "configs/demo.json"),
+    cmd = [gmod, "train", "--config", os.path.join(ROOT, "configs/demo.json"),
            "--threads", str(threads)]
     for s in sets:
         cmd += ["--set", s]
@@ -74,20 +74,26 @@ def run_transformers(model_dir, samples, seq, steps, threads):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description="A full training step, gmod (dense, γ-MoD) vs transformers.")
+    ap.add_argument("--gmod", default=os.path.join(ROOT, "build", "bin", "gmod"), help="the gmod binary")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--models", default="demo,smollm2")
     ap.add_argument("--micro-batch", type=int, default=4)
     args = ap.parse_args()
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("bench_train: transformers is not installed in this venv (launch/setup.sh installs it)")
+        return 77  # ctest's skip code
     tmp = tempfile.mkdtemp(prefix="gmod-bench-train-")
     print(f"threads {args.threads}, {args.steps} steps, micro-batch {args.micro_batch} (global = micro-batch), CPU")
     print(f"{'model':9s} {'variant':14s} {'step s':>8s} {'tokens/s':>10s} {'MFU':>7s} {'skip':>6s}")
     for name in args.models.split(","):
         md = MODELS[name]
-        dense = run_gmod(md, False, args.steps, args.threads, os.path.join(tmp, name + "-dense"), args.micro_batch,
+        dense = run_gmod(args.gmod, md, False, args.steps, args.threads, os.path.join(tmp, name + "-dense"), args.micro_batch,
                          args.micro_batch)
-        mod = run_gmod(md, True, args.steps, args.threads, os.path.join(tmp, name + "-mod"), args.micro_batch,
+        mod = run_gmod(args.gmod, md, True, args.steps, args.threads, os.path.join(tmp, name + "-mod"), args.micro_batch,
                        args.micro_batch)
         seq = max(1, round(dense["padded"] / dense["samples"]))  # gmod computes padded batches: same shape
         hf = run_transformers(md, int(dense["samples"]), seq, args.steps, args.threads)

@@ -19,7 +19,12 @@ import sys
 import time
 
 import torch
-from transformers import AutoModelForCausalLM
+
+try:
+    from transformers import AutoModelForCausalLM
+except ImportError:
+    print("compare_transformers: transformers is not installed in this venv (launch/setup.sh installs it)")
+    sys.exit(77)  # ctest's skip code
 
 
 def python_step_ms(args):

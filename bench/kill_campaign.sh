@@ -6,8 +6,10 @@
 # which), let it finish, and compare the final weights with an uninterrupted run's (gmod export of both, cmp of the
 # safetensors files). Prints one line per trial (where the kill landed: inside the save of step N when step-N.tmp
 # was left behind) and a summary; exits 1 when any trial failed.
-#   bench/kill_campaign.sh [TRIALS] [NP]          (after launch/build.sh --target gmod; GMOD_BIN overrides the binary)
+# Usage: bench/kill_campaign.sh [TRIALS] [NP]         (after launch/build.sh --target gmod; GMOD_BIN overrides the binary)
 # Environment: GMOD_KILL_STEPS (default 8), GMOD_KILL_MAX_DELAY_MS (default D), GMOD_KILL_SEED (default: random).
+# (--help prints this comment.)
+[[ ${1:-} == --help || ${1:-} == -h ]] && { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0; }
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin=${GMOD_BIN:-$root/build/bin/gmod}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs bench_memory (measured peak vs gmod plan, ZeRO-0/1/2) at 1, 2 and 3 ranks. Usage:
 #   bench/run_memory.sh [build-dir] [bench args...]     e.g. bench/run_memory.sh build --dtype bf16
+# (--help prints this comment.)
+[[ ${1:-} == --help || ${1:-} == -h ]] && { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0; }
 set -euo pipefail
 BUILD=${1:-build}
 shift || true

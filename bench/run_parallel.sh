@@ -2,6 +2,8 @@
 # Runs bench_parallel at 1, 2 and 4 ranks. Usage: bench/run_parallel.sh [build-dir] [bench args...]
 #   e.g. bench/run_parallel.sh build --params 4000000 --steps 5        (CPU, MPI)
 #        NPS="1 2 4 8" bench/run_parallel.sh build --device cuda --dtype bf16 --params 500000000
+# (--help prints this comment.)
+[[ ${1:-} == --help || ${1:-} == -h ]] && { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0; }
 set -euo pipefail
 BUILD=${1:-build}
 shift || true

@@ -32,4 +32,13 @@ if [ ! -f "$VENV/.complete" ]; then
   "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" numpy safetensors >&2
   touch "$VENV/.complete"
 fi
+# transformers for the tests that compare with it (ctest export_transformers, the Python benchmarks): the version
+# tests/fixtures/hf/*/config.json were made with. Its own marker, so an existing cached venv gets it without being
+# rebuilt; a new pin gets a new marker.
+TRANSFORMERS_VERSION="${GMOD_TRANSFORMERS_VERSION:-5.24.0}"
+if [ ! -f "$VENV/.transformers-$TRANSFORMERS_VERSION" ]; then
+  echo "[setup] installing transformers==$TRANSFORMERS_VERSION into $VENV (for tests)" >&2
+  "$VENV/bin/pip" install -q "transformers==$TRANSFORMERS_VERSION" >&2
+  touch "$VENV/.transformers-$TRANSFORMERS_VERSION"
+fi
 echo "$VENV"
