@@ -8,6 +8,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/zero3_grads.h"
+#include "parallel/zero3_optimizer.h"
 #include "parallel/zero3_params.h"
 #include "tests/parallel/parallel_test_util.h"
 
@@ -129,4 +130,66 @@ TEST(Zero3Grads, UnitReduceScatterEqualsZero2AndFreesTheBuffers) {
   ASSERT_EQ(g.shard_grad().sizes(), want.sizes());
   EXPECT_TRUE(g.shard_grad().equal(want))
       << "max diff " << (g.shard_grad() - want).abs().max().item<double>();
+}
+
+// Zero3Optimizer against DataParallelOptimizer at stage 2, four steps of two accumulated micro-batches with
+// global-norm clipping, weight decay and a non-finite gradient on the last rank at step 2 (skipped by every
+// rank): after every step the gathered parameters, the step's norm/clip/skip verdict and this rank's
+// optimizer state (the checkpointed stage-2 form) are bitwise ZeRO-2's.
+TEST(Zero3Optimizer, StepsAreBitwiseZero2WithAccumulationClippingAndSkippedSteps) {
+  const int N = world()->world_size(), r = world()->rank();
+  DataParallelOptions o;
+  o.stage = 2;
+  o.overlap_comm = false;
+  o.max_grad_norm = 0.05;
+  o.weight_decay = 0.1;
+  Mlp a = Mlp::make(15);
+  DataParallelOptimizer z2(a.named(), world(), o);
+  Mlp m = Mlp::make(15);
+  Zero3Params z(m.named(), kUnits, world());
+  Zero3Grads g(z);
+  Zero3Optimizer z3(z, g, AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay}, o.max_grad_norm);
+  z.release(0);
+  z.release(1);
+  const int64_t per = kGlobalBatch / N, mb = per / 2;
+  int clipped = 0;
+  for (int step = 0; step < 4; ++step) {
+    auto [x, y] = global_batch(step);
+    const double scale = step == 2 && r == N - 1 ? std::nan("") : 1.0;
+    z2.zero_grad();
+    for (int i = 0; i < 2; ++i) {
+      const int64_t off = r * per + i * mb;
+      (a.loss(x.narrow(0, off, mb), y.narrow(0, off, mb)) * (scale / 2)).backward();
+      z.gather(0);
+      z.gather(1);
+      g.attach(1);
+      g.attach(0);
+      (m.loss(x.narrow(0, off, mb), y.narrow(0, off, mb)) * (scale / 2)).backward();
+      z.release(1);
+      z.release(0);
+    }
+    g.reduce(1);
+    g.reduce(0);
+    const StepResult want = z2.step(1e-2), got = z3.step(1e-2);
+    EXPECT_EQ(got.skipped, want.skipped) << "step " << step;
+    EXPECT_EQ(got.skipped, step == 2) << "step " << step;
+    EXPECT_EQ(got.clipped, want.clipped) << "step " << step;
+    if (!want.skipped) {
+      EXPECT_EQ(got.grad_norm, want.grad_norm) << "step " << step;
+    }
+    clipped += got.clipped;
+    z.gather(0);
+    z.gather(1);
+    EXPECT_TRUE(m.flat().equal(a.flat())) << "step " << step;
+    z.release(0);
+    z.release(1);
+    const AdamWShardState s2 = z2.state_dict(), s3 = z3.state_dict();
+    EXPECT_EQ(s3.step, s2.step);
+    EXPECT_EQ(s3.begin, s2.begin);
+    EXPECT_TRUE(s3.master.equal(s2.master) && s3.exp_avg.equal(s2.exp_avg) &&
+                s3.exp_avg_sq.equal(s2.exp_avg_sq))
+        << "step " << step;
+  }
+  EXPECT_GT(clipped, 0) << "max_grad_norm 0.05 clips";
+  EXPECT_EQ(z3.step_count(), 3);
 }
