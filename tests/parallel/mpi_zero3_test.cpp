@@ -136,16 +136,16 @@ TEST(Zero3Grads, UnitReduceScatterEqualsZero2AndFreesTheBuffers) {
 // global-norm clipping, weight decay and a non-finite gradient on the last rank at step 2 (skipped by every
 // rank): after every step the gathered parameters, the step's norm/clip/skip verdict and this rank's
 // optimizer state (the checkpointed stage-2 form) are bitwise ZeRO-2's.
-TEST(Zero3Optimizer, StepsAreBitwiseZero2WithAccumulationClippingAndSkippedSteps) {
+static void zero3_matches_zero2(at::ScalarType dtype) {
   const int N = world()->world_size(), r = world()->rank();
   DataParallelOptions o;
   o.stage = 2;
   o.overlap_comm = false;
   o.max_grad_norm = 0.05;
   o.weight_decay = 0.1;
-  Mlp a = Mlp::make(15);
+  Mlp a = Mlp::make(15, dtype);
   DataParallelOptimizer z2(a.named(), world(), o);
-  Mlp m = Mlp::make(15);
+  Mlp m = Mlp::make(15, dtype);
   Zero3Params z(m.named(), kUnits, world());
   Zero3Grads g(z);
   Zero3Optimizer z3(z, g, AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay}, o.max_grad_norm);
@@ -193,3 +193,11 @@ TEST(Zero3Optimizer, StepsAreBitwiseZero2WithAccumulationClippingAndSkippedSteps
   EXPECT_GT(clipped, 0) << "max_grad_norm 0.05 clips";
   EXPECT_EQ(z3.step_count(), 3);
 }
+
+TEST(Zero3Optimizer, StepsAreBitwiseZero2WithAccumulationClippingAndSkippedSteps) {
+  zero3_matches_zero2(at::kFloat);
+}
+
+// bf16 parameters: the local gradients, the per-unit reduce-scatter (MPI sums bf16 in fp32) and the fp32 ->
+// bf16 write of the master are the same operations as stage 2's, so bf16 is bitwise too.
+TEST(Zero3Optimizer, Bf16StepsAreBitwiseZero2) { zero3_matches_zero2(at::kBFloat16); }
