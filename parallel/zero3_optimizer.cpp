@@ -70,4 +70,14 @@ AdamWShardState Zero3Optimizer::state_dict() const {
   return s;
 }
 
+void Zero3Optimizer::load_state_dict(const AdamWShardState& state) {
+  if (!state.layout.same_params(params_.layout()))
+    throw std::runtime_error(
+        "parallel/zero3_optimizer: optimizer state was saved for different parameters (names, "
+        "shapes or order differ)");
+  c10::NoGradGuard no_grad;
+  adam_->load(state);
+  params_.shard().copy_(adam_->master());
+}
+
 }  // namespace gmod

@@ -27,6 +27,10 @@ class Zero3Optimizer {
   StepResult step(double lr);
   // Stage-2 state of this rank (tensors alias the live state).
   AdamWShardState state_dict() const;
+  // Loads a state covering exactly this rank's range (reshard_state(saved, world, rank, 2) from any stage and
+  // world size) and writes its master into the parameter shard (gathered units are refreshed by their next
+  // gather).
+  void load_state_dict(const AdamWShardState& state);
   int64_t step_count() const { return adam_->step_count(); }
 
  private:

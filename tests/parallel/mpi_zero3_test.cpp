@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "parallel/data_parallel.h"
+#include "parallel/local_comm.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/zero3_grads.h"
 #include "parallel/zero3_optimizer.h"
@@ -201,3 +202,114 @@ TEST(Zero3Optimizer, StepsAreBitwiseZero2WithAccumulationClippingAndSkippedSteps
 // bf16 parameters: the local gradients, the per-unit reduce-scatter (MPI sums bf16 in fp32) and the fp32 ->
 // bf16 write of the master are the same operations as stage 2's, so bf16 is bitwise too.
 TEST(Zero3Optimizer, Bf16StepsAreBitwiseZero2) { zero3_matches_zero2(at::kBFloat16); }
+
+namespace {
+
+// Every rank's stage-2 state, on every rank.
+std::vector<AdamWShardState> gather_states(const AdamWShardState& mine) {
+  const int n = world()->world_size();
+  std::vector<AdamWShardState> all(static_cast<size_t>(n));
+  for (auto field : {&AdamWShardState::master, &AdamWShardState::exp_avg, &AdamWShardState::exp_avg_sq}) {
+    at::Tensor buf = at::empty({n * (mine.*field).numel()}, at::kFloat);
+    world()->all_gather(mine.*field, buf);
+    for (int r = 0; r < n; ++r) all[size_t(r)].*field = buf.view({n, -1})[r].clone();
+  }
+  for (int r = 0; r < n; ++r) {
+    all[size_t(r)].layout = mine.layout;
+    all[size_t(r)].stage = mine.stage;
+    all[size_t(r)].rank = r;
+    std::tie(all[size_t(r)].begin, all[size_t(r)].end) = mine.layout.shard_range(r);
+    all[size_t(r)].step = mine.step;
+  }
+  return all;
+}
+
+// One stage-3 step of two micro-batches on this rank's slice of global batch `step`.
+void zero3_step(Mlp& m, Zero3Params& z, Zero3Grads& g, Zero3Optimizer& opt, int step) {
+  const int N = world()->world_size(), r = world()->rank();
+  auto [x, y] = global_batch(step);
+  const int64_t per = kGlobalBatch / N, mb = per / 2;
+  for (int i = 0; i < 2; ++i) {
+    z.gather(0);
+    z.gather(1);
+    g.attach(1);
+    g.attach(0);
+    const int64_t off = r * per + i * mb;
+    (m.loss(x.narrow(0, off, mb), y.narrow(0, off, mb)) / 2).backward();
+    z.release(1);
+    z.release(0);
+  }
+  g.reduce(1);
+  g.reduce(0);
+  opt.step(1e-2);
+}
+
+}  // namespace
+
+// Checkpoints move between stage 3 and stages 1/2 across world sizes: a stage-3 run's state, resharded to one
+// rank at stage 1, loads into a one-process ZeRO-1 optimizer with bitwise the same parameters; a ZeRO-1 run's
+// state, resharded to this world at stage 2, loads into Zero3Optimizer and into a ZeRO-2 optimizer, which
+// then train on bitwise equal.
+TEST(Zero3Optimizer, CheckpointsMoveBetweenStage3AndStages1And2) {
+  const int N = world()->world_size(), r = world()->rank();
+  AdamWHyper hyper;
+  hyper.weight_decay = 0.1;
+  {
+    Mlp m = Mlp::make(16);
+    Zero3Params z(m.named(), kUnits, world());
+    Zero3Grads g(z);
+    Zero3Optimizer opt(z, g, hyper, 0.05);
+    for (int step = 0; step < 2; ++step) zero3_step(m, z, g, opt, step);
+    const std::vector<AdamWShardState> saved = gather_states(opt.state_dict());
+    Mlp local = Mlp::make(998);
+    DataParallelOptions o1;
+    o1.stage = 1;
+    DataParallelOptimizer lopt(local.named(), std::make_shared<LocalComm>(), o1);
+    lopt.load_state_dict(reshard_state(saved, 1, 0, 1));
+    z.gather(0);
+    z.gather(1);
+    EXPECT_TRUE(local.flat().equal(m.flat())) << "stage 3 at world " << N << " -> stage 1 at world 1";
+    EXPECT_EQ(lopt.step_count(), 2);
+  }
+  {
+    DataParallelOptions o1;
+    o1.stage = 1;
+    o1.weight_decay = 0.1;
+    o1.max_grad_norm = 0.05;
+    Mlp a = Mlp::make(17);
+    DataParallelOptimizer z1(a.named(), world(), o1);
+    for (int step = 0; step < 2; ++step) {
+      z1.zero_grad();
+      local_backward(a, step, r, N, 2);
+      z1.step(1e-2);
+    }
+    const AdamWShardState mine = reshard_state(gather_states(z1.state_dict()), N, r, 2);
+    Mlp b = Mlp::make(996), m = Mlp::make(997);
+    DataParallelOptions o2 = o1;
+    o2.stage = 2;
+    o2.overlap_comm = false;
+    DataParallelOptimizer z2(b.named(), world(), o2);
+    z2.load_state_dict(mine);
+    Zero3Params z(m.named(), kUnits, world());
+    Zero3Grads g(z);
+    Zero3Optimizer z3(z, g, hyper, 0.05);
+    z3.load_state_dict(mine);
+    z.release(0);
+    z.release(1);
+    z.gather(0);
+    z.gather(1);
+    EXPECT_TRUE(m.flat().equal(a.flat())) << "stage 1 -> stage 3 at world " << N;
+    z.release(0);
+    z.release(1);
+    for (int step = 2; step < 4; ++step) {
+      z2.zero_grad();
+      local_backward(b, step, r, N, 2);
+      z2.step(1e-2);
+      zero3_step(m, z, g, z3, step);
+    }
+    z.gather(0);
+    z.gather(1);
+    EXPECT_TRUE(m.flat().equal(b.flat())) << "resumed stage 3 trains as resumed stage 2";
+    EXPECT_EQ(z3.step_count(), 4);
+  }
+}
