@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include "parallel/data_parallel.h"
+#include "parallel/local_comm.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/zero3_grads.h"
+#include "parallel/zero3_optimizer.h"
 #include "parallel/zero3_params.h"
 #include "tests/parallel/parallel_test_util.h"
 
@@ -129,4 +131,185 @@ TEST(Zero3Grads, UnitReduceScatterEqualsZero2AndFreesTheBuffers) {
   ASSERT_EQ(g.shard_grad().sizes(), want.sizes());
   EXPECT_TRUE(g.shard_grad().equal(want))
       << "max diff " << (g.shard_grad() - want).abs().max().item<double>();
+}
+
+// Zero3Optimizer against DataParallelOptimizer at stage 2, four steps of two accumulated micro-batches with
+// global-norm clipping, weight decay and a non-finite gradient on the last rank at step 2 (skipped by every
+// rank): after every step the gathered parameters, the step's norm/clip/skip verdict and this rank's
+// optimizer state (the checkpointed stage-2 form) are bitwise ZeRO-2's.
+static void zero3_matches_zero2(at::ScalarType dtype) {
+  const int N = world()->world_size(), r = world()->rank();
+  DataParallelOptions o;
+  o.stage = 2;
+  o.overlap_comm = false;
+  o.max_grad_norm = 0.05;
+  o.weight_decay = 0.1;
+  Mlp a = Mlp::make(15, dtype);
+  DataParallelOptimizer z2(a.named(), world(), o);
+  Mlp m = Mlp::make(15, dtype);
+  Zero3Params z(m.named(), kUnits, world());
+  Zero3Grads g(z);
+  Zero3Optimizer z3(z, g, AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay}, o.max_grad_norm);
+  z.release(0);
+  z.release(1);
+  const int64_t per = kGlobalBatch / N, mb = per / 2;
+  int clipped = 0;
+  for (int step = 0; step < 4; ++step) {
+    auto [x, y] = global_batch(step);
+    const double scale = step == 2 && r == N - 1 ? std::nan("") : 1.0;
+    z2.zero_grad();
+    for (int i = 0; i < 2; ++i) {
+      const int64_t off = r * per + i * mb;
+      (a.loss(x.narrow(0, off, mb), y.narrow(0, off, mb)) * (scale / 2)).backward();
+      z.gather(0);
+      z.gather(1);
+      g.attach(1);
+      g.attach(0);
+      (m.loss(x.narrow(0, off, mb), y.narrow(0, off, mb)) * (scale / 2)).backward();
+      z.release(1);
+      z.release(0);
+    }
+    g.reduce(1);
+    g.reduce(0);
+    const StepResult want = z2.step(1e-2), got = z3.step(1e-2);
+    EXPECT_EQ(got.skipped, want.skipped) << "step " << step;
+    EXPECT_EQ(got.skipped, step == 2) << "step " << step;
+    EXPECT_EQ(got.clipped, want.clipped) << "step " << step;
+    if (!want.skipped) {
+      EXPECT_EQ(got.grad_norm, want.grad_norm) << "step " << step;
+    }
+    clipped += got.clipped;
+    z.gather(0);
+    z.gather(1);
+    EXPECT_TRUE(m.flat().equal(a.flat())) << "step " << step;
+    z.release(0);
+    z.release(1);
+    const AdamWShardState s2 = z2.state_dict(), s3 = z3.state_dict();
+    EXPECT_EQ(s3.step, s2.step);
+    EXPECT_EQ(s3.begin, s2.begin);
+    EXPECT_TRUE(s3.master.equal(s2.master) && s3.exp_avg.equal(s2.exp_avg) &&
+                s3.exp_avg_sq.equal(s2.exp_avg_sq))
+        << "step " << step;
+  }
+  EXPECT_GT(clipped, 0) << "max_grad_norm 0.05 clips";
+  EXPECT_EQ(z3.step_count(), 3);
+}
+
+TEST(Zero3Optimizer, StepsAreBitwiseZero2WithAccumulationClippingAndSkippedSteps) {
+  zero3_matches_zero2(at::kFloat);
+}
+
+// bf16 parameters: the local gradients, the per-unit reduce-scatter (MPI sums bf16 in fp32) and the fp32 ->
+// bf16 write of the master are the same operations as stage 2's, so bf16 is bitwise too.
+TEST(Zero3Optimizer, Bf16StepsAreBitwiseZero2) { zero3_matches_zero2(at::kBFloat16); }
+
+namespace {
+
+// Every rank's stage-2 state, on every rank.
+std::vector<AdamWShardState> gather_states(const AdamWShardState& mine) {
+  const int n = world()->world_size();
+  std::vector<AdamWShardState> all(static_cast<size_t>(n));
+  for (auto field : {&AdamWShardState::master, &AdamWShardState::exp_avg, &AdamWShardState::exp_avg_sq}) {
+    at::Tensor buf = at::empty({n * (mine.*field).numel()}, at::kFloat);
+    world()->all_gather(mine.*field, buf);
+    for (int r = 0; r < n; ++r) all[size_t(r)].*field = buf.view({n, -1})[r].clone();
+  }
+  for (int r = 0; r < n; ++r) {
+    all[size_t(r)].layout = mine.layout;
+    all[size_t(r)].stage = mine.stage;
+    all[size_t(r)].rank = r;
+    std::tie(all[size_t(r)].begin, all[size_t(r)].end) = mine.layout.shard_range(r);
+    all[size_t(r)].step = mine.step;
+  }
+  return all;
+}
+
+// One stage-3 step of two micro-batches on this rank's slice of global batch `step`.
+void zero3_step(Mlp& m, Zero3Params& z, Zero3Grads& g, Zero3Optimizer& opt, int step) {
+  const int N = world()->world_size(), r = world()->rank();
+  auto [x, y] = global_batch(step);
+  const int64_t per = kGlobalBatch / N, mb = per / 2;
+  for (int i = 0; i < 2; ++i) {
+    z.gather(0);
+    z.gather(1);
+    g.attach(1);
+    g.attach(0);
+    const int64_t off = r * per + i * mb;
+    (m.loss(x.narrow(0, off, mb), y.narrow(0, off, mb)) / 2).backward();
+    z.release(1);
+    z.release(0);
+  }
+  g.reduce(1);
+  g.reduce(0);
+  opt.step(1e-2);
+}
+
+}  // namespace
+
+// Checkpoints move between stage 3 and stages 1/2 across world sizes: a stage-3 run's state, resharded to one
+// rank at stage 1, loads into a one-process ZeRO-1 optimizer with bitwise the same parameters; a ZeRO-1 run's
+// state, resharded to this world at stage 2, loads into Zero3Optimizer and into a ZeRO-2 optimizer, which
+// then train on bitwise equal.
+TEST(Zero3Optimizer, CheckpointsMoveBetweenStage3AndStages1And2) {
+  const int N = world()->world_size(), r = world()->rank();
+  AdamWHyper hyper;
+  hyper.weight_decay = 0.1;
+  {
+    Mlp m = Mlp::make(16);
+    Zero3Params z(m.named(), kUnits, world());
+    Zero3Grads g(z);
+    Zero3Optimizer opt(z, g, hyper, 0.05);
+    for (int step = 0; step < 2; ++step) zero3_step(m, z, g, opt, step);
+    const std::vector<AdamWShardState> saved = gather_states(opt.state_dict());
+    Mlp local = Mlp::make(998);
+    DataParallelOptions o1;
+    o1.stage = 1;
+    DataParallelOptimizer lopt(local.named(), std::make_shared<LocalComm>(), o1);
+    lopt.load_state_dict(reshard_state(saved, 1, 0, 1));
+    z.gather(0);
+    z.gather(1);
+    EXPECT_TRUE(local.flat().equal(m.flat())) << "stage 3 at world " << N << " -> stage 1 at world 1";
+    EXPECT_EQ(lopt.step_count(), 2);
+  }
+  {
+    DataParallelOptions o1;
+    o1.stage = 1;
+    o1.weight_decay = 0.1;
+    o1.max_grad_norm = 0.05;
+    Mlp a = Mlp::make(17);
+    DataParallelOptimizer z1(a.named(), world(), o1);
+    for (int step = 0; step < 2; ++step) {
+      z1.zero_grad();
+      local_backward(a, step, r, N, 2);
+      z1.step(1e-2);
+    }
+    const AdamWShardState mine = reshard_state(gather_states(z1.state_dict()), N, r, 2);
+    Mlp b = Mlp::make(996), m = Mlp::make(997);
+    DataParallelOptions o2 = o1;
+    o2.stage = 2;
+    o2.overlap_comm = false;
+    DataParallelOptimizer z2(b.named(), world(), o2);
+    z2.load_state_dict(mine);
+    Zero3Params z(m.named(), kUnits, world());
+    Zero3Grads g(z);
+    Zero3Optimizer z3(z, g, hyper, 0.05);
+    z3.load_state_dict(mine);
+    z.release(0);
+    z.release(1);
+    z.gather(0);
+    z.gather(1);
+    EXPECT_TRUE(m.flat().equal(a.flat())) << "stage 1 -> stage 3 at world " << N;
+    z.release(0);
+    z.release(1);
+    for (int step = 2; step < 4; ++step) {
+      z2.zero_grad();
+      local_backward(b, step, r, N, 2);
+      z2.step(1e-2);
+      zero3_step(m, z, g, z3, step);
+    }
+    z.gather(0);
+    z.gather(1);
+    EXPECT_TRUE(m.flat().equal(b.flat())) << "resumed stage 3 trains as resumed stage 2";
+    EXPECT_EQ(z3.step_count(), 4);
+  }
 }
