@@ -26,7 +26,8 @@
 // S = P / N = ceil(P_real / N) the shard, b = bytes per element of the params' dtype (2 bf16, 4 fp32), acc32 =
 // accumulate_fp32 with non-fp32 params. Bytes:
 // Stage 2's buckets are allocated by the first backward of a window that writes into them (so the forward after a
-// step holds no gradient buffer) and released in step() as each bucket's reduction completes.
+// step holds no gradient buffer) and released in step() as each bucket's reduction completes (MPI); on a CUDA
+// communicator a bucket is released as soon as its reduce-scatter is enqueued (stream-ordered; bucket_release.h).
 //   buffer                               | stage 0        | stage 1    | stage 2, backward | stage 2, in step()
 //   gradient (params' dtype)             | b·P            | b·P        | b·P               | 0 (released)
 //   fp32 accumulation (acc32 only)       | 4·P            | 4·P        | 4·P               | 0 (released)
