@@ -36,7 +36,8 @@ double vision_tower_flops(const LlavaConfig& c) {
       const double C = m.slow.dims[i];
       if (i > 0) side /= 2, slow += side * side * 2.0 * prev * 4.0 * C;  // 2x2/2 downsampling conv
       // per block: depthwise k x k, then fc1 / fc2 (C x ratio C each)
-      slow += m.slow.depths[i] * side * side * 2.0 * C * (double(m.slow.kernel_size) * m.slow.kernel_size + 2.0 * m.slow.mlp_ratio * C);
+      slow += m.slow.depths[i] * side * side * 2.0 * C *
+              (double(m.slow.kernel_size) * m.slow.kernel_size + 2.0 * m.slow.mlp_ratio * C);
       prev = C;
     }
     return Tf * 2.0 * v.num_channels * double(v.patch_size) * v.patch_size * Dv + n * fast_layer + slow;

@@ -56,7 +56,8 @@ void save_mod_pretrained(const MultimodalLM& model, const MoDConfig& cfg, const 
     save_pretrained(model, dir);
     return;
   }
-  const auto layout = model.config.multipath ? HfLayout::kLlavaHr : model.vision ? HfLayout::kLlava : HfLayout::kLlama;
+  const auto layout =
+      model.config.multipath ? HfLayout::kLlavaHr : model.vision ? HfLayout::kLlava : HfLayout::kLlama;
   std::vector<std::pair<std::string, at::Tensor>> extra;
   std::vector<std::string> skip;
   if (cfg.router == RouterKind::kGammaShared) {

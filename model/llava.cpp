@@ -23,7 +23,8 @@ MultimodalLM::MultimodalLM(const LlavaConfig& c) : config(c) {
   }
   if (c.vision) {
     vision = register_module("vision", make_vision_tower(c));
-    projector = register_module("projector", std::make_shared<ProjectorImpl>(vision->feature_dim(), c.text.hidden_size));
+    projector =
+        register_module("projector", std::make_shared<ProjectorImpl>(vision->feature_dim(), c.text.hidden_size));
   }
 }
 
