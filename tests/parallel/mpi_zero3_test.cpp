@@ -25,6 +25,24 @@ std::shared_ptr<MpiComm> world() {
 
 const std::vector<int> kUnits = {0, 0, 1, 1};  // fc1 (w1, b1) = [0, 35), fc2 (w2, b2) = [35, 59)
 
+// The stage-3 backward of two micro-batches on this rank's slice of global batch `step`: both units gathered
+// before and released after each, gradients attached per unit (the caller reduces them).
+void zero3_backward(Mlp& m, Zero3Params& z, Zero3Grads& g, int step) {
+  const int N = world()->world_size(), r = world()->rank();
+  auto [x, y] = global_batch(step);
+  const int64_t per = kGlobalBatch / N, mb = per / 2;
+  for (int i = 0; i < 2; ++i) {
+    z.gather(0);
+    z.gather(1);
+    g.attach(1);
+    g.attach(0);
+    const int64_t off = r * per + i * mb;
+    (m.loss(x.narrow(0, off, mb), y.narrow(0, off, mb)) / 2).backward();
+    z.release(1);
+    z.release(0);
+  }
+}
+
 }  // namespace
 
 TEST(Zero3Params, ShardIsTheZero2RangeAndGatherRebuildsBitwise) {
@@ -110,18 +128,7 @@ TEST(Zero3Grads, UnitReduceScatterEqualsZero2AndFreesTheBuffers) {
   Zero3Grads g(z);
   z.release(0);
   z.release(1);
-  auto [x, y] = global_batch(0);
-  const int64_t per = kGlobalBatch / N, mb = per / 2;
-  for (int i = 0; i < 2; ++i) {
-    z.gather(0);
-    z.gather(1);
-    g.attach(1);
-    g.attach(0);
-    const int64_t off = r * per + i * mb;
-    (m.loss(x.narrow(0, off, mb), y.narrow(0, off, mb)) / 2).backward();
-    z.release(1);
-    z.release(0);
-  }
+  zero3_backward(m, z, g, 0);
   EXPECT_EQ(g.bytes_held(), 4 * (z.shard().numel() + Mlp::kParams))
       << "both units' gradients during the window";
   g.reduce(1);
@@ -226,19 +233,7 @@ std::vector<AdamWShardState> gather_states(const AdamWShardState& mine) {
 
 // One stage-3 step of two micro-batches on this rank's slice of global batch `step`.
 void zero3_step(Mlp& m, Zero3Params& z, Zero3Grads& g, Zero3Optimizer& opt, int step) {
-  const int N = world()->world_size(), r = world()->rank();
-  auto [x, y] = global_batch(step);
-  const int64_t per = kGlobalBatch / N, mb = per / 2;
-  for (int i = 0; i < 2; ++i) {
-    z.gather(0);
-    z.gather(1);
-    g.attach(1);
-    g.attach(0);
-    const int64_t off = r * per + i * mb;
-    (m.loss(x.narrow(0, off, mb), y.narrow(0, off, mb)) / 2).backward();
-    z.release(1);
-    z.release(0);
-  }
+  zero3_backward(m, z, g, step);
   g.reduce(1);
   g.reduce(0);
   opt.step(1e-2);

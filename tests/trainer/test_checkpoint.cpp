@@ -296,7 +296,7 @@ TEST(Checkpoint, ManifestWorldSizeMustMatchItsRankFiles) {
   EXPECT_EQ(tamper(4294967298ull), "manifest.json world_size 4294967298 is not a rank count (1 or more)");
   EXPECT_EQ(tamper("2"), "manifest.json world_size \"2\" is not a rank count (1 or more)");
   EXPECT_EQ(tamper(2), "");
-  // The manifest and trainer-state.json must agree too (a manifest copied from another save).
+  // The manifest and trainer-state.json must agree too (a manifest taken over from another save).
   std::ofstream(mpath) << m.dump();
   nlohmann::json st;
   std::ifstream(fs::path(dir) / "trainer-state.json") >> st;
