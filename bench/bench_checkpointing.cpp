@@ -1,6 +1,6 @@
 // Activation checkpointing: activation memory saved and step-time cost of none / full / every_2 on a dense
 // model and on a γ-MoD model (MoD on every layer but the first and last, skip_frac 0.5 of the routable
-// tokens). Memory comes from trainer/memory_tracker.h, a counting wrapper around the CPU allocator (every
+// tokens). Memory comes from trainer/plan/memory_tracker.h, a counting wrapper around the CPU allocator (every
 // CPU tensor allocation, not RSS): "kept" is what is still allocated after the forward (the activations held
 // for the backward), "peak" the highest allocation during forward+backward, both above the resident
 // parameters and gradients. Time is the fastest fwd+bwd step (modes interleaved).
@@ -19,7 +19,7 @@
 #include "mod/conversion.h"
 #include "model/activation_checkpoint.h"
 #include "model/token_roles.h"
-#include "trainer/memory_tracker.h"
+#include "trainer/plan/memory_tracker.h"
 
 using namespace gmod;
 

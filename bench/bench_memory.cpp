@@ -1,5 +1,5 @@
 // bench_memory: peak CPU memory per rank of real training steps, measured with MemoryTracker, next to what
-// `gmod plan` estimates (trainer/memory_plan.h), for ZeRO-0/1/2 at the world size it is launched with
+// `gmod plan` estimates (trainer/plan/memory_plan.h), for ZeRO-0/1/2 at the world size it is launched with
 // (bench/run_memory.sh runs 1, 2 and 3 ranks). The model is the plan test's small LLaVA (tests/trainer/
 // memory_plan_util.h) unless --layers/--hidden/--vocab/--batch/--seq change it. Rank 0 prints one row per
 // stage: measured and planned peak, the error, the phase the plan puts the peak in, and the planned terms;
@@ -14,7 +14,7 @@
 #include "parallel/mpi_comm.h"
 #include "parallel/runtime.h"
 #include "tests/trainer/memory_plan_util.h"
-#include "trainer/memory_probe.h"
+#include "trainer/plan/memory_probe.h"
 
 using namespace gmod;
 

@@ -10,9 +10,9 @@
 #include "launch/args.h"
 #include "mod/conversion.h"
 #include "mod/mod_checkpoint.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 #include "trainer/model_setup.h"
-#include "trainer/train_config.h"
+#include "trainer/config/train_config.h"
 
 namespace gmod::cli {
 namespace {

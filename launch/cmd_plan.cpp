@@ -1,5 +1,5 @@
 // `gmod plan CONFIG`: the per-rank memory and communication plan of a training config
-// (trainer/memory_plan.h): bytes of weights, gradients, optimizer state, activations and transients at the
+// (trainer/plan/memory_plan.h): bytes of weights, gradients, optimizer state, activations and transients at the
 // step's peak, every phase's total, the bytes communicated per optimizer step, and whether it fits a per-GPU
 // budget. Prints a table, and the same as JSON with --json FILE ("-" = stdout). Nothing is allocated: it runs
 // on a laptop for a 13B model.
@@ -10,9 +10,9 @@
 
 #include "launch/args.h"
 #include "model/config.h"
-#include "trainer/memory_plan.h"
+#include "trainer/plan/memory_plan.h"
 #include "trainer/model_setup.h"
-#include "trainer/train_config.h"
+#include "trainer/config/train_config.h"
 
 namespace gmod::cli {
 namespace {

@@ -1,5 +1,5 @@
 // When a ZeRO-2 gradient bucket's storage may be dropped: the one rule DataParallelOptimizer
-// (parallel/data_parallel.cpp launch/retire_front) follows and the memory plan (trainer/memory_plan.cpp)
+// (parallel/data_parallel.cpp launch/retire_front) follows and the memory plan (trainer/plan/memory_plan.cpp)
 // counts. On CUDA every collective is enqueued on a stream (NCCL, or LocalComm's copies) and the caching
 // allocator keeps a freed block from being reused until the streams recorded on it (recordStream in launch())
 // have passed that point, so the bucket can be released as soon as its reduce-scatter is enqueued: the whole

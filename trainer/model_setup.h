@@ -9,7 +9,7 @@
 
 #include "model/llava.h"
 #include "mod/mod_config.h"
-#include "trainer/train_config.h"
+#include "trainer/config/train_config.h"
 
 namespace gmod {
 

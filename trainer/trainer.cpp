@@ -20,7 +20,7 @@
 #include "mod/conversion.h"
 #include "parallel/sharded_adamw.h"
 #include "parallel/watchdog.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 #include "trainer/data_guard.h"
 #include "trainer/fault_injection.h"
 #include "trainer/model_setup.h"

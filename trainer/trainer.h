@@ -12,7 +12,7 @@
 // i.e. every supervised token of the global batch weighs the same (not every micro-batch). The logged lm_loss is the
 // same quantity computed from all-reduced sums.
 //
-// Run dir: rank 0 holds an exclusive lock on <run_dir>/.lock (trainer/run_lock.h) from before anything is written
+// Run dir: rank 0 holds an exclusive lock on <run_dir>/.lock (trainer/checkpoint/run_lock.h) from before anything is written
 // until the trainer is destroyed, so a second job on the same run_dir stops at once, naming the holder.
 //
 // Resume: `resume = auto` takes the newest checkpoint of run_dir whose manifest and CRCs verify (newer broken ones are
@@ -37,8 +37,8 @@
 #include "trainer/flops.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
-#include "trainer/run_lock.h"
-#include "trainer/train_config.h"
+#include "trainer/checkpoint/run_lock.h"
+#include "trainer/config/train_config.h"
 
 namespace gmod {
 

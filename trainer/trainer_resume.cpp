@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "parallel/watchdog.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 #include "trainer/trainer.h"
 
 namespace gmod {

@@ -7,7 +7,7 @@
 #include "mod/conversion.h"
 #include "mod/host_sync_counter.h"
 #include "tests/mod/mod_test_util.h"
-#include "trainer/memory_tracker.h"
+#include "trainer/plan/memory_tracker.h"
 
 using namespace gmod;
 

@@ -2,7 +2,7 @@
 // barrier), byte flips, collected warnings, a thread barrier.
 #pragma once
 
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 #include "tests/common/paths.h"
 

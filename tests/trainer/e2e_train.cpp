@@ -2,7 +2,7 @@
 // tiny demo model (configs/demo_model, random init, MoD layers 3 and 4): exact resume, resume at another world size,
 // SIGTERM, a corrupt newest checkpoint, activation checkpointing with the overlapped reduction. Each test is its own
 // ctest entry (see CMakeLists.txt).
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 #include "data/demo_dataset.h"
 #include "model/safetensors.h"

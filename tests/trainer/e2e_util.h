@@ -5,7 +5,7 @@
 
 #include "data/demo_dataset.h"
 #include "tests/common/paths.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

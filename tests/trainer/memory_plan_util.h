@@ -3,7 +3,7 @@
 // 16-token image per sample), and the plan inputs of a run on it.
 #pragma once
 
-#include "trainer/memory_plan.h"
+#include "trainer/plan/memory_plan.h"
 
 namespace gmod::testing {
 

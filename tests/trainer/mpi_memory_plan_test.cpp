@@ -11,8 +11,8 @@
 
 #include "parallel/mpi_comm.h"
 #include "tests/trainer/memory_plan_util.h"
-#include "trainer/memory_probe.h"
-#include "trainer/memory_tracker.h"
+#include "trainer/plan/memory_probe.h"
+#include "trainer/plan/memory_tracker.h"
 
 using namespace gmod;
 

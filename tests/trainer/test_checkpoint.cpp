@@ -1,7 +1,7 @@
 // HDF5 wrapper and checkpoint protocol: bit-exact round trips, RNG state, simulated ranks, retention, corruption,
 // crash injection at every save stage, resharding input.
-#include "trainer/checkpoint.h"
-#include "trainer/hdf5_file.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/hdf5_file.h"
 
 #include "tests/trainer/checkpoint_fixture.h"
 

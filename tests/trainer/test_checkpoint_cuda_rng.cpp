@@ -2,8 +2,8 @@
 // a GPU the restored generator continues the same sequence; CPU runs (and checkpoints written before the field
 // existed) have no such dataset and read it as empty.
 #include "tests/common/paths.h"
-#include "trainer/checkpoint.h"
-#include "trainer/hdf5_file.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/hdf5_file.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>

@@ -9,7 +9,7 @@
 #include <cstdio>
 
 #include "model/lm_loss.h"
-#include "trainer/memory_tracker.h"
+#include "trainer/plan/memory_tracker.h"
 
 using namespace gmod;
 

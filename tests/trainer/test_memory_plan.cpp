@@ -10,8 +10,8 @@
 #include "model/llava.h"
 #include "tests/common/paths.h"
 #include "tests/trainer/memory_plan_util.h"
-#include "trainer/memory_plan.h"
-#include "trainer/train_config.h"
+#include "trainer/plan/memory_plan.h"
+#include "trainer/config/train_config.h"
 
 using namespace gmod;
 

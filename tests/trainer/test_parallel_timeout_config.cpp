@@ -1,6 +1,6 @@
 // parallel.timeout_s (the watchdog's deadline, parallel/watchdog.h): 600 s by default, read from JSON and --set,
 // saved in the effective config, and a value that is not a finite number > 0 is a named config error.
-#include "trainer/train_config.h"
+#include "trainer/config/train_config.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

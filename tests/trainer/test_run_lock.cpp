@@ -1,6 +1,6 @@
 // The run-dir lock: a second holder fails at once naming the first (pid, host), the lock is released with its holder,
 // and a holder in another process (here flock(1), as a shell would hold it) blocks it too.
-#include "trainer/run_lock.h"
+#include "trainer/checkpoint/run_lock.h"
 
 #include "tests/common/paths.h"
 

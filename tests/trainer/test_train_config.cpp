@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "tests/common/paths.h"
-#include "trainer/train_config.h"
+#include "trainer/config/train_config.h"
 
 using gmod::TrainConfig;
 using json = nlohmann::json;

@@ -1,4 +1,4 @@
-#include "trainer/config_json.h"
+#include "trainer/config/config_json.h"
 
 #include <climits>
 #include <cmath>

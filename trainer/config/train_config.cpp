@@ -1,9 +1,9 @@
-#include "trainer/train_config.h"
+#include "trainer/config/train_config.h"
 
 #include "mod/conversion.h"
 #include "model/activation_checkpoint.h"
 #include "model/config.h"
-#include "trainer/config_json.h"
+#include "trainer/config/config_json.h"
 #include "trainer/model_setup.h"
 
 #include <climits>

@@ -1,4 +1,4 @@
-#include "trainer/memory_plan.h"
+#include "trainer/plan/memory_plan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "model/activation_checkpoint.h"
 #include "model/lm_loss.h"
 #include "parallel/bucket_release.h"
-#include "trainer/train_config.h"
+#include "trainer/config/train_config.h"
 
 namespace gmod {
 namespace {

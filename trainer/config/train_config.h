@@ -1,6 +1,6 @@
 // The training run's configuration: plain structs with defaults, each field documented once here.
 // read_train_config() is the one place that reads it: JSON file -> `--set key.path=value` overrides (typed by
-// the existing field's type; 64-bit integers range-checked, floats finite: trainer/config_json.h) -> structs;
+// the existing field's type; 64-bit integers range-checked, floats finite: trainer/config/config_json.h) -> structs;
 // validate_train_config() is the one place that checks it (ranges, combinations, files, the model's
 // config.json), before any work, and reports every problem at once; read_valid_train_config() does both in
 // one message. to_json() gives the effective config that is printed and saved with the run.

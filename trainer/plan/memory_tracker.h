@@ -2,7 +2,7 @@
 // installing a c10::Allocator in front of c10's CPU allocator (c10::SetCPUAllocator, high priority). Every
 // CPU tensor of LibTorch (parameters, activations saved for backward, gradients, communication buffers) goes
 // through it; allocations made outside c10 (MPI buffers, oneDNN scratch, the Python-free runtime itself) are
-// not counted, which is what the memory plan (trainer/memory_plan.h) estimates too. Counts are the requested
+// not counted, which is what the memory plan (trainer/plan/memory_plan.h) estimates too. Counts are the requested
 // tensor bytes (nbytes), not malloc's rounding. Process-wide; install once before the tensors to be measured
 // are created (tensors created earlier are freed by their own allocator and never counted).
 #pragma once

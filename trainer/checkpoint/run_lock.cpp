@@ -1,5 +1,5 @@
 // flock on <run_dir>/.lock with the holder's identity written into the file; see run_lock.h.
-#include "trainer/run_lock.h"
+#include "trainer/checkpoint/run_lock.h"
 
 #include <fcntl.h>
 #include <pwd.h>

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "trainer/memory_plan.h"
+#include "trainer/plan/memory_plan.h"
 
 namespace gmod {
 using json = nlohmann::json;

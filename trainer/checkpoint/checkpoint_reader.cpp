@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_files.h"
-#include "trainer/hdf5_file.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/checkpoint_files.h"
+#include "trainer/checkpoint/hdf5_file.h"
 
 namespace gmod {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// MemoryProbe: measures what the memory plan (trainer/memory_plan.h) estimates. It builds the planned model
+// MemoryProbe: measures what the memory plan (trainer/plan/memory_plan.h) estimates. It builds the planned model
 // with random weights on the CPU, freezes it like the trainer, wraps the trainable parameters in the real
 // DataParallelOptimizer over `comm`, and runs real training steps (forward, token-normalised loss, backward
 // with bucketed reductions, AdamW step, zero_grad: the sequence of Trainer::train_step) on synthetic
@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "parallel/comm.h"
-#include "trainer/memory_plan.h"
+#include "trainer/plan/memory_plan.h"
 
 namespace gmod {
 

@@ -1,4 +1,4 @@
-#include "trainer/memory_tracker.h"
+#include "trainer/plan/memory_tracker.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>

@@ -1,9 +1,9 @@
 // Checkpoint save protocol, verification and retention; see checkpoint.h for the layout (reading:
 // checkpoint_reader.cpp).
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_files.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/checkpoint_files.h"
 
-#include "trainer/hdf5_file.h"
+#include "trainer/checkpoint/hdf5_file.h"
 
 #include <ATen/core/grad_mode.h>
 

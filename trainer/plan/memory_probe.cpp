@@ -1,4 +1,4 @@
-#include "trainer/memory_probe.h"
+#include "trainer/plan/memory_probe.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -13,7 +13,7 @@
 #include "model/lm_loss.h"
 #include "model/token_roles.h"
 #include "parallel/data_parallel.h"
-#include "trainer/memory_tracker.h"
+#include "trainer/plan/memory_tracker.h"
 
 namespace gmod {
 namespace {

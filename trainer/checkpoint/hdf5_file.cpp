@@ -1,5 +1,5 @@
 // RAII over the HDF5 C API; see hdf5_file.h for the dtype mapping and the attribute conventions.
-#include "trainer/hdf5_file.h"
+#include "trainer/checkpoint/hdf5_file.h"
 
 #include <zlib.h>
 
