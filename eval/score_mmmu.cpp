@@ -1,0 +1,98 @@
+// MMMU multiple-choice and open accuracy (see score_mmmu.h).
+#include "eval/score_mmmu.h"
+
+#include <map>
+
+#include "eval/mmmu_parse.h"
+#include "eval/pystr.h"
+
+namespace gmod::eval {
+
+ScoreResult score_mmmu(const ScoreInputs& in) {
+  require_inputs(in, "mmmu", 0, false);
+  ScoreResult r;
+  PyRandom rng(42);  // eval_utils.py seeds Python's random with 42 when imported
+  std::vector<std::string> cat_order;
+  std::map<std::string, std::pair<int64_t, int64_t>> cats;  // category -> (correct, questions)
+  int64_t correct = 0, total = 0, random_picks = 0;
+  Json parsed = Json::array();
+  for (const Record& rec : read_records(in.answers, &r.problems)) {
+    const std::string* id = string_field(rec, "id", &r.problems);
+    const std::string* type = string_field(rec, "question_type", &r.problems);
+    const std::string* response = string_field(rec, "response", &r.problems);
+    if (!id || !type || !response) continue;
+    const Json& answer = rec.value.contains("answer") ? rec.value["answer"] : Json();
+    bool hit = false;
+    Json pred;
+    if (*type == "multiple-choice") {
+      std::vector<std::string> choices;
+      std::vector<std::pair<std::string, std::string>> index2ans;
+      const Json& ac = rec.value.contains("all_choices") ? rec.value["all_choices"] : Json();
+      const Json& ia = rec.value.contains("index2ans") ? rec.value["index2ans"] : Json();
+      bool ok = ac.is_array() && !ac.empty() && ia.is_object();
+      for (const Json& c : ac)
+        ok = ok && c.is_string(), choices.push_back(c.is_string() ? c.get<std::string>() : "");
+      if (ok)
+        for (const auto& [k, v] : ia.items())
+          ok = ok && v.is_string(), index2ans.emplace_back(k, v.is_string() ? v.get<std::string>() : "");
+      if (!ok) {
+        r.problems.push_back({rec.where,
+                              "multiple-choice without a non-empty 'all_choices' list of strings and an "
+                              "'index2ans' object of strings"});
+        continue;
+      }
+      bool random_used = false;
+      const std::string letter = mmmu::parse_multi_choice(*response, choices, index2ans, rng, &random_used);
+      random_picks += random_used;
+      pred = letter;
+      if (answer.is_array()) {
+        for (const Json& a : answer) hit = hit || (a.is_string() && a.get<std::string>() == letter);
+      } else {
+        hit = answer.is_string() && answer.get<std::string>() == letter;
+      }
+    } else {
+      std::vector<std::string> gold;
+      bool ok = answer.is_string() || answer.is_array();
+      if (answer.is_string()) gold.push_back(answer.get<std::string>());
+      for (const Json& a : answer.is_array() ? answer : Json::array())
+        ok = ok && a.is_string(), gold.push_back(a.is_string() ? a.get<std::string>() : "");
+      if (!ok) {
+        r.problems.push_back(
+            {rec.where, "open question whose 'answer' is not a string or a list of strings"});
+        continue;
+      }
+      const std::vector<mmmu::Value> values = mmmu::parse_open(*response);
+      hit = mmmu::eval_open(gold, values);
+      pred = Json::array();
+      for (const auto& v : values) pred.push_back(v.is_number ? Json(v.number) : Json(v.text));
+    }
+    const std::vector<std::string> words = py::split(*id, "_");
+    std::string cat;
+    for (size_t i = 1; i + 1 < words.size(); ++i) cat += (i > 1 ? "_" : "") + words[i];
+    if (!cats.count(cat)) cat_order.push_back(cat);
+    cats[cat].first += hit, ++cats[cat].second;
+    correct += hit, ++total;
+    parsed.push_back({{"id", *id}, {"parsed_pred", pred}, {"correct", hit}});
+  }
+  Json per_cat = Json::object();
+  for (const std::string& c : cat_order)
+    per_cat[c] = {{"num", cats[c].second},
+                  {"acc", static_cast<double>(cats[c].first) / static_cast<double>(cats[c].second)}};
+  const double acc = total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
+  r.figures["questions"] = total;
+  r.figures["correct"] = correct;
+  r.figures["accuracy"] = acc;
+  r.figures["random_choices"] = random_picks;
+  r.figures["categories"] = per_cat;
+  r.figures["parsed"] = parsed;
+  r.lines.push_back("questions  " + std::to_string(total) + " (" + std::to_string(random_picks) +
+                    " multiple-choice answers unparsable: a random option, as MMMU's scorer)");
+  r.lines.push_back("accuracy   " + percent(acc) + " (" + std::to_string(correct) + " correct)");
+  for (const std::string& c : cat_order)
+    r.lines.push_back("  " + c + "  " +
+                      percent(static_cast<double>(cats[c].first) / static_cast<double>(cats[c].second)) +
+                      " of " + std::to_string(cats[c].second));
+  return r;
+}
+
+}  // namespace gmod::eval

@@ -1,0 +1,92 @@
+// `gmod score`: score a benchmark's answer file with the benchmark's official rules (eval/score.h,
+// docs/eval.md): VQA accuracy (TextVQA, VQAv2), GQA, ScienceQA, POPE, MME, MMBench (circular), MMMU. Prints
+// the figures and every malformed or unmatched record by file and line; --json writes both.
+#include <fstream>
+#include <iostream>
+
+#include "eval/score.h"
+#include "launch/args.h"
+
+namespace gmod::cli {
+namespace {
+
+struct ScoreCliOptions {
+  std::string benchmark;
+  eval::ScoreInputs in;
+  std::string json;
+  bool allow_problems = false;
+  int show = 20;
+};
+
+int run_score(const ScoreCliOptions& o) {
+  eval::ScoreResult r;
+  try {
+    r = eval::score(o.benchmark, o.in);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  std::cout << o.benchmark << ": " << o.in.answers << "\n";
+  for (const std::string& l : r.lines) std::cout << l << "\n";
+  if (!r.problems.empty()) {
+    std::cout << r.problems.size() << " record problem(s) (not in the figures above unless said):\n";
+    for (size_t i = 0; i < r.problems.size() && static_cast<int>(i) < o.show; ++i)
+      std::cout << "  " << r.problems[i].where << ": " << r.problems[i].what << "\n";
+    if (static_cast<int>(r.problems.size()) > o.show)
+      std::cout << "  ... and " << r.problems.size() - o.show << " more"
+                << (o.json.empty() ? "" : " (all in --json)") << "\n";
+  }
+  if (!o.json.empty()) {
+    eval::Json out = {
+        {"benchmark", o.benchmark}, {"answers", o.in.answers}, {"annotations", o.in.annotations}};
+    if (!o.in.questions.empty()) out["questions"] = o.in.questions;
+    out["figures"] = r.figures;
+    out["problem_count"] = r.problems.size();
+    out["problems"] = eval::Json::array();
+    for (const auto& p : r.problems) out["problems"].push_back({{"where", p.where}, {"what", p.what}});
+    if (o.json == "-") {
+      std::cout << out.dump(2) << "\n";
+    } else {
+      std::ofstream f(o.json);
+      if (!(f << out.dump(2) << "\n")) throw std::runtime_error(o.json + ": cannot write");
+      std::cout << "wrote " << o.json << "\n";
+    }
+  }
+  if (!r.problems.empty() && !o.allow_problems) {
+    std::cerr << "gmod score: " << r.problems.size()
+              << " record problem(s); fix the files or pass --allow-problems to accept the figures\n";
+    return kExitRuntime;
+  }
+  return kExitOk;
+}
+
+Runner setup(CLI::App& app) {
+  auto o = std::make_shared<ScoreCliOptions>();
+  add(app, "benchmark", o->benchmark, "textvqa, vqav2, gqa, scienceqa, pope, mme, mmbench or mmmu")
+      ->type_name("BENCHMARK")
+      ->required()
+      ->check(CLI::IsMember(eval::benchmark_names()));
+  add(app, "--answers", o->in.answers,
+      "the model's answers (the jsonl LLaVA's answering scripts write; MMMU: its output.json)")
+      ->type_name("FILE")
+      ->required();
+  add(app, "--annotations", o->in.annotations,
+      "ground truth: a file or folder, repeat for several (per benchmark: docs/eval.md)")
+      ->type_name("PATH");
+  add(app, "--questions", o->in.questions, "the question jsonl (POPE: question_id -> category)")
+      ->type_name("FILE");
+  add(app, "--split", o->in.split, "ScienceQA split in pid_splits.json");
+  add(app, "--json", o->json, "write figures and problems as JSON to this file (- = stdout)")
+      ->type_name("FILE");
+  add_flag(app, "--allow-problems", o->allow_problems,
+           "exit 0 even when records are malformed or unmatched (they are listed either way)");
+  add(app, "--show", o->show, "problems to list on the terminal at most")->check(non_negative());
+  return [o] { return run_score(*o); };
+}
+
+Register reg(
+    {"score",
+     "score a benchmark's answer file with its official rules (VQA, GQA, SQA, POPE, MME, MMBench, MMMU)",
+     setup});
+
+}  // namespace
+}  // namespace gmod::cli

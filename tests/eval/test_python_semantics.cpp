@@ -1,0 +1,70 @@
+// The Python building blocks the scorers rely on, against Python itself (tests/fixtures/score/python.json and
+// normalize.json, made by tests/fixtures/make_score_fixtures.py): float() syntax, round(x, 2),
+// random.seed(42)
+// + random.choice, and the m4c evaluator's answer normalisation of every awkward answer the fixtures use.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "eval/py_random.h"
+#include "eval/pystr.h"
+#include "eval/records.h"
+#include "eval/vqa_normalize.h"
+#include "tests/common/paths.h"
+
+namespace gmod::eval {
+namespace {
+
+Json fixture_json(const std::string& rel) { return read_json(test::fixture("score/" + rel)); }
+
+std::string g17(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+TEST(PythonSemantics, FloatSyntaxAsPythonFloat) {
+  const Json f = fixture_json("python.json")["float"];
+  ASSERT_GT(f.size(), 10u);
+  for (const Json& c : f) {
+    double v = 0;
+    const bool ok = py::parse_float(c["in"].get<std::string>(), &v);
+    EXPECT_EQ(ok, c["ok"].get<bool>()) << "float(\"" << c["in"].get<std::string>() << "\")";
+    if (ok && c["ok"].get<bool>()) {
+      EXPECT_EQ(g17(v), c["value"].get<std::string>()) << c["in"];
+    }
+  }
+}
+
+TEST(PythonSemantics, RoundToTwoDecimalsAsPython) {
+  for (const Json& c : fixture_json("python.json")["round2"])
+    EXPECT_EQ(g17(py::round2(std::strtod(c["in"].get<std::string>().c_str(), nullptr))),
+              c["out"].get<std::string>())
+        << "round(" << c["in"].get<std::string>() << ", 2)";
+}
+
+TEST(PythonSemantics, RandomChoiceSeeded42AsPython) {
+  PyRandom rng(42);
+  for (const Json& c : fixture_json("python.json")["choice_seed42"])
+    EXPECT_EQ(rng.below(c["n"].get<uint32_t>()), c["pick"].get<uint32_t>()) << "choice of " << c["n"];
+}
+
+TEST(PythonSemantics, StripAndSplitUsePythonWhitespace) {
+  EXPECT_EQ(py::strip("\x1c a b\xc2\xa0"), "a b");  // \x1c and U+00A0 are str.isspace()
+  EXPECT_EQ(py::split_ws(" a\u3000b\tc ").size(), 3u);
+  EXPECT_EQ(py::split("a..b", "."), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(py::strip_chars("..a.b..", "."), "a.b");
+}
+
+TEST(VqaNormalize, EqualsTheM4cEvaluatorOnEveryAwkwardAnswer) {
+  const Json cases = fixture_json("normalize.json");
+  ASSERT_GT(cases.size(), 80u);
+  for (const Json& c : cases)
+    EXPECT_EQ(normalize_vqa_answer(c["in"].get<std::string>()), c["out"].get<std::string>())
+        << "answer \"" << c["in"].get<std::string>() << "\"";
+}
+
+}  // namespace
+}  // namespace gmod::eval

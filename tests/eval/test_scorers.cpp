@@ -1,0 +1,152 @@
+// Every scorer against the original Python scoring code on the same generated answer files
+// (tests/fixtures/score/<benchmark>/expected.json, made by tests/fixtures/make_score_fixtures.py): counts
+// exact, averages within 1e-12 relative. The "dirty" answer files are the same answers with malformed records
+// inserted: the figures must not change and every inserted record must be named by its line.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "eval/score.h"
+#include "tests/common/paths.h"
+
+namespace gmod::eval {
+namespace {
+
+std::string dir(const std::string& b) { return test::fixture("score/" + b); }
+
+// Every figure of `want` (the original's) equals the one of `got` at the same path; the collections one level
+// below the top (categories, splits, types) must have the same keys (a category the original reports is
+// reported, and no other).
+void expect_figures(const Json& got, const Json& want, const std::string& path, int depth = 0) {
+  const bool top = depth == 0;
+  if (want.is_object()) {
+    ASSERT_TRUE(got.is_object()) << path << ": not an object: " << got.dump();
+    if (depth == 1) {
+      EXPECT_EQ(got.size(), want.size()) << path << ": keys " << got.dump() << " vs " << want.dump();
+    }
+    for (const auto& [k, v] : want.items()) {
+      if (top && (k == "dirty_problems" || k == "problems" || k == "parsed")) continue;
+      ASSERT_TRUE(got.contains(k)) << path << "." << k << " missing in " << got.dump();
+      expect_figures(got[k], v, path + "." + k, depth + 1);
+    }
+  } else if (want.is_number_integer()) {
+    ASSERT_TRUE(got.is_number_integer()) << path << ": " << got.dump() << " is not an integer";
+    EXPECT_EQ(got.get<int64_t>(), want.get<int64_t>()) << path;
+  } else if (want.is_number()) {
+    ASSERT_TRUE(got.is_number()) << path << ": " << got.dump();
+    const double g = got.get<double>(), w = want.get<double>();
+    EXPECT_LE(std::fabs(g - w), 1e-12 * std::max(1.0, std::fabs(w))) << path << ": " << g << " vs " << w;
+  } else {
+    EXPECT_EQ(got, want) << path;
+  }
+}
+
+ScoreInputs inputs(const std::string& b, const std::string& answers = "answers.jsonl") {
+  ScoreInputs in;
+  in.answers = dir(b) + "/" + answers;
+  if (b == "textvqa") in.annotations = {dir(b) + "/TextVQA_val.json"};
+  if (b == "vqav2") in.annotations = {dir(b) + "/vqav2_annotations.json"};
+  if (b == "gqa") in.annotations = {dir(b) + "/questions.json"};
+  if (b == "scienceqa") in.annotations = {dir(b)};
+  if (b == "pope") in.annotations = {dir(b) + "/coco"}, in.questions = dir(b) + "/questions.jsonl";
+  if (b == "mme") in.annotations = {dir(b) + "/mme_truth.jsonl"};
+  if (b == "mmbench") in.annotations = {dir(b) + "/mmbench_dev.tsv"};
+  return in;
+}
+
+std::string problems_text(const ScoreResult& r) {
+  std::string s;
+  for (const auto& p : r.problems) s += "  " + p.where + ": " + p.what + "\n";
+  return s;
+}
+
+// expected.json's "problems": each listed word appears in one problem, and there are no others.
+void expect_problems(const ScoreResult& r, const Json& want, const std::string& file) {
+  size_t n = 0;
+  for (const Json& p : want) {
+    const std::string word = p["contains"].get<std::string>();
+    const std::string where = p.contains("line") ? file + ":" + std::to_string(p["line"].get<int>()) : "";
+    bool found = false;
+    for (const auto& q : r.problems)
+      found = found || ((where.empty() || q.where == where) && q.what.find(word) != std::string::npos);
+    EXPECT_TRUE(found) << "no problem at '" << where << "' saying '" << word << "' in:\n" << problems_text(r);
+    ++n;
+  }
+  EXPECT_EQ(r.problems.size(), n) << problems_text(r);
+}
+
+class Scorer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Scorer, FiguresEqualTheOriginalScript) {
+  const std::string b = GetParam();
+  const Json want = read_json(dir(b) + "/expected.json");
+  const ScoreResult r = score(b, inputs(b, b == "mmmu" ? "output.json" : "answers.jsonl"));
+  expect_figures(r.figures, want, b);
+  expect_problems(r, want.contains("problems") ? want["problems"] : Json::array(), "");
+}
+
+class DirtyAnswers : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DirtyAnswers, MalformedRecordsAreNamedAndLeaveTheFiguresAlone) {
+  const std::string b = GetParam();
+  const Json want = read_json(dir(b) + "/expected.json");
+  const ScoreInputs in = inputs(b, "answers_dirty.jsonl");
+  const ScoreResult r = score(b, in);
+  expect_figures(r.figures, want, b + " (dirty)");
+  Json all = want.contains("problems") ? want["problems"] : Json::array();
+  for (const Json& p : want["dirty_problems"]) all.push_back(p);
+  expect_problems(r, all, in.answers);
+}
+
+INSTANTIATE_TEST_SUITE_P(Benchmarks, Scorer,
+                         ::testing::Values("textvqa", "vqav2", "gqa", "scienceqa", "pope", "mme", "mmbench",
+                                           "mmmu"));
+INSTANTIATE_TEST_SUITE_P(Benchmarks, DirtyAnswers,
+                         ::testing::Values("textvqa", "vqav2", "gqa", "scienceqa", "pope", "mme", "mmbench"));
+
+std::string g17(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+// Per record: the letter or the set of open-answer candidates MMMU's parser produced, and its judgement (the
+// random picks of unparsable answers included).
+TEST(MmmuRecords, ParsedAnswersEqualTheOriginalPerRecord) {
+  const Json want = read_json(dir("mmmu") + "/expected.json")["parsed"];
+  const ScoreResult r = score("mmmu", inputs("mmmu", "output.json"));
+  const Json& got = r.figures["parsed"];
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i]["id"], want[i]["id"]);
+    EXPECT_EQ(got[i]["correct"], want[i]["correct"]) << want[i]["id"];
+    if (want[i]["parsed_pred"].is_string()) {
+      EXPECT_EQ(got[i]["parsed_pred"], want[i]["parsed_pred"]) << want[i]["id"];
+      continue;
+    }
+    std::set<std::string> g, w;
+    for (const Json& v : got[i]["parsed_pred"])
+      g.insert(v.is_string() ? "s:" + v.get<std::string>() : "n:" + g17(v.get<double>()));
+    for (const Json& v : want[i]["parsed_pred"]) w.insert(v.get<std::string>());
+    EXPECT_EQ(g, w) << want[i]["id"];
+  }
+}
+
+TEST(ScoreInputs, MissingInputsAndUnknownBenchmarkAreUsageErrors) {
+  EXPECT_THROW(score("vizwiz", inputs("gqa")), std::invalid_argument);
+  ScoreInputs in = inputs("pope");
+  in.questions.clear();
+  EXPECT_THROW(score("pope", in), std::invalid_argument);
+  in = inputs("gqa");
+  in.annotations = {dir("gqa") + "/no_such.json"};
+  try {
+    score("gqa", in);
+    FAIL() << "no error for a missing file";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such.json"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gmod::eval
