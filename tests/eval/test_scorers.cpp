@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "eval/score.h"
+#include "eval/score_mmbench.h"
 #include "tests/common/paths.h"
 
 namespace gmod::eval {
@@ -26,7 +28,7 @@ void expect_figures(const Json& got, const Json& want, const std::string& path, 
       EXPECT_EQ(got.size(), want.size()) << path << ": keys " << got.dump() << " vs " << want.dump();
     }
     for (const auto& [k, v] : want.items()) {
-      if (top && (k == "dirty_problems" || k == "problems" || k == "parsed")) continue;
+      if (top && (k == "dirty_problems" || k == "problems" || k == "parsed" || k == "letters")) continue;
       ASSERT_TRUE(got.contains(k)) << path << "." << k << " missing in " << got.dump();
       expect_figures(got[k], v, path + "." + k, depth + 1);
     }
@@ -130,6 +132,22 @@ TEST(MmmuRecords, ParsedAnswersEqualTheOriginalPerRecord) {
       g.insert(v.is_string() ? "s:" + v.get<std::string>() : "n:" + g17(v.get<double>()));
     for (const Json& v : want[i]["parsed_pred"]) w.insert(v.get<std::string>());
     EXPECT_EQ(g, w) << want[i]["id"];
+  }
+}
+
+// Per answer: the letter MMBench's can_infer and lmms-eval's extract_mcq_answer read, for 2, 3 and 4 options.
+TEST(MmbenchLetters, InferredAndExtractedLettersEqualTheOriginals) {
+  const Json want = read_json(dir("mmbench") + "/expected.json")["letters"];
+  ASSERT_GT(want.size(), 100u);
+  const std::vector<std::string> options = {"teddy bear", "rabbit", "cat", "dog"};
+  for (const Json& c : want) {
+    const int n = c["choices"].get<int>();
+    std::map<char, std::string> choices;
+    std::vector<std::string> letters;
+    for (int j = 0; j < n; ++j) choices["ABCD"[j]] = options[j], letters.emplace_back(1, "ABCD"[j]);
+    const std::string p = c["prediction"].get<std::string>();
+    EXPECT_EQ(mmbench_can_infer(p, choices), c["can_infer"].get<std::string>()) << "\"" << p << "\", " << n << " options";
+    EXPECT_EQ(mmbench_extract_mcq(p, letters), c["extract"].get<std::string>()) << "\"" << p << "\", " << n << " options";
   }
 }
 
