@@ -28,6 +28,7 @@ options() {
     plan) echo "--world --gpu-mem --reserve-gb --checkpointing --checkpoint-every --model --images --mod-kept --set
                 --json" ;;
     plot) echo "--metrics --out --gnuplot" ;;
+    score) echo "--answers --annotations --questions --split --json --allow-problems! --show" ;;
     train) echo "--config --set --threads --dry-run!" ;;
     *) return 1 ;;
   esac
