@@ -11,6 +11,7 @@
 #include "model/lm_loss.h"
 #include "parallel/bucket_release.h"
 #include "trainer/config/train_config.h"
+#include "trainer/plan/tower_activation_plan.h"
 
 namespace gmod {
 namespace {
@@ -106,13 +107,6 @@ int64_t layer_backward_transient(const Shape& s, int64_t T, bool tw) {
   return s.e * std::max(mlp, attn);
 }
 
-// CLIP encoder layer activations on N images x T tokens (model/clip.cpp), trained tower only.
-int64_t clip_layer_saved(int64_t NT, int64_t Dv, int64_t Iv, int64_t heads, int64_t e) {
-  // layer_norm1 (input, mean/rstd), q/k/v input, SDPA q k v out lse, out_proj input = SDPA out, layer_norm2
-  // input, fc1 input, quick_gelu (m, sigmoid), fc2 input.
-  return e * NT * (Dv * 8 + 3 * Iv) + 8 * NT * 2 + 4 * NT * heads;
-}
-
 std::set<int> layer_set(const std::vector<int>& v) { return std::set<int>(v.begin(), v.end()); }
 
 // LLaVA-HR's ConvNeXt (model/convnext.h) and adapters (model/mr_adapters.h), parameter counts.
@@ -128,27 +122,6 @@ int64_t multipath_extra_params(const MultipathConfig& m, int64_t d) {
   const int64_t s = c.dims.back();
   if (m.stitch) n += 3 * ((s * s + s) + (d * s + d) + (d * 49 + d) + (d * d + d) + (2 * d * (d / 2) + d / 2) + (d / 2 + 1));
   return n + (d * d + d) + (d * s + d);
-}
-
-// LLaVA-HR trained towers, saved activations (an estimate, not validated against a measurement yet): per ConvNeXt
-// block dwconv/LayerNorm/fc1/GELU/fc2/layer-scale inputs, about 12 C per pixel; with tower checkpointing only the
-// stage and CLIP-layer inputs plus the largest unit's recompute.
-int64_t multipath_saved(const LlavaConfig& c, int64_t images, int64_t e, bool ckpt) {
-  const auto& m = *c.multipath;
-  const auto& v = *c.vision;
-  const int64_t T = c.image_seq_length(), Dv = v.hidden_size;
-  const int64_t clip_layer = clip_layer_saved(images * T, Dv, v.intermediate_size, v.num_attention_heads, e);
-  int64_t full = int64_t(v.num_hidden_layers) * clip_layer, kept = int64_t(v.num_hidden_layers) * e * images * T * Dv;
-  int64_t unit_max = clip_layer, side = m.input_image_size / m.slow.patch_size;
-  for (size_t i = 0; i < m.slow.dims.size(); ++i) {
-    if (i > 0) side /= 2;
-    const int64_t px = images * side * side, C = m.slow.dims[i];
-    const int64_t stage = e * px * C * (12 * m.slow.depths[i] + (i > 0 ? 2 : 0));
-    full += stage;
-    kept += e * px * C;
-    unit_max = std::max(unit_max, stage);
-  }
-  return ckpt ? kept + unit_max : full;
 }
 
 }  // namespace
@@ -283,19 +256,21 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const bool proj_rg = images > 0 && (in.train_projector || in.train_vision);
   bool rg = embed_trained || proj_rg;  // does the decoder input require grad
   int64_t act = 0;
+  TowerActivations tower;             // trained LLaVA-HR towers (tower_activation_plan.h)
   act += 2 * s.e * s.B * s.L * s.Dh;  // rope cos/sin [B,L,Dh] (ForwardState, saved by apply_rotary)
   act += s.B * s.L;                   // image-token mask (masked_scatter)
   if (images > 0 && in.model.vision) {
     const ClipVisionConfig& v = *in.model.vision;
     const int64_t T = in.model.image_seq_length(), Dv = v.hidden_size;
     if (in.train_vision && in.model.multipath) {
-      act += multipath_saved(in.model, images, s.e, in.checkpointing != "none");
+      tower = multipath_tower_activations(in.model, images, s.e, in.checkpointing != "none");
+      act += tower.saved;
     } else if (in.train_vision) {
       const int run = in.model.vision_feature_layer >= 0
                           ? in.model.vision_feature_layer
                           : v.num_hidden_layers + 1 + in.model.vision_feature_layer;
-      act += int64_t(run) * clip_layer_saved(images * (v.num_patches() + 1), Dv, v.intermediate_size,
-                                             v.num_attention_heads, s.e);
+      act += int64_t(run) * clip_layer_activations(images * (v.num_patches() + 1), Dv, v.intermediate_size,
+                                                   v.num_attention_heads, s.e);
     }
     if (proj_rg) {
       // projector: linear_1 input [N,T,Dv] (a copy: the CLS-dropping narrow is not contiguous), gelu input,
@@ -329,7 +304,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   // The head node saves the labelled hidden rows [N,D], their targets [N] int64 and log-sum-exp [N] fp32;
   // index_select saves its index [N] int64 (when the hidden states require grad).
   if (head_rg) head += s.e * Nsup * s.D + 12 * Nsup + (rg ? 8 * Nsup : 0);
-  p.activations_saved = act + layers_full + head;
+  // (the towers' part without checkpointing too)
+  const int64_t tower_full =
+      tower.saved > 0 ? multipath_tower_activations(in.model, images, s.e, false).saved - tower.saved : 0;
+  p.activations_saved = act + tower_full + layers_full + head;
   const int64_t A = act + layers_ckpt + head;  // what is alive at the end of the forward
 
   // ---- head and loss (model/lm_loss.cpp HeadCrossEntropy), per chunk of C rows ----
@@ -435,6 +413,18 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                     cuda_release ? "ZeRO-2 gradient buckets not yet enqueued"
                                  : "ZeRO-2 gradient buckets (at most all)"});
     phases.push_back({"layer backward", lt});
+    // Trained LLaVA-HR towers: their backward runs last (the decoder's tensors are gone) with what the tower
+    // still holds, a recomputed unit and the gradients inside it, and (upper bound) every gradient bucket.
+    if (tower.saved > 0) {
+      std::vector<MemoryTerm> tt = {{"tower_backward", tower.backward_peak,
+                                     "the tower's saved tensors not yet released, a recomputed unit (CLIP "
+                                     "layer / ConvNeXt stage) and the gradients inside its backward"}};
+      if (first_bucket > 0)
+        tt.push_back({"comm_inflight", first_bucket, "gradient bucket 0 (lm_head) in flight"});
+      if (stage2_grads)
+        tt.push_back({"gradients_zero2", zero2_layer, "ZeRO-2 gradient buckets (at most all)"});
+      phases.push_back({"tower backward", tt});
+    }
     // End of backward: every bucket in flight, the embedding's dense weight gradient.
     phases.push_back({"end of backward",
                       {{"comm_inflight", inflight,

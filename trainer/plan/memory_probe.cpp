@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "mod/conversion.h"
+#include "model/activation_checkpoint.h"
 #include "model/llava.h"
 #include "model/lm_loss.h"
 #include "model/token_roles.h"
@@ -91,6 +92,11 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
       model->to(at::kCPU, dtype);
     }
     model->train();
+    // Activation checkpointing as Trainer::load_model sets it: decoder layers, the tower's units with them.
+    model->llm->activation_checkpointing = parse_activation_checkpointing(
+        in.checkpointing == "every_k" ? "every_" + std::to_string(in.checkpoint_every) : in.checkpointing);
+    if (model->vision)
+      model->vision->set_activation_checkpointing(model->llm->activation_checkpointing.enabled());
     const std::set<int> frozen(in.frozen_llm_layers.begin(), in.frozen_llm_layers.end());
     DataParallelOptimizer::NamedParams trainable;
     for (auto& item : model->named_parameters()) {

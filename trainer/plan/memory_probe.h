@@ -20,9 +20,9 @@ struct MemoryMeasurement {
   int64_t steady_bytes = 0;         // live bytes between steps (weights, gradients, optimizer state, inputs)
 };
 
-// in.model, dtype, micro_batch, seq_len, images_per_sample, freeze flags, mod layers/router/kept fraction,
-// stage, bucket_bytes, accumulate_fp32, reduce_dtype and grad_accum are honoured; comm->world_size() must
-// equal in.world. Installs MemoryTracker if needed.
+// in.model, dtype, micro_batch, seq_len, images_per_sample, freeze flags, checkpointing (decoder layers and
+// the tower's units), mod layers/router/kept fraction, stage, bucket_bytes, accumulate_fp32, reduce_dtype and
+// grad_accum are honoured; comm->world_size() must equal in.world. Installs MemoryTracker if needed.
 MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::shared_ptr<Comm> comm,
                                           int steps = 2, uint64_t seed = 0);
 

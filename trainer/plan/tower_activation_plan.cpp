@@ -1,0 +1,72 @@
+#include "trainer/plan/tower_activation_plan.h"
+
+#include <algorithm>
+
+namespace gmod {
+
+int64_t clip_layer_activations(int64_t NT, int64_t Dv, int64_t Iv, int64_t heads, int64_t e) {
+  return e * NT * (Dv * 8 + 3 * Iv) + 8 * NT * 2 + 4 * NT * heads;
+}
+
+TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t N, int64_t e, bool ckpt) {
+  const MultipathConfig& m = *c.multipath;
+  const ClipVisionConfig& v = *c.vision;
+  const ConvNextConfig& cn = m.slow;
+  const int64_t F = m.fast_image_size(), g = F / v.patch_size, T = g * g, D = v.hidden_size, NT = N * T;
+
+  // In forward order: what runs outside the checkpoint units, then the units. The tower's backward visits
+  // them in reverse (align, CLIP layers and stitches, ConvNeXt stages), each freeing what it saved. Fast path
+  // head: the patch conv's input (the image resized to F px), pre_layrnorm's input (the embeddings with the
+  // class position: the narrow that drops it is a view) and its mean/rstd. ConvNeXt stem: LayerNorm2d's input
+  // (the patch conv's output) and its statistics.
+  int64_t side = m.input_image_size / cn.patch_size;
+  int64_t px = N * side * side;
+  const int64_t head = e * N * 3 * F * F + e * N * (T + 1) * D + 8 * NT + e * px * cn.dims[0] + 8 * px;
+
+  // ConvNeXt stages. A block saves dwconv's input, LayerNorm's input, fc1's input, GELU's input (4C), fc2's
+  // input (4C), the layer-scale product's input: 12 C per pixel, plus LayerNorm's mean/rstd; a downsampling
+  // stage saves its LayerNorm2d's input and statistics and the 2x2 conv's input, at the previous stage's
+  // resolution. A block's backward holds about 6 C per pixel on top: the incoming gradient, the recomputed
+  // output, and the gradients of the 4C-wide MLP activations while the ones they replace are released.
+  int64_t slow_saved = 0, unit_max = 0, peak = 0;
+  int64_t prev_px = px, prev_c = cn.dims[0];
+  for (size_t i = 0; i < cn.dims.size(); ++i) {
+    if (i > 0) side /= 2;
+    const int64_t p = N * side * side, C = cn.dims[i];
+    int64_t full = int64_t(cn.depths[i]) * (12 * e * p * C + 8 * p);
+    if (i > 0 || prev_c != C) full += 2 * e * prev_px * prev_c + 8 * prev_px;
+    const int64_t input = e * prev_px * prev_c;  // what a checkpointed stage keeps
+    unit_max = std::max(unit_max, full);
+    peak = std::max(peak, head + slow_saved + (ckpt ? input : 0) + full + 6 * e * p * C);
+    slow_saved += ckpt ? input : full;
+    prev_px = p, prev_c = C;
+  }
+  const int64_t slow_px = prev_px, C3 = prev_c, L3 = slow_px / N;
+
+  // CLIP layers: all of them run (the four quarters).
+  const int64_t n = v.num_hidden_layers;
+  const int64_t layer = clip_layer_activations(NT, D, v.intermediate_size, v.num_attention_heads, e);
+  unit_max = std::max(unit_max, layer);
+  const int64_t clip_saved = ckpt ? n * e * NT * D : n * layer;
+  // Stitches (trained towers): the slow map (saved by slow_conv, shared by the three), the slow branch's GELU
+  // and slow_proj inputs on the slow grid, the slow features on the fast grid (saved by the gated product;
+  // average pooling from a larger slow grid also saves its input), the fast branch's depthwise conv, GELU and
+  // fast_proj inputs.
+  int64_t stitches = e * slow_px * C3;
+  if (m.stitch)
+    stitches += 3 * (2 * e * slow_px * C3 + e * NT * D + (L3 > T ? e * N * L3 * D : 0) + 3 * e * NT * D);
+  // Align module: fast_proj's input (the last CLIP layer's output) and slow_proj's input (the slow map on the
+  // fast grid, a contiguous copy).
+  const int64_t align = e * NT * D + e * NT * C3;
+
+  TowerActivations a;
+  a.largest_unit = unit_max;
+  a.saved = head + slow_saved + clip_saved + stitches + align;
+  // The last CLIP layer's backward (align done, everything else alive): its activations (recomputed when
+  // checkpointed) and the gradients of its MLP and attention inputs.
+  const int64_t clip_peak = a.saved - align + (ckpt ? layer : 0) + e * NT * (2 * v.intermediate_size + 2 * D);
+  a.backward_peak = std::max(peak, clip_peak);
+  return a;
+}
+
+}  // namespace gmod
