@@ -3,7 +3,7 @@
 // ConvNeXt [8, 16, 24, 32] at 384 px, 576 image tokens, a 5-layer LLM of width 32; random init, towers and
 // stitches trained, the real DataParallelOptimizer over MPI) are measured with MemoryTracker, with activation
 // checkpointing off and on (on: LLM layers and the tower's units, CLIP layers and ConvNeXt stages, as gmod
-// train does). The plan's per-rank peak and its end-of-forward total must be within 10% of the measurement on
+// train does), in fp32 and bf16. The plan's per-rank peak and its end-of-forward total must be within 10% of the measurement on
 // every rank. The towers dominate this model's activations, so the check is mostly the tower estimate's.
 #include <gtest/gtest.h>
 
@@ -104,3 +104,10 @@ void check(const MemoryPlanInputs& in, const char* label) {
 
 TEST(MemoryPlanMeasuredLlavaHr, TrainedTowersNoCheckpointing) { check(hr_inputs("none"), "LLaVA-HR"); }
 TEST(MemoryPlanMeasuredLlavaHr, TrainedTowersFullCheckpointing) { check(hr_inputs("full"), "LLaVA-HR"); }
+// bf16 on CPU: the ConvNeXt blocks' backward keeps fp32 temporaries (tower_activation_plan.cpp).
+TEST(MemoryPlanMeasuredLlavaHr, Bf16TrainedTowersNoCheckpointing) {
+  check(hr_inputs("none", "bf16"), "LLaVA-HR");
+}
+TEST(MemoryPlanMeasuredLlavaHr, Bf16TrainedTowersFullCheckpointing) {
+  check(hr_inputs("full", "bf16"), "LLaVA-HR");
+}

@@ -263,7 +263,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     const ClipVisionConfig& v = *in.model.vision;
     const int64_t T = in.model.image_seq_length(), Dv = v.hidden_size;
     if (in.train_vision && in.model.multipath) {
-      tower = multipath_tower_activations(in.model, images, s.e, in.checkpointing != "none");
+      tower =
+          multipath_tower_activations(in.model, images, s.e, in.checkpointing != "none", in.device == "cpu");
       act += tower.saved;
     } else if (in.train_vision) {
       const int run = in.model.vision_feature_layer >= 0
@@ -306,7 +307,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   if (head_rg) head += s.e * Nsup * s.D + 12 * Nsup + (rg ? 8 * Nsup : 0);
   // (the towers' part without checkpointing too)
   const int64_t tower_full =
-      tower.saved > 0 ? multipath_tower_activations(in.model, images, s.e, false).saved - tower.saved : 0;
+      tower.saved > 0 ? multipath_tower_activations(in.model, images, s.e, false, false).saved - tower.saved
+                      : 0;
   p.activations_saved = act + tower_full + layers_full + head;
   const int64_t A = act + layers_ckpt + head;  // what is alive at the end of the forward
 

@@ -25,7 +25,7 @@ bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p,
 // and then the answer, whose round(supervised_fraction * (L - 1)) tokens carry labels, no padding (the plan
 // assumes padded length = seq_len).
 ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, double supervised_fraction,
-                            at::ScalarType dtype, uint64_t seed) {
+                            uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const int64_t V = c.text.vocab_size;
   const int64_t T = images > 0 ? c.image_seq_length() * images : 0;
@@ -59,7 +59,6 @@ ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, doub
   if (T > 0) {
     const int S = c.image_input_size();
     in.pixel_values = at::randn({int64_t(B) * images, 3, S, S}, gen, at::TensorOptions().dtype(at::kFloat));
-    if (dtype != at::kFloat) in.pixel_values = in.pixel_values.to(dtype);
   }
   return in;
 }
@@ -127,7 +126,7 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
     std::vector<ModelInputs> micro;
     for (int k = 0; k < in.grad_accum; ++k)
       micro.push_back(synthetic_batch(in.model, in.micro_batch, in.seq_len, in.images_per_sample,
-                                      in.supervised_fraction, dtype,
+                                      in.supervised_fraction,
                                       seed + 1000 * uint64_t(comm->rank()) + uint64_t(k)));
     m.steady_bytes = tracker.live_bytes() - base;
     tracker.reset_peak();
@@ -139,7 +138,10 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
       const double n_sup = comm->all_reduce(double(local_sup), ReduceOp::Sum);
       for (size_t k = 0; k < micro.size(); ++k) {
         ForwardState st;
-        ModelOutput out = forward_label_loss(*model, micro[k], st);
+        // Trainer::train_step: the batch keeps its fp32 pixels, the forward gets a compute-dtype copy.
+        ModelInputs in_k = micro[k];
+        if (in_k.pixel_values.defined()) in_k.pixel_values = in_k.pixel_values.to(dtype);
+        ModelOutput out = forward_label_loss(*model, in_k, st);
         at::Tensor loss = out.lm_loss_sum * (double(in.world) / std::max(1.0, n_sup));
         if (!st.aux_losses.empty()) loss = loss + total_routing_loss(st, MoDConfig{}) / double(micro.size());
         m.after_forward_bytes = tracker.live_bytes() - base;

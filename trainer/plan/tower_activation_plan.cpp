@@ -8,7 +8,8 @@ int64_t clip_layer_activations(int64_t NT, int64_t Dv, int64_t Iv, int64_t heads
   return e * NT * (Dv * 8 + 3 * Iv) + 8 * NT * 2 + 4 * NT * heads;
 }
 
-TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t N, int64_t e, bool ckpt) {
+TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t N, int64_t e, bool ckpt,
+                                             bool cpu) {
   const MultipathConfig& m = *c.multipath;
   const ClipVisionConfig& v = *c.vision;
   const ConvNextConfig& cn = m.slow;
@@ -27,7 +28,10 @@ TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t N, in
   // input (4C), the layer-scale product's input: 12 C per pixel, plus LayerNorm's mean/rstd; a downsampling
   // stage saves its LayerNorm2d's input and statistics and the 2x2 conv's input, at the previous stage's
   // resolution. A block's backward holds about 6 C per pixel on top: the incoming gradient, the recomputed
-  // output, and the gradients of the 4C-wide MLP activations while the ones they replace are released.
+  // output, and the gradients of the 4C-wide MLP activations while the ones they replace are released. On CPU
+  // in bf16 the kernels keep fp32 temporaries: about 44 bytes more per pixel and channel (measured on the
+  // stem and stage 0 alone: 57 bytes against 20 in fp32; which kernels is not traced).
+  const int64_t block_bwd = 6 * e + (cpu && e == 2 ? 44 : 0);
   int64_t slow_saved = 0, unit_max = 0, peak = 0;
   int64_t prev_px = px, prev_c = cn.dims[0];
   for (size_t i = 0; i < cn.dims.size(); ++i) {
@@ -37,7 +41,7 @@ TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t N, in
     if (i > 0 || prev_c != C) full += 2 * e * prev_px * prev_c + 8 * prev_px;
     const int64_t input = e * prev_px * prev_c;  // what a checkpointed stage keeps
     unit_max = std::max(unit_max, full);
-    peak = std::max(peak, head + slow_saved + (ckpt ? input : 0) + full + 6 * e * p * C);
+    peak = std::max(peak, head + slow_saved + (ckpt ? input : 0) + full + block_bwd * p * C);
     slow_saved += ckpt ? input : full;
     prev_px = p, prev_c = C;
   }

@@ -23,13 +23,14 @@ struct TowerActivations {
   int64_t saved = 0;          // saved for the backward, alive at the end of the forward
   int64_t backward_peak = 0;  // the tower's bytes at the worst point of its own backward (saved tensors not
                               // yet released, a recomputed unit, gradients inside it)
-  int64_t largest_unit = 0;  // the largest checkpoint unit's activations (recomputed in the backward)
+  int64_t largest_unit = 0;   // the largest checkpoint unit's activations (recomputed in the backward)
 };
 
 // LLaVA-HR's multipath tower (c.multipath, fast path c.vision) with trained towers on `images` images; with
 // `checkpointing` every CLIP layer and ConvNeXt stage keeps only its input and is recomputed in the backward
-// (what gmod train does whenever model.activation_checkpointing is not none).
+// (what gmod train does whenever model.activation_checkpointing is not none). `cpu`: CPU kernels (in bf16 the
+// ConvNeXt blocks' backward keeps fp32 temporaries).
 TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t images, int64_t e,
-                                             bool checkpointing);
+                                             bool checkpointing, bool cpu);
 
 }  // namespace gmod
