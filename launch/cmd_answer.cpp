@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -19,6 +21,9 @@
 #include "launch/cli_prompt.h"
 #include "mod/accounting.h"
 #include "mod/generate.h"
+#include "parallel/host_gather.h"
+#include "parallel/runtime.h"
+#include "parallel/watchdog.h"
 
 namespace gmod::cli {
 namespace {
@@ -42,10 +47,17 @@ struct Question {
   std::vector<float> pixels;  // [3, S, S] when the question has an image
 };
 
-int run_answer(const AnswerCliOptions& o) {
-  if (o.chunk_idx >= o.num_chunks)
-    throw UsageError("--chunk-idx " + std::to_string(o.chunk_idx) + " must be below --num-chunks " +
-                     std::to_string(o.num_chunks));
+// What one process answered: the answer lines in question order, problems, and figures for the summary.
+struct Answered {
+  std::string lines;
+  std::vector<eval::Problem> problems;
+  size_t answered = 0, asked = 0;
+  int64_t generated = 0;
+  ComputeReport compute;
+  bool greedy = true;
+};
+
+Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) {
   CliModel m = load_cli_model(o.model);
   auto tok = load_cli_tokenizer(o.text, m);
   DatasetConfig dc = cli_dataset_config(o.text, m);
@@ -57,12 +69,13 @@ int run_answer(const AnswerCliOptions& o) {
       o.model_id.empty() ? std::filesystem::path(o.model.model).filename().string() : o.model_id;
   const int positions = m.model->config.text.max_position_embeddings;
 
-  std::vector<eval::Problem> problems;
+  Answered res;
+  std::vector<eval::Problem>& problems = res.problems;
   std::vector<eval::Record> records = eval::read_jsonl(o.questions, &problems);
   // LLaVA's get_chunk: chunks of ceil(n / num_chunks) questions; chunk k may be empty.
   const size_t n = records.size();
-  const size_t chunk = static_cast<size_t>(std::ceil(static_cast<double>(n) / o.num_chunks));
-  const size_t begin = std::min(n, chunk * o.chunk_idx), end = std::min(n, begin + chunk);
+  const size_t chunk = static_cast<size_t>(std::ceil(static_cast<double>(n) / num_chunks));
+  const size_t begin = std::min(n, chunk * static_cast<size_t>(chunk_idx)), end = std::min(n, begin + chunk);
 
   std::vector<Question> qs;
   for (size_t i = begin; i < end; ++i) {
@@ -109,11 +122,9 @@ int run_answer(const AnswerCliOptions& o) {
   if (auto eos = tok->eos_id()) g.eos_token_id = *eos;
   g.pad_token_id = enc.pad_id();
 
-  std::ofstream out(o.answers);
-  if (!out) throw std::runtime_error(o.answers + ": cannot open for writing");
-  ComputeReport compute;
-  int64_t generated = 0;
-  const auto t0 = std::chrono::steady_clock::now();
+  ComputeReport& compute = res.compute;
+  int64_t& generated = res.generated;
+  res.greedy = g.greedy;
   const int S = dc.image.crop;
   for (size_t b0 = 0; b0 < qs.size(); b0 += o.batch) {
     const size_t b1 = std::min(qs.size(), b0 + static_cast<size_t>(o.batch));
@@ -164,17 +175,57 @@ int run_answer(const AnswerCliOptions& o) {
                         {"answer_id", model_id + "-" + std::to_string(begin + b0 + static_cast<size_t>(row))},
                         {"model_id", model_id},
                         {"metadata", eval::Json::object()}};
-      out << rec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      res.lines += rec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
-    out.flush();
   }
-  if (!out) throw std::runtime_error(o.answers + ": write failed");
+  res.answered = qs.size();
+  res.asked = end - begin;
+  return res;
+}
+
+// Answers the chunk of this process (or, under mpirun, rank r of w answers chunk r of w and rank 0 writes the
+// chunks in rank order) and writes the answer file.
+int run_answer(const AnswerCliOptions& o, int rank, int world) {
+  const int chunk_idx = world > 1 ? rank : o.chunk_idx, num_chunks = world > 1 ? world : o.num_chunks;
+  const auto t0 = std::chrono::steady_clock::now();
+  Answered res = answer_chunk(o, chunk_idx, num_chunks);
+  if (world > 1) {
+    // Ranks wait here for the slowest one (a failing rank ends the job through run_guarded instead).
+    set_collective_timeout(7 * 24 * 3600.0);
+    const std::vector<std::string> lines = all_gather_strings(res.lines, "answer lines (MPI_Iallgatherv)");
+    std::string probs;
+    for (const auto& p : res.problems) probs += p.where + '\t' + p.what + '\n';
+    const std::vector<std::string> all_probs = all_gather_strings(probs, "answer problems (MPI_Iallgatherv)");
+    const std::vector<std::string> counts = all_gather_strings(
+        std::to_string(res.answered) + " " + std::to_string(res.asked) + " " + std::to_string(res.generated),
+        "answer counts (MPI_Iallgatherv)");
+    if (rank != 0) return kExitOk;
+    res.lines.clear(), res.problems.clear(), res.answered = res.asked = 0, res.generated = 0;
+    for (int r = 0; r < world; ++r) {
+      res.lines += lines[size_t(r)];
+      for (const std::string& l : eval::py::split(all_probs[size_t(r)], "\n"))
+        if (const size_t tab = l.find('\t'); tab != std::string::npos)
+          res.problems.push_back({l.substr(0, tab), l.substr(tab + 1)});
+      size_t a = 0, q = 0;
+      long long gen = 0;
+      std::sscanf(counts[size_t(r)].c_str(), "%zu %zu %lld", &a, &q, &gen);
+      res.answered += a, res.asked += q, res.generated += gen;
+    }
+  }
+  std::ofstream out(o.answers);
+  if (!(out << res.lines)) throw std::runtime_error(o.answers + ": cannot write");
+  out.close();
+  std::vector<eval::Problem>& problems = res.problems;
+  const ComputeReport& compute = res.compute;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf(
-      "answered %zu of %zu questions (chunk %d of %d) in %.2f s, %lld tokens generated (%s); wrote %s\n",
-      qs.size(), end - begin, o.chunk_idx, o.num_chunks, secs, static_cast<long long>(generated),
-      g.greedy ? "greedy" : "top-p sampling", o.answers.c_str());
-  if (compute.mod_total > 0)
+  std::printf("answered %zu of %zu questions (%s) in %.2f s, %lld tokens generated (%s); wrote %s\n",
+              res.answered, res.asked,
+              (world > 1 ? std::to_string(world) + " ranks"
+                         : "chunk " + std::to_string(chunk_idx) + " of " + std::to_string(num_chunks))
+                  .c_str(),
+              secs, static_cast<long long>(res.generated), res.greedy ? "greedy" : "top-p sampling",
+              o.answers.c_str());
+  if (compute.mod_total > 0 && world == 1)  // (under mpirun only rank 0's share would be known)
     std::printf("skip ratio: MoD layers %.4f, all layers %.4f; FLOPs vs dense %.4f\n",
                 compute.mod_skip_ratio(), compute.skip_ratio(), compute.flop_ratio());
   eval::sort_problems(&problems);
@@ -212,7 +263,18 @@ Runner setup(CLI::App& app) {
   add(app, "--chunk-idx", o->chunk_idx, "the chunk this process answers (0-based)")->check(non_negative());
   add_flag(app, "--allow-problems", o->allow_problems,
            "exit 0 even when questions could not be answered (named)");
-  return [o] { return run_answer(*o); };
+  return [o] {
+    if (o->chunk_idx >= o->num_chunks)
+      throw UsageError("--chunk-idx " + std::to_string(o->chunk_idx) + " must be below --num-chunks " +
+                       std::to_string(o->num_chunks));
+    // Under mpirun (more than one rank) the ranks split the questions; otherwise no MPI at all.
+    const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
+    if (!env) env = std::getenv("PMI_SIZE");
+    if (!env || std::atoi(env) <= 1) return run_answer(*o, 0, 1);
+    if (o->num_chunks > 1) throw UsageError("--num-chunks: under mpirun the ranks are the chunks");
+    Runtime runtime(nullptr, nullptr);
+    return run_guarded([&] { return run_answer(*o, world_rank(), world_size()); });
+  };
 }
 
 Register reg({"answer",
