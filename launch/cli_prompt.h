@@ -29,7 +29,8 @@ inline Prompt build_prompt(const ConversationEncoder& enc, std::string text, siz
     for (size_t i = 0; i < n_images; ++i) text = "<image>\n" + text;
   else if (placeholders != n_images)
     throw std::invalid_argument(where + " has " + std::to_string(placeholders) +
-                                " <image> placeholders but " + std::to_string(n_images) + " images were given");
+                                " <image> placeholders but " + std::to_string(n_images) +
+                                " images were given");
   Record r;
   r.id = "prompt";
   r.images.assign(n_images, "image");
