@@ -5,6 +5,7 @@
 // as LLaVA's scripts do (contiguous chunks, concatenated in chunk order afterwards).
 #include <torch/torch.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -38,14 +39,61 @@ struct AnswerCliOptions {
   uint64_t seed = 0;
   int num_chunks = 1, chunk_idx = 0;
   bool allow_problems = false;
+  std::string format = "auto";
+  bool single_pred_prompt = false;
 };
 
 struct Question {
   eval::Json id;
-  std::string text, image, where;
-  Prompt prompt;
+  std::string text;    // what the model is asked (the image goes before it)
+  std::string prompt;  // what the answer file records as "prompt" (as the original script writes it)
+  std::string image, where;
+  Prompt tokens;              // the template's prompt tokens
   std::vector<float> pixels;  // [3, S, S] when the question has an image
 };
+
+const char* const kLetterPrompt = "Answer with the option's letter from the given choices directly.";
+
+bool is_json_list(const std::string& path) {
+  std::ifstream f(path);
+  char c = 0;
+  while (f.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  }
+  return c == '[';
+}
+
+// One question record: model_vqa_loader's {question_id, image, text}, or (science) model_vqa_science's
+// {id, image, conversations: [{value: question}, ...]} whose prompt drops "<image>" and records "<image>\n" +
+// question when there is an image; --single-pred-prompt appends the letter instruction to both.
+bool read_question(const eval::Record& r, bool science, bool single_pred, Question* q,
+                   std::vector<eval::Problem>* problems) {
+  const auto id = r.value.find(science ? "id" : "question_id");
+  if (id == r.value.end() || eval::id_key(*id).empty()) {
+    problems->push_back(
+        {r.where, std::string("no '") + (science ? "id" : "question_id") + "' (a string or a number)"});
+    return false;
+  }
+  q->id = *id;
+  if (science) {
+    const eval::Json& conv = r.value.contains("conversations") ? r.value["conversations"] : eval::Json();
+    if (!conv.is_array() || conv.empty() || !conv[0].is_object() || !conv[0].contains("value") ||
+        !conv[0]["value"].is_string()) {
+      problems->push_back({r.where, "no 'conversations' list whose first turn has a string 'value'"});
+      return false;
+    }
+    q->text = eval::py::strip(eval::py::replace(conv[0]["value"].get<std::string>(), "<image>", ""));
+    q->prompt = (r.value.contains("image") ? "<image>\n" : "") + q->text;
+  } else {
+    const std::string* text = eval::string_field(r, "text", problems);
+    if (!text) return false;
+    q->text = q->prompt = *text;
+  }
+  if (single_pred) {
+    q->text += std::string("\n") + kLetterPrompt;
+    q->prompt += std::string("\n") + kLetterPrompt;
+  }
+  return true;
+}
 
 // What one process answered: the answer lines in question order, problems, and figures for the summary.
 struct Answered {
@@ -71,7 +119,8 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
 
   Answered res;
   std::vector<eval::Problem>& problems = res.problems;
-  std::vector<eval::Record> records = eval::read_jsonl(o.questions, &problems);
+  std::vector<eval::Record> records = eval::read_records(o.questions, &problems);
+  const bool science = o.format == "science" || (o.format == "auto" && is_json_list(o.questions));
   // LLaVA's get_chunk: chunks of ceil(n / num_chunks) questions; chunk k may be empty.
   const size_t n = records.size();
   const size_t chunk = static_cast<size_t>(std::ceil(static_cast<double>(n) / num_chunks));
@@ -82,15 +131,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     const eval::Record& r = records[i];
     Question q;
     q.where = r.where;
-    const auto id = r.value.find("question_id");
-    const std::string* text = eval::string_field(r, "text", &problems);
-    if (id == r.value.end() || eval::id_key(*id).empty()) {
-      problems.push_back({r.where, "no 'question_id' (a string or a number)"});
-      continue;
-    }
-    if (!text) continue;
-    q.id = *id;
-    q.text = *text;
+    if (!read_question(r, science, o.single_pred_prompt, &q, &problems)) continue;
     try {
       if (r.value.contains("image")) {
         if (!r.value["image"].is_string()) throw std::invalid_argument("'image' is not a string");
@@ -99,9 +140,9 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
         q.image = r.value["image"].get<std::string>();
         q.pixels = clip_preprocess(decode_image_file(image_dir + "/" + q.image), dc.image);
       }
-      q.prompt = build_prompt(enc, q.text, q.image.empty() ? 0 : 1, r.where);
-      if (static_cast<int64_t>(q.prompt.ids.size()) + o.max_new_tokens > positions)
-        throw std::invalid_argument("prompt of " + std::to_string(q.prompt.ids.size()) + " tokens plus " +
+      q.tokens = build_prompt(enc, q.text, q.image.empty() ? 0 : 1, r.where);
+      if (static_cast<int64_t>(q.tokens.ids.size()) + o.max_new_tokens > positions)
+        throw std::invalid_argument("prompt of " + std::to_string(q.tokens.ids.size()) + " tokens plus " +
                                     std::to_string(o.max_new_tokens) + " new ones is beyond the model's " +
                                     std::to_string(positions) + " positions");
     } catch (const std::exception& e) {
@@ -131,7 +172,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     const int64_t B = static_cast<int64_t>(b1 - b0);
     int64_t L = 0, images = 0;
     for (size_t i = b0; i < b1; ++i) {
-      L = std::max<int64_t>(L, static_cast<int64_t>(qs[i].prompt.ids.size()));
+      L = std::max<int64_t>(L, static_cast<int64_t>(qs[i].tokens.ids.size()));
       images += !qs[i].image.empty();
     }
     ModelInputs in;  // right-padded batch, images in sample order
@@ -141,7 +182,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     if (images) in.pixel_values = at::empty({images, 3, S, S}, at::kFloat);
     int64_t img = 0;
     for (size_t i = b0; i < b1; ++i) {
-      const Prompt& p = qs[i].prompt;
+      const Prompt& p = qs[i].tokens;
       const int64_t row = static_cast<int64_t>(i - b0), len = static_cast<int64_t>(p.ids.size());
       for (int64_t t = 0; t < len; ++t) {
         in.input_ids[row][t] = static_cast<int64_t>(p.ids[t]);
@@ -170,7 +211,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
       }
       const Question& q = qs[b0 + static_cast<size_t>(row)];
       eval::Json rec = {{"question_id", q.id},
-                        {"prompt", q.text},
+                        {"prompt", q.prompt},
                         {"text", eval::py::strip(tok->decode(ids))},
                         {"answer_id", model_id + "-" + std::to_string(begin + b0 + static_cast<size_t>(row))},
                         {"model_id", model_id},
@@ -245,6 +286,14 @@ Runner setup(CLI::App& app) {
       "question jsonl (question_id, image, text), as LLaVA's model_vqa_loader reads")
       ->type_name("FILE")
       ->required();
+  add(app, "--format", o->format,
+      "question file: loader (model_vqa_loader's jsonl), science (model_vqa_science's json list) or auto (a "
+      "JSON "
+      "list is science)")
+      ->check(CLI::IsMember({"auto", "loader", "science"}));
+  add_flag(
+      app, "--single-pred-prompt", o->single_pred_prompt,
+      "append \"Answer with the option's letter from the given choices directly.\" (LLaVA's ScienceQA runs)");
   add(app, "--images", o->images, "image folder (default: the question file's folder)")->type_name("DIR");
   add(app, "--answers", o->answers, "answer jsonl to write")->type_name("FILE")->required();
   add(app, "--model-id", o->model_id, "model_id written with each answer (default: the model dir's name)");
