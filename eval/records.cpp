@@ -1,6 +1,7 @@
 // Reading answer and annotation records with named problems (see records.h).
 #include "eval/records.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <fstream>
@@ -17,6 +18,17 @@ std::ifstream open_or_throw(const std::string& path) {
 }
 
 }  // namespace
+
+void sort_problems(std::vector<Problem>* problems) {
+  auto key = [](const std::string& w) {
+    const size_t c = w.find_last_of(":[#");
+    const std::string num = c == std::string::npos ? "" : w.substr(c + 1);
+    const bool numeric = !num.empty() && num.find_first_not_of("0123456789]") == std::string::npos;
+    return std::make_pair(numeric ? w.substr(0, c) : w, numeric ? std::stoll(num) : -1LL);
+  };
+  std::stable_sort(problems->begin(), problems->end(),
+                   [&](const Problem& a, const Problem& b) { return key(a.where) < key(b.where); });
+}
 
 std::vector<Record> read_jsonl(const std::string& path, std::vector<Problem>* problems) {
   std::ifstream f = open_or_throw(path);

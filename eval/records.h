@@ -16,6 +16,9 @@ struct Problem {
   std::string what;
 };
 
+// Sorts problems by file, then line or position ("a.jsonl:9" before "a.jsonl:10"), stably.
+void sort_problems(std::vector<Problem>* problems);
+
 struct Record {
   Json value;
   std::string where;

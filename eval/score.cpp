@@ -1,7 +1,6 @@
 // Dispatch of `gmod score` by benchmark name (see score.h).
 #include "eval/score.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -42,15 +41,7 @@ ScoreResult score(const std::string& benchmark, const ScoreInputs& in) {
   else
     throw std::invalid_argument("unknown benchmark '" + benchmark + "'");
   r.benchmark = benchmark;
-  // problems by file, then line or position ("a.jsonl:9" before "a.jsonl:10")
-  auto key = [](const std::string& w) {
-    const size_t c = w.find_last_of(":[#");
-    const std::string num = c == std::string::npos ? "" : w.substr(c + 1);
-    const bool numeric = !num.empty() && num.find_first_not_of("0123456789]") == std::string::npos;
-    return std::make_pair(numeric ? w.substr(0, c) : w, numeric ? std::stoll(num) : -1LL);
-  };
-  std::stable_sort(r.problems.begin(), r.problems.end(),
-                   [&](const Problem& a, const Problem& b) { return key(a.where) < key(b.where); });
+  sort_problems(&r.problems);
   return r;
 }
 

@@ -10,6 +10,7 @@
 #include "data/conversation.h"
 #include "data/image.h"
 #include "launch/cli_model.h"
+#include "launch/cli_prompt.h"
 #include "mod/accounting.h"
 #include "mod/generate.h"
 
@@ -26,35 +27,6 @@ struct GenerateCliOptions {
   std::optional<double> top_p, temperature;
   uint64_t seed = 0;
 };
-
-struct Prompt {
-  std::vector<int32_t> ids;
-  std::vector<TokenRole> roles;
-};
-
-// The template's tokens of a one-turn conversation up to where the assistant's answer starts: the record is
-// encoded with a placeholder answer and cut at its first supervised token, so the prefix is exactly what the
-// training template produces (BOS, system prompt, image tokens, " USER: ... ASSISTANT:").
-Prompt build_prompt(const ConversationEncoder& enc, std::string text, size_t n_images) {
-  size_t placeholders = 0;
-  for (size_t p = text.find("<image>"); p != std::string::npos; p = text.find("<image>", p + 1)) ++placeholders;
-  if (placeholders == 0)
-    for (size_t i = 0; i < n_images; ++i) text = "<image>\n" + text;
-  else if (placeholders != n_images)
-    throw std::invalid_argument("--prompt has " + std::to_string(placeholders) + " <image> placeholders but " +
-                                std::to_string(n_images) + " --image were given");
-  Record r;
-  r.id = "prompt";
-  r.images.assign(n_images, "image");
-  r.conversations = {{"human", text}, {"gpt", "x"}};
-  const EncodedConversation e = enc.encode(r, "--prompt");
-  size_t start = 0;
-  while (start < e.labels.size() && e.labels[start] == kIgnoreIndex) ++start;
-  Prompt p;
-  p.ids.assign(e.ids.begin(), e.ids.begin() + start);
-  p.roles.assign(e.roles.begin(), e.roles.begin() + start);
-  return p;
-}
 
 int run_generate(const GenerateCliOptions& o) {
   CliModel m = load_cli_model(o.model);

@@ -11,6 +11,9 @@ err() { echo "FAIL: $*" >&2; fail=1; }
 options() {
   case $1 in
     completion) echo "" ;;
+    answer) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template
+                  --questions --images --answers --model-id --system --batch --max-new-tokens --top-p --temperature
+                  --seed --num-chunks --chunk-idx --allow-problems! --format --single-pred-prompt!" ;;
     arank) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template --max-len
                  --data --images --samples --batch --out --full-conversations!" ;;
     convert) echo "--model --out --rule --arank --skip-frac --router --forced --router-init --router-seed --dtype" ;;

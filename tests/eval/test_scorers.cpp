@@ -146,8 +146,10 @@ TEST(MmbenchLetters, InferredAndExtractedLettersEqualTheOriginals) {
     std::vector<std::string> letters;
     for (int j = 0; j < n; ++j) choices["ABCD"[j]] = options[j], letters.emplace_back(1, "ABCD"[j]);
     const std::string p = c["prediction"].get<std::string>();
-    EXPECT_EQ(mmbench_can_infer(p, choices), c["can_infer"].get<std::string>()) << "\"" << p << "\", " << n << " options";
-    EXPECT_EQ(mmbench_extract_mcq(p, letters), c["extract"].get<std::string>()) << "\"" << p << "\", " << n << " options";
+    EXPECT_EQ(mmbench_can_infer(p, choices), c["can_infer"].get<std::string>())
+        << "\"" << p << "\", " << n << " options";
+    EXPECT_EQ(mmbench_extract_mcq(p, letters), c["extract"].get<std::string>())
+        << "\"" << p << "\", " << n << " options";
   }
 }
 

@@ -1,0 +1,58 @@
+"""Bad answer, annotation and question files through `gmod score` and `gmod answer` (docs/eval.md): files that are
+not JSON or not the benchmark's shape, invalid UTF-8, a POPE label file with the wrong name, a ScienceQA split
+that does not exist, an empty MMBench table, VQA annotations without 10 answers, a question image that does not
+decode, a chunk beyond the chunk count. Interface: tests/badinput/run_corpus.py."""
+import json
+import os
+
+
+def cases(ctx):
+    w = ctx.write
+    ans = w("answers.jsonl", json.dumps({"question_id": "1", "prompt": "What?\nAnswer.", "text": "yes"}) + "\n")
+    notjson = w("notjson.json", "{ this is not json")
+    model = ["--model", os.path.join(ctx.root, "configs/demo_model"), "--random-init", "0", "--tokenizer",
+             os.path.join(ctx.root, "tests/fixtures/tokenizer/sp/tokenizer.model")]
+    w("sqa/problems.json", json.dumps({"1": {"choices": ["a", "b"], "answer": 0}}))
+    w("sqa/pid_splits.json", json.dumps({"test": ["1"]}))
+    w("pope/coco_popular.json", json.dumps({"question_id": "1", "label": "yes"}) + "\n")
+    w("broken.png", b"\x89PNG\r\n\x1a\nnot really a png")
+    return [
+        {"name": "score_annotations_not_json", "argv": ["score", "textvqa", "--answers", ans, "--annotations", notjson],
+         "expect": r"notjson\.json: not a JSON document", "rc": 1},
+        {"name": "score_textvqa_no_data", "argv": ["score", "textvqa", "--answers", ans, "--annotations",
+                                                   w("tv.json", json.dumps({"dataset": []}))],
+         "expect": r"tv\.json: no 'data' list", "rc": 1},
+        {"name": "score_gqa_questions_list", "argv": ["score", "gqa", "--answers", ans, "--annotations",
+                                                      w("gqa.json", "[1, 2]")],
+         "expect": r"gqa\.json: not a JSON object of questions", "rc": 1},
+        {"name": "score_sqa_no_split", "argv": ["score", "scienceqa", "--answers", ans, "--annotations",
+                                                os.path.join(ctx.tmp, "sqa"), "--split", "minival"],
+         "expect": r"pid_splits\.json: no list of problem ids for split 'minival'", "rc": 1},
+        {"name": "score_pope_label_name", "argv": ["score", "pope", "--answers", ans, "--questions", ans,
+                                                   "--annotations", os.path.join(ctx.tmp, "pope")],
+         "expect": r"coco_popular\.json: a POPE label file is named coco_pope_<category>\.json", "rc": 1},
+        {"name": "score_mmbench_empty_table", "argv": ["score", "mmbench", "--answers", ans, "--annotations",
+                                                       w("mmb.tsv", "")],
+         "expect": r"mmb\.tsv: empty table", "rc": 1},
+        {"name": "score_vqav2_nine_answers", "argv": ["score", "vqav2", "--answers",
+                                                      w("v2.jsonl", json.dumps({"question_id": 1, "text": "a"})),
+                                                      "--annotations", w("v2ann.json", json.dumps(
+                                                          {"annotations": [{"question_id": 1, "answers": ["a"] * 9}]}))],
+         "expect": r"v2ann\.json\[annotations #0\]: 9 human answers, the VQA score needs 10", "rc": 1},
+        {"name": "score_answers_invalid_utf8", "argv": ["score", "gqa", "--answers",
+                                                        w("bad_utf8.jsonl", b'{"question_id": "1", "text": "\xff\xfe"}\n'),
+                                                        "--annotations", w("g.json", json.dumps({"1": {"answer": "a"}}))],
+         "expect": r"bad_utf8\.jsonl:1: not JSON", "rc": 1},
+        {"name": "score_mmmu_not_objects", "argv": ["score", "mmmu", "--answers", w("mmmu.json", "[1, \"x\"]")],
+         "expect": r"mmmu\.json\[#1\]: not a JSON object", "rc": 1},
+        {"name": "answer_questions_missing", "argv": ["answer"] + model + [
+            "--questions", os.path.join(ctx.tmp, "no_such.jsonl"), "--answers", os.path.join(ctx.tmp, "a.jsonl")],
+         "expect": r"no_such\.jsonl: cannot open", "rc": 1},
+        {"name": "answer_image_undecodable", "argv": ["answer"] + model + [
+            "--questions", w("q.jsonl", json.dumps({"question_id": 7, "image": "broken.png", "text": "What?"}) + "\n"),
+            "--answers", os.path.join(ctx.tmp, "a2.jsonl"), "--max-new-tokens", "2"],
+         "expect": r"q\.jsonl:1: .*broken\.png", "rc": 1, "timeout": 120},
+        {"name": "answer_chunk_beyond", "argv": ["answer"] + model + [
+            "--questions", ans, "--answers", os.path.join(ctx.tmp, "a3.jsonl"), "--num-chunks", "2", "--chunk-idx", "2"],
+         "expect": r"--chunk-idx 2 must be below --num-chunks 2", "rc": 2},
+    ]

@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Turns the demo data's held-out records (gmod data demo) into a benchmark question set for `gmod answer` and
+`gmod score` (docs/eval.md): DIR/questions.jsonl in LLaVA's model_vqa_loader form (question_id, image, text with
+the short-answer instruction) and DIR/gqa_questions.json as GQA's annotation ({question_id: {"answer", "types"}});
+DIR/sqa_test.json in model_vqa_science's form (id, image, conversations) with two options per question, and
+DIR/sqa/problems.json + pid_splits.json as ScienceQA's annotation.
+Python standard library only. Usage: make_demo_questions.py DEMO_DIR"""
+import json
+import os
+import sys
+
+d = sys.argv[1]
+with open(d + "/heldout.json") as f:
+    records = json.load(f)
+questions, truth = [], {}
+for i, r in enumerate(records):
+    q = r["conversations"][0]["value"].replace("<image>", "").strip()
+    qid = "demo%04d" % i
+    questions.append({"question_id": qid, "image": r["image"],
+                      "text": q + "\nAnswer the question using a single word or phrase.", "category": "demo"})
+    truth[qid] = {"answer": r["conversations"][1]["value"].lower(), "types": {"structural": "query"}}
+sqa, problems = [], {}
+for i, r in enumerate(records):
+    q = r["conversations"][0]["value"].replace("<image>", "").strip()
+    a = r["conversations"][1]["value"]
+    choices = [a, "none of these"] if i % 2 == 0 else ["none of these", a]
+    pid = str(100 + i)
+    sqa.append({"id": pid, "image": r["image"], "conversations": [
+        {"from": "human", "value": "<image>\nQuestion: %s\nOptions: (A) %s (B) %s" % (q, choices[0], choices[1])},
+        {"from": "gpt", "value": "AB"[i % 2]}]})
+    problems[pid] = {"choices": choices, "answer": i % 2, "question": q}
+with open(d + "/sqa_test.json", "w") as f:
+    json.dump(sqa, f)
+os.makedirs(d + "/sqa", exist_ok=True)
+with open(d + "/sqa/problems.json", "w") as f:
+    json.dump(problems, f)
+with open(d + "/sqa/pid_splits.json", "w") as f:
+    json.dump({"test": sorted(problems)}, f)
+with open(d + "/questions.jsonl", "w") as f:
+    f.write("".join(json.dumps(q) + "\n" for q in questions))
+with open(d + "/gqa_questions.json", "w") as f:
+    json.dump(truth, f)
+print("wrote %d questions to %s/questions.jsonl" % (len(questions), d))
