@@ -73,9 +73,9 @@ int main(int argc, char** argv) {
     if (root)
       std::printf(
           "bench_zero: world %d, %s, micro-batch %d x %d tokens, LLM %d layers x %d, vocab %d, %d steps\n"
-          "%-16s %10s %12s %12s %8s %12s %12s %7s\n",
+          "%-16s %10s %12s %12s %8s %12s %12s %12s %7s\n",
           world, dtype.c_str(), batch, seq, layers, hidden, vocab, steps, "setting", "ms/step", "peak",
-          "plan", "error", "comm/step", "theory", "ratio");
+          "plan", "error", "plan device", "comm/step", "theory", "ratio");
     struct Row {
       int stage;
       const char* offload;
@@ -83,10 +83,6 @@ int main(int argc, char** argv) {
     for (const Row r : {Row{1, "none"}, Row{2, "none"}, Row{3, "none"}, Row{1, "cpu"}, Row{2, "cpu"}}) {
       const std::string name =
           "ZeRO-" + std::to_string(r.stage) + (std::string(r.offload) == "cpu" ? " + offload" : "");
-      if (const std::string why = refusal(r.stage, r.offload, world); !why.empty()) {
-        if (root) std::printf("%-16s refused (not wired): %s\n", name.c_str(), why.c_str());
-        continue;
-      }
       MemoryPlanInputs in = testing::small_plan_inputs(world, r.stage, dtype);
       in.offload = r.offload;
       in.micro_batch = batch;
@@ -97,12 +93,23 @@ int main(int argc, char** argv) {
       in.model.text.vocab_size = vocab;
       in.model.image_token_id = vocab - 24;
       const MemoryPlan plan = plan_memory(in);
+      auto refused = [&](const std::string& why) {
+        if (root)
+          std::printf("%-16s refused (not wired); plan %s (device %s), theory %s/step; %s\n", name.c_str(),
+                      format_bytes(double(plan.total + plan.host_total)).c_str(),
+                      format_bytes(double(plan.total)).c_str(), format_bytes(plan.comm_wire_bytes).c_str(),
+                      why.c_str());
+      };
+      if (const std::string why = refusal(r.stage, r.offload, world); !why.empty()) {
+        refused(why);
+        continue;
+      }
       MemoryMeasurement m;
       try {
         m = measure_training_memory(in, comm, steps);
       } catch (const std::invalid_argument& e) {
         if (std::string(e.what()) != kZero3NotWired) throw;
-        if (root) std::printf("%-16s refused (not wired): %s\n", name.c_str(), e.what());
+        refused(e.what());
         continue;
       }
       const double peak = comm->all_reduce(double(m.peak_bytes), ReduceOp::Max);
@@ -110,9 +117,10 @@ int main(int argc, char** argv) {
       const double wire = comm->all_reduce(m.comm_wire_bytes, ReduceOp::Max);
       if (!root) continue;
       const double planned = double(plan.total + plan.host_total);
-      std::printf("%-16s %10.1f %12s %12s %+7.2f%% %12s %12s %7.3f\n", name.c_str(), ms,
+      std::printf("%-16s %10.1f %12s %12s %+7.2f%% %12s %12s %12s %7.3f\n", name.c_str(), ms,
                   format_bytes(peak).c_str(), format_bytes(planned).c_str(), 100.0 * (planned - peak) / peak,
-                  format_bytes(wire).c_str(), format_bytes(plan.comm_wire_bytes).c_str(),
+                  format_bytes(double(plan.total)).c_str(), format_bytes(wire).c_str(),
+                  format_bytes(plan.comm_wire_bytes).c_str(),
                   plan.comm_wire_bytes > 0 ? wire / plan.comm_wire_bytes : 0.0);
     }
     if (root)
