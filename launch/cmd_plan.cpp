@@ -22,7 +22,8 @@ using json = nlohmann::json;
 // Keys the plan reads itself (other branches add them to TrainConfig); removed before TrainConfig parses the
 // rest, so a config that already uses them plans on a build whose TrainConfig does not know them yet.
 const std::vector<std::pair<std::string, std::string>> kPlanKeys = {{"model", "activation_checkpointing"},
-                                                                    {"model", "checkpoint_every"}};
+                                                                    {"model", "checkpoint_every"},
+                                                                    {"optimizer", "zero3_prefetch"}};
 
 struct PlanOptions {
   std::string config;
@@ -48,7 +49,16 @@ int run_plan(const PlanOptions& o) {
   json rest = raw;
   for (const auto& [section, key] : kPlanKeys)
     if (rest.contains(section) && rest[section].is_object()) rest[section].erase(key);
-  TrainConfig cfg = train_config_from_json(rest, o.sets, path);
+  // --set of a key the plan reads itself goes into `raw` (ZeRO-3's prefetch depth, until TrainConfig has it).
+  std::vector<std::string> sets;
+  for (const auto& kv : o.sets) {
+    const std::string key = "optimizer.zero3_prefetch=";
+    if (kv.rfind(key, 0) == 0)
+      raw["optimizer"]["zero3_prefetch"] = std::stoi(kv.substr(key.size()));
+    else
+      sets.push_back(kv);
+  }
+  TrainConfig cfg = train_config_from_json(rest, sets, path);
   if (!o.model.empty()) {  // a combined HF-style config dir instead of the config's model
     cfg.model.path = o.model;
     cfg.model.llm.clear(), cfg.model.vision.clear(), cfg.model.projector.clear(), cfg.model.vision_slow.clear();
@@ -90,7 +100,9 @@ int run_plan(const PlanOptions& o) {
                     ? ", dense"
                     : ", " + std::to_string(in.mod_layers.size()) + " MoD layers keeping " +
                           std::to_string(in.mod_kept_fraction).substr(0, 5) + " of the tokens")
-            << ", grad accumulation " << in.grad_accum << "\n\n"
+            << ", grad accumulation " << in.grad_accum
+            << (in.stage == 3 ? ", prefetch " + std::to_string(in.zero3_prefetch) : "")
+            << (in.offload != "none" ? ", optimizer offload " + in.offload : "") << "\n\n"
             << format_plan(p);
   if (!o.json.empty()) {
     const std::string* j = &o.json;
@@ -109,7 +121,9 @@ int run_plan(const PlanOptions& o) {
                      {"mod_kept_fraction", in.mod_kept_fraction},
                      {"accumulate_fp32", in.accumulate_fp32},
                      {"reduce_dtype", in.reduce_dtype},
-                     {"grad_accum", in.grad_accum}};
+                     {"grad_accum", in.grad_accum},
+                     {"offload", in.offload},
+                     {"zero3_prefetch", in.zero3_prefetch}};
     if (*j == "-") {
       std::cout << out.dump(2) << "\n";
     } else {

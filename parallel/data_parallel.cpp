@@ -123,7 +123,7 @@ DataParallelOptimizer::DataParallelOptimizer(NamedParams params, std::shared_ptr
   gshard_is_view_ = opts_.stage < 2 && (acc32_ || dtype == at::kFloat) && opts_.reduce_dtype == at::kFloat;
   gshard_ = gshard_is_view_ ? (acc32_ ? gacc_ : gflat_).narrow(0, begin, end - begin)
                             : at::zeros({end - begin}, opt.dtype(at::kFloat));
-  AdamWHyper hyper{opts_.beta1, opts_.beta2, opts_.eps, opts_.weight_decay};
+  AdamWHyper hyper{opts_.beta1, opts_.beta2, opts_.eps, opts_.weight_decay, opts_.offload};
   adam_ = std::make_unique<ShardedAdamW>(begin, end, pflat_.narrow(0, begin, end - begin), hyper);
   if (!opts_.decay.empty()) {
     std::vector<std::pair<int64_t, int64_t>> ranges;
@@ -436,7 +436,7 @@ StepResult DataParallelOptimizer::step(double lr) {
 void DataParallelOptimizer::write_params() {
   c10::NoGradGuard no_grad;
   const int64_t rb = adam_->begin(), re = adam_->end();
-  pflat_.narrow(0, rb, re - rb).copy_(adam_->master());
+  adam_->copy_master_to(pflat_.narrow(0, rb, re - rb));  // offloaded: host -> device
   if (opts_.stage > 0) {
     at::Tensor mine = pflat_.narrow(0, rb, re - rb);
     comm_->all_gather(mine, pflat_);
@@ -461,7 +461,7 @@ DpMemory DataParallelOptimizer::memory_plan(int64_t num_params, int world, at::S
   m.grad_buffer = released ? 0 : padded * int64_t(c10::elementSize(param_dtype));
   m.fp32_accum = acc32 && !released ? 4 * padded : 0;
   m.reduced_grad = alias ? 0 : 4 * owned;
-  m.optimizer_state = 12 * owned;
+  (o.offload ? m.host_state : m.optimizer_state) = 12 * owned;
   return m;
 }
 
@@ -473,7 +473,11 @@ DpMemory DataParallelOptimizer::memory_held() const {
     return seen.insert(key).second ? int64_t(t.storage().nbytes()) : 0;
   };
   DpMemory m;
-  m.optimizer_state = bytes(adam_->master()) + bytes(adam_->exp_avg()) + bytes(adam_->exp_avg_sq());
+  const int64_t state = bytes(adam_->master()) + bytes(adam_->exp_avg()) + bytes(adam_->exp_avg_sq());
+  if (adam_->offloaded())
+    m.host_state = adam_->host_bytes();
+  else
+    m.optimizer_state = state;
   seen.insert(pflat_.storage().unsafeGetStorageImpl());  // compute params are not the optimizer's
   for (const auto& t : bucket_grad_) m.grad_buffer += bytes(t);
   for (const auto& t : bucket_acc_) m.fp32_accum += bytes(t);

@@ -33,6 +33,7 @@
 //   fp32 accumulation (acc32 only)       | 4·P            | 4·P        | 4·P               | 0 (released)
 //   fp32 averaged gradient (*)           | 4·P_real or 0  | 4·S or 0   | 4·S               | 4·S
 //   fp32 master + exp_avg + exp_avg_sq   | 12·P_real      | 12·S       | 12·S              | 12·S
+//   (offload: that row moves to host memory, DpMemory::host_state; a device run adds the host gradient copy 4·S)
 //   (*) 0 when it aliases one of the buffers above: fp32 (or acc32) gradients reduced in fp32 at stage 0/1.
 // Transient during the reduction: reduce_dtype copies of the chunks in flight when reduce_dtype differs from the
 // gradient buffer's dtype (step() keeps at most kMaxInflight chunks of bucket_bytes in flight; with overlap, buckets
@@ -66,6 +67,9 @@ struct DataParallelOptions {
   at::ScalarType reduce_dtype = at::kFloat;  // gradient communication dtype (fp32 or the params' dtype)
   bool overlap_comm = true;      // reduce buckets during the backward after set_last_micro_batch()
   bool accumulate_fp32 = false;  // low-precision params: accumulate gradients in an fp32 buffer
+  // Optimizer offload: fp32 master + moments in host memory, AdamW on CPU threads, the updated shard copied back
+  // (ShardedAdamW, AdamWHyper::offload). Bitwise the same parameters and state as without.
+  bool offload = false;
   // Per parameter, in the order passed: true = weight_decay applies to it. Empty = every parameter.
   std::vector<bool> decay;
 };
@@ -75,8 +79,9 @@ struct DpMemory {
   int64_t grad_buffer = 0;      // gradients in the params' dtype
   int64_t fp32_accum = 0;       // accumulate_fp32 buffer
   int64_t reduced_grad = 0;     // fp32 averaged gradient of the owned range (0 when it aliases a buffer above)
-  int64_t optimizer_state = 0;  // fp32 master + exp_avg + exp_avg_sq
-  int64_t total() const { return grad_buffer + fp32_accum + reduced_grad + optimizer_state; }
+  int64_t optimizer_state = 0;  // fp32 master + exp_avg + exp_avg_sq (0 when offloaded)
+  int64_t host_state = 0;       // offload: the same state (+ host gradient copy of a device run) in host memory
+  int64_t total() const { return grad_buffer + fp32_accum + reduced_grad + optimizer_state; }  // device side
 };
 
 class DpGradHook;

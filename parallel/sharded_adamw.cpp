@@ -1,5 +1,7 @@
 #include "parallel/sharded_adamw.h"
 
+#include "parallel/adamw_cpu.h"
+
 #include <nlohmann/json.hpp>
 
 #include <c10/core/GradMode.h>
@@ -54,9 +56,19 @@ ShardedAdamW::ShardedAdamW(int64_t begin, int64_t end, const at::Tensor& master0
   if (master0.numel() != end - begin)
     throw std::runtime_error("parallel/sharded_adamw: initial master has " + std::to_string(master0.numel()) +
                              " elements, range has " + std::to_string(end - begin));
-  master_ = master0.reshape({-1}).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true).contiguous();
-  exp_avg_ = at::zeros_like(master_);
-  exp_avg_sq_ = at::zeros_like(master_);
+  if (hyper.offload) {
+    // Host memory; pinned when the parameters are on a CUDA device, so the gradient and parameter copies are DMA.
+    pinned_ = master0.is_cuda();
+    const auto host = at::TensorOptions().dtype(at::kFloat).pinned_memory(pinned_);
+    master_ = at::empty({end - begin}, host);
+    master_.copy_(master0.reshape({-1}));
+    exp_avg_ = at::zeros({end - begin}, host);
+    exp_avg_sq_ = at::zeros({end - begin}, host);
+  } else {
+    master_ = master0.reshape({-1}).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true).contiguous();
+    exp_avg_ = at::zeros_like(master_);
+    exp_avg_sq_ = at::zeros_like(master_);
+  }
   if (end > begin) decay_ = {{begin, end}};
 }
 
@@ -82,11 +94,33 @@ void ShardedAdamW::set_decay_ranges(std::vector<std::pair<int64_t, int64_t>> ran
 void ShardedAdamW::step(const at::Tensor& grad, double lr) {
   check_fp32(grad, end_ - begin_, "grad");
   step_ += 1;
-  const double b1 = hyper_.beta1, b2 = hyper_.beta2;
-  const double bias_correction1 = 1.0 - std::pow(b1, double(step_));
-  const double bias_correction2 = 1.0 - std::pow(b2, double(step_));
+  const double bias_correction1 = 1.0 - std::pow(hyper_.beta1, double(step_));
+  const double bias_correction2 = 1.0 - std::pow(hyper_.beta2, double(step_));
   const double step_size = lr / bias_correction1;
   const double bias_correction2_sqrt = std::sqrt(bias_correction2);
+  if (!hyper_.offload) {
+    step_aten(grad, lr, step_size, bias_correction2_sqrt);
+    return;
+  }
+  c10::NoGradGuard no_grad;
+  const at::Tensor* g = &grad;
+  if (!grad.device().is_cpu()) {
+    if (!grad_host_.defined())
+      grad_host_ = at::empty({end_ - begin_}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pinned_));
+    grad_host_.copy_(grad);  // synchronous: the update below reads it
+    g = &grad_host_;
+  }
+  // Decay ranges in the state's own coordinates.
+  std::vector<std::pair<int64_t, int64_t>> decay;
+  if (hyper_.weight_decay != 0.0)
+    for (const auto& [b, e] : decay_) decay.emplace_back(b - begin_, e - begin_);
+  const AdamWCpuCoeffs c = adamw_cpu_coeffs(lr, hyper_.beta1, hyper_.beta2, hyper_.eps, hyper_.weight_decay,
+                                            bias_correction1, bias_correction2_sqrt);
+  adamw_cpu_update(master_, exp_avg_, exp_avg_sq_, *g, decay, c);
+}
+
+void ShardedAdamW::step_aten(const at::Tensor& grad, double lr, double step_size, double bias_correction2_sqrt) {
+  const double b1 = hyper_.beta1, b2 = hyper_.beta2;
   const int64_t n = end_ - begin_;
   // Same operation sequence as torch.optim.AdamW's single-tensor path.
   for (int64_t off = 0; off < n; off += kChunk) {
@@ -109,6 +143,30 @@ void ShardedAdamW::step(const at::Tensor& grad, double lr) {
 
 int64_t ShardedAdamW::state_bytes() const {
   return master_.nbytes() + exp_avg_.nbytes() + exp_avg_sq_.nbytes();
+}
+
+int64_t ShardedAdamW::host_bytes() const {
+  if (!hyper_.offload) return 0;
+  return state_bytes() + (grad_host_.defined() ? grad_host_.nbytes() : 0) +
+         (out_host_.defined() ? out_host_.nbytes() : 0);
+}
+
+void ShardedAdamW::copy_master_to(at::Tensor dst) const {
+  c10::NoGradGuard no_grad;
+  if (dst.numel() != master_.numel())
+    throw std::runtime_error("parallel/sharded_adamw: copy_master_to a tensor of " + std::to_string(dst.numel()) +
+                             " elements, range has " + std::to_string(master_.numel()));
+  at::Tensor d = dst.view({-1});  // throws unless dst can be written through a flat view
+  if (hyper_.offload && !dst.device().is_cpu() && dst.scalar_type() != at::kFloat) {
+    // Round on the host (the same round-to-nearest-even as on the device), move half the bytes for bf16.
+    if (!out_host_.defined() || out_host_.scalar_type() != dst.scalar_type())
+      out_host_ =
+          at::empty({master_.numel()}, at::TensorOptions().dtype(dst.scalar_type()).pinned_memory(pinned_));
+    out_host_.copy_(master_);
+    d.copy_(out_host_);
+  } else {
+    d.copy_(master_);
+  }
 }
 
 void ShardedAdamW::reset_master(const at::Tensor& values) {

@@ -4,6 +4,11 @@
 // i.e. torch.optim.AdamW with two parameter groups (weight_decay = wd and 0) and otherwise identical settings.
 // AdamWShardState is its checkpointable form (this rank's range + the layout), and reshard_state rebuilds exactly the
 // state any rank would own at another world size or stage.
+// Offload (AdamWHyper::offload, optimizer.offload: "cpu"): master and moments live in host memory (pinned when the
+// initial master is on a CUDA device), the update runs on CPU threads (parallel/adamw_cpu.h, bitwise the ATen
+// sequence), a device gradient is copied to a host buffer first, and copy_master_to() writes the result back into
+// device parameters (converted to their dtype on the host: bf16 halves the transfer). The state and checkpoint
+// format do not change, so offloaded and device-resident runs load each other's checkpoints.
 #pragma once
 
 #include "parallel/flat_params.h"
@@ -19,6 +24,9 @@ namespace gmod {
 
 struct AdamWHyper {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  // Not a hyperparameter but carried with them so that every owner of a ShardedAdamW (ZeRO-0/1/2, ZeRO-3) gets it:
+  // state in host memory and the update on CPU threads (see the top of this file).
+  bool offload = false;
 };
 
 // One rank's optimizer state. Tensors are fp32 [end - begin]; [begin, end) is in padded flat coordinates of
@@ -59,6 +67,12 @@ class ShardedAdamW {
   const AdamWHyper& hyper() const { return hyper_; }
   // Bytes of master + exp_avg + exp_avg_sq actually allocated.
   int64_t state_bytes() const;
+  bool offloaded() const { return hyper_.offload; }
+  // Host bytes the offload holds: the state plus the host copy of a device gradient (0 without offload).
+  int64_t host_bytes() const;
+  // dst[i] = master[i] in dst's dtype and device (dst: [end - begin], e.g. the owned part of the compute
+  // parameters). Offloaded to a CUDA device: converted on the host, then one host-to-device copy.
+  void copy_master_to(at::Tensor dst) const;
 
   // Replaces the master weights (e.g. after parameters were broadcast); moments and step are kept.
   void reset_master(const at::Tensor& values);
@@ -71,6 +85,10 @@ class ShardedAdamW {
   AdamWHyper hyper_;
   at::Tensor master_, exp_avg_, exp_avg_sq_;
   std::vector<std::pair<int64_t, int64_t>> decay_;  // flat coordinates, inside [begin_, end_)
+  bool pinned_ = false;   // offloaded state in pinned memory (the initial master was on a CUDA device)
+  at::Tensor grad_host_;  // offload with a device gradient: its host copy (pinned), allocated by the first step
+  mutable at::Tensor out_host_;  // offload to CUDA with a non-fp32 destination: the converted master (pinned)
+  void step_aten(const at::Tensor& grad, double lr, double step_size, double bias_correction2_sqrt);
 };
 
 // The state that rank `new_rank` of a `new_world`-rank job at `new_stage` owns, rebuilt exactly from the states

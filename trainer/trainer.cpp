@@ -291,6 +291,7 @@ void Trainer::setup_optimizer() {
   o.reduce_dtype = effective_reduce_dtype(cfg_) == "bf16" ? at::kBFloat16 : at::kFloat;
   o.overlap_comm = c.overlap_comm;
   o.accumulate_fp32 = c.accumulate_fp32;
+  o.offload = c.offload == "cpu";
   // Weight decay by name (HF Trainer / LLaVA: not on biases and norm weights); parallel/ only sees the flags.
   int64_t decayed = 0, excluded = 0;
   int excluded_tensors = 0;
@@ -316,7 +317,8 @@ void Trainer::setup_optimizer() {
   const DpMemory at_step = DataParallelOptimizer::memory_plan(n, world_, dtype_, o, true);
   print("optimizer: ZeRO-" + std::to_string(o.stage) + ", gradients + optimizer state per rank " +
         mib(during.total()) + " during backward, " + mib(at_step.total()) + " in step() (fp32 state " +
-        mib(at_step.optimizer_state) + ", fp32 averaged gradient " + mib(at_step.reduced_grad) + ")");
+        mib(at_step.optimizer_state) + ", fp32 averaged gradient " + mib(at_step.reduced_grad) + ")" +
+        (o.offload ? "; offloaded to host memory: fp32 master + moments " + mib(at_step.host_state) : ""));
 }
 
 void Trainer::setup_data() {

@@ -91,6 +91,45 @@ TEST(TrainProductionE2E, TinyPartsResumesAcrossZeroStages) {
     EXPECT_TRUE(bit_equal(flat_optimizer(ckpt(u, 6), n), flat_optimizer(ckpt(c, 6), n))) << n;
 }
 
+// Optimizer offload (optimizer.offload: cpu) inside the trainer: a run offloaded to step 3 and resumed
+// without offload, and a run saved without offload and resumed offloaded, both end bitwise where the
+// never-offloaded run ends (weights and optimizer state at step 6, and the losses of steps 4-6): offloaded
+// training is the same training, and its checkpoints move both ways.
+TEST(TrainProductionE2E, TinyPartsOffloadIsBitwiseAndCheckpointsCrossOver) {
+  TempDir t;
+  const std::string data = t.str("data"), u = t.str("plain"), o = t.str("offloaded"),
+                    a = t.str("off_then_on"), b = t.str("on_then_off");
+  const std::vector<std::string> six{"schedule.max_steps=6", "checkpoint.every=3"};
+  auto with = [&](std::vector<std::string> v, const std::vector<std::string>& more) {
+    v.insert(v.end(), more.begin(), more.end());
+    return v;
+  };
+  ASSERT_EQ(tiny_parts(2, data, u, six), 0) << slurp(u + ".log");
+  ASSERT_EQ(tiny_parts(2, data, o, with(six, {"optimizer.offload=cpu", "schedule.exit_at_step=3"})), 0)
+      << slurp(o + ".log");
+  EXPECT_NE(slurp(o + ".log").find("offloaded to host memory"), std::string::npos);
+  ASSERT_EQ(tiny_parts(2, data, a, with(six, {"resume=" + ckpt(o, 3)})), 0) << slurp(a + ".log");
+  ASSERT_EQ(tiny_parts(2, data, b, with(six, {"resume=" + ckpt(u, 3), "optimizer.offload=cpu"})), 0)
+      << slurp(b + ".log");
+  const auto mu = step_metrics(u);
+  for (const std::string& run : {a, b}) {
+    const auto mr = step_metrics(run);
+    for (int64_t k = 4; k <= 6; ++k) {
+      ASSERT_TRUE(mu.count(k) && mr.count(k)) << run << " step " << k;
+      for (const char* f : {"loss", "grad_norm"})
+        EXPECT_EQ(mu.at(k)[f].dump(), mr.at(k)[f].dump()) << run << k << f;
+    }
+    auto x = gmod::CheckpointReader(ckpt(u, 6)).read_model(),
+         y = gmod::CheckpointReader(ckpt(run, 6)).read_model();
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      EXPECT_TRUE(bit_equal(x[i].second, y[i].second)) << run << x[i].first;
+    for (const char* n : {"master", "exp_avg", "exp_avg_sq"})
+      EXPECT_TRUE(bit_equal(flat_optimizer(ckpt(u, 6), n), flat_optimizer(ckpt(run, 6), n)))
+          << run << " " << n;
+  }
+}
+
 // A NaN gradient on rank 1 only, at step 2: every rank skips the update (rank 0, which writes the metrics,
 // saw finite gradients of its own), the LR schedule holds, the skip counter is saved in the checkpoint and
 // restored by a resume (which injects nothing).

@@ -149,8 +149,77 @@ TEST(MemoryPlan, RejectsBadInputsByName) {
         }
       },
       std::invalid_argument);
-  in = gmod::testing::small_plan_inputs(1, 3);
+  in = gmod::testing::small_plan_inputs(1, 4);
   EXPECT_THROW(plan_memory(in), std::invalid_argument);
   in = gmod::testing::small_plan_inputs(1, 1, "fp8");
+  EXPECT_THROW(plan_memory(in), std::invalid_argument);
+}
+
+// Optimizer offload: the 12 B/param state leaves the device total for host_terms (CUDA adds the host copy of the
+// fp32 gradient shard and of the bf16 parameter shard), and nothing else changes but AdamW's temporaries.
+TEST(MemoryPlan, OffloadMovesTheStateToHost) {
+  for (int stage : {0, 1, 2, 3})
+    for (const char* dev : {"cpu", "cuda"}) {
+      MemoryPlanInputs in = gmod::testing::small_plan_inputs(2, stage, "bf16");
+      in.device = dev;
+      const MemoryPlan on_dev = plan_memory(in);
+      in.offload = "cpu";
+      const MemoryPlan off = plan_memory(in);
+      const int64_t local = stage == 0 ? off.params_trainable : off.params_padded / 2;
+      const std::string what = std::string("stage ") + std::to_string(stage) + " " + dev;
+      EXPECT_EQ(off.term_bytes("optimizer_states"), 0) << what;
+      EXPECT_EQ(on_dev.host_total, 0) << what;
+      EXPECT_EQ(off.host_total, 12 * local + (in.device == "cuda" ? (4 + 2) * local : 0)) << what;
+      int64_t step_dev = 0, step_off = 0;
+      for (const auto& ph : on_dev.phases)
+        if (ph.name == "optimizer step") step_dev = ph.bytes;
+      for (const auto& ph : off.phases)
+        if (ph.name == "optimizer step") step_off = ph.bytes;
+      EXPECT_EQ(step_dev - step_off, 12 * local + 8 * local) << what;  // the state and the denominator chunk
+    }
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
+  in.offload = "nvme";
+  EXPECT_THROW(plan_memory(in), std::invalid_argument);
+}
+
+// ZeRO-3 against a hand count of the small model's units (LLM 4 layers x 128, vocab 1024, untied; frozen CLIP):
+// the parameter shard, prefetch + 1 gathered units of the largest size, and a communication volume of two
+// parameter all-gathers and one gradient reduce-scatter per step, 1.5x ZeRO-2's at the same dtype.
+TEST(MemoryPlan, Zero3TermsFromTheUnits) {
+  const LlavaConfig c = gmod::testing::small_llava_config();
+  const int64_t D = 128, I = 344, V = 1024, Dv = 64;
+  const int64_t layer = 4 * D * D + 3 * D * I + 2 * D, embed = V * D, head = V * D + D;
+  const int64_t projector = Dv * D + D + D * D + D;
+  const int64_t largest = std::max({layer, embed, head, projector});
+  for (int world : {1, 2, 3})
+    for (int prefetch : {0, 1, 2}) {
+      MemoryPlanInputs in = gmod::testing::small_plan_inputs(world, 3, "bf16");
+      in.reduce_dtype = "bf16";
+      in.zero3_prefetch = prefetch;
+      const MemoryPlan p = plan_memory(in);
+      const int64_t S = p.params_padded / world;
+      EXPECT_EQ(p.params_trainable, 4 * layer + embed + head + projector);
+      EXPECT_EQ(p.zero3_unit_params, largest);
+      EXPECT_EQ(p.zero3_shared_params, 0);
+      EXPECT_EQ(p.term_bytes("weights"), 2 * S);
+      EXPECT_EQ(p.term_bytes("weights_gathered"), 2 * (prefetch + 1) * largest);
+      EXPECT_EQ(p.term_bytes("gradients"), 0);
+      EXPECT_EQ(p.term_bytes("optimizer_states"), 12 * S);
+      in.stage = 2;
+      const MemoryPlan z2 = plan_memory(in);
+      EXPECT_EQ(2 * p.comm_payload_bytes, 3 * z2.comm_payload_bytes) << "world " << world;
+      EXPECT_DOUBLE_EQ(2 * p.comm_wire_bytes, 3 * z2.comm_wire_bytes) << "world " << world;
+    }
+  // Tied embeddings stay gathered through the backward: the shared term is the embedding.
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(2, 3);
+  in.model.text.tie_word_embeddings = true;
+  const MemoryPlan tied = plan_memory(in);
+  EXPECT_EQ(tied.zero3_shared_params, embed);
+  EXPECT_EQ(tied.term_bytes("weights_gathered"), 4 * (2 * layer + embed));
+  // γ-MoD's shared router too.
+  in = gmod::testing::small_plan_inputs(2, 3);
+  in.mod_layers = {1, 2};
+  EXPECT_EQ(plan_memory(in).zero3_shared_params, 2 * D);
+  in.stage = 4;
   EXPECT_THROW(plan_memory(in), std::invalid_argument);
 }

@@ -136,6 +136,20 @@ TEST(TrainConfig, OptimizerCommunicationKeysAreReadAndValidated) {
   EXPECT_TRUE(has(errs[0], "optimizer.reduce_dtype: \"param\" rounds the fp32-accumulated gradients")) << errs[0];
 }
 
+TEST(TrainConfig, OptimizerOffloadIsReadAndValidated) {
+  EXPECT_EQ(TrainConfig{}.optimizer.offload, "none");
+  TrainConfig c = gmod::train_config_from_json(json{{"optimizer", {{"offload", "cpu"}}}});
+  EXPECT_EQ(c.optimizer.offload, "cpu");
+  EXPECT_EQ(gmod::to_json(c)["optimizer"]["offload"], "cpu");  // saved with the run config
+  TrainConfig v = valid_config();
+  v.optimizer.offload = "cpu";
+  EXPECT_TRUE(gmod::check_train_config(v, 1).empty());
+  v.optimizer.offload = "nvme";
+  const auto errs = gmod::check_train_config(v, 1);
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_TRUE(has(errs[0], "optimizer.offload: \"nvme\", expected \"none\" or \"cpu\"")) << errs[0];
+}
+
 // HF Trainer / LLaVA: no weight decay on biases and LayerNorm/RMSNorm weights, by name.
 TEST(TrainConfig, WeightDecayExcludesBiasesAndNormsByName) {
   const auto dflt = TrainConfig{}.optimizer.no_decay;

@@ -64,7 +64,7 @@ json to_json(const TrainConfig& c) {
         {"max_grad_norm", c.optimizer.max_grad_norm}, {"zero_stage", c.optimizer.zero_stage},
         {"bucket_mb", c.optimizer.bucket_mb}, {"no_decay", c.optimizer.no_decay},
         {"reduce_dtype", c.optimizer.reduce_dtype}, {"overlap_comm", c.optimizer.overlap_comm},
-        {"accumulate_fp32", c.optimizer.accumulate_fp32}}},
+        {"accumulate_fp32", c.optimizer.accumulate_fp32}, {"offload", c.optimizer.offload}}},
       {"batch",
        {{"micro_batch", c.batch.micro_batch}, {"grad_accum", c.batch.grad_accum},
         {"global_batch", c.batch.global_batch}}},
@@ -133,6 +133,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(o, "zero_stage", c.optimizer.zero_stage), get(o, "bucket_mb", c.optimizer.bucket_mb);
       get(o, "no_decay", c.optimizer.no_decay), get(o, "reduce_dtype", c.optimizer.reduce_dtype);
       get(o, "overlap_comm", c.optimizer.overlap_comm), get(o, "accumulate_fp32", c.optimizer.accumulate_fp32);
+      get(o, "offload", c.optimizer.offload);
       get(b, "micro_batch", c.batch.micro_batch), get(b, "grad_accum", c.batch.grad_accum);
       get(b, "global_batch", c.batch.global_batch);
       get(s, "epochs", c.schedule.epochs), get(s, "max_steps", c.schedule.max_steps);
@@ -428,6 +429,9 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
   else if (o.accumulate_fp32 && c.model.dtype == "bf16" && o.reduce_dtype != "fp32")
     e.push_back("optimizer.reduce_dtype: \"" + o.reduce_dtype + "\" rounds the fp32-accumulated gradients "
                 "(optimizer.accumulate_fp32 = true) to bf16 before averaging; use fp32");
+  if (o.offload != "none" && o.offload != "cpu")
+    e.push_back("optimizer.offload: \"" + o.offload + "\", expected \"none\" or \"cpu\" (fp32 master and moments in "
+                "host memory, AdamW on CPU threads)");
   // batch
   if (c.batch.micro_batch < 1) e.push_back("batch.micro_batch: must be >= 1");
   if (c.batch.global_batch < 0) e.push_back("batch.global_batch: must be >= 0");

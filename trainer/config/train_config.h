@@ -101,6 +101,9 @@ struct OptimizerSection {
   // bf16 params: accumulate micro-batch gradients in an fp32 buffer (+4 bytes/param until the reduction) instead of
   // the bf16 .grad; no effect with fp32 params.
   bool accumulate_fp32 = false;
+  // "cpu": fp32 master + Adam moments of this rank's shard in (pinned) host memory, the AdamW update on CPU threads,
+  // the updated shard copied back to the device; bitwise the same training as "none" (docs/parallel.md).
+  std::string offload = "none";
 };
 
 struct BatchSection {

@@ -109,21 +109,6 @@ int64_t layer_backward_transient(const Shape& s, int64_t T, bool tw) {
 
 std::set<int> layer_set(const std::vector<int>& v) { return std::set<int>(v.begin(), v.end()); }
 
-// LLaVA-HR's ConvNeXt (model/convnext.h) and adapters (model/mr_adapters.h), parameter counts.
-int64_t multipath_extra_params(const MultipathConfig& m, int64_t d) {
-  const auto& c = m.slow;
-  const int64_t k2 = int64_t(c.kernel_size) * c.kernel_size, r = c.mlp_ratio;
-  int64_t n = int64_t(c.dims[0]) * c.in_chans * c.patch_size * c.patch_size + 3 * int64_t(c.dims[0]);
-  for (size_t i = 0; i < c.dims.size(); ++i) {
-    const int64_t C = c.dims[i];
-    if (i > 0) n += 2 * int64_t(c.dims[i - 1]) + C * c.dims[i - 1] * 4 + C;
-    n += c.depths[i] * (C * k2 + C + 2 * C + 2 * r * C * C + r * C + C + (c.ls_init_value > 0 ? C : 0));
-  }
-  const int64_t s = c.dims.back();
-  if (m.stitch) n += 3 * ((s * s + s) + (d * s + d) + (d * 49 + d) + (d * d + d) + (2 * d * (d / 2) + d / 2) + (d / 2 + 1));
-  return n + (d * d + d) + (d * s + d);
-}
-
 }  // namespace
 
 const MemoryTerm* MemoryPlan::term(const std::string& name) const {
@@ -137,44 +122,13 @@ int64_t MemoryPlan::term_bytes(const std::string& name) const {
   return t ? t->bytes : 0;
 }
 
-ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layers,
-                         const std::string& mod_router) {
-  ParamCounts p;
-  const LlamaConfig& t = c.text;
-  const int64_t D = t.hidden_size, I = t.intermediate_size, Dh = t.dim_per_head();
-  const int64_t qd = int64_t(t.num_attention_heads) * Dh, kvd = int64_t(t.num_key_value_heads) * Dh;
-  const int64_t ab = t.attention_bias ? 1 : 0, mb = t.mlp_bias ? 1 : 0;
-  const int64_t attn = D * qd + 2 * D * kvd + qd * D + ab * (qd + 2 * kvd + D);
-  const int64_t mlp = 3 * D * I + mb * (2 * I + D);
-  const std::set<int> mods = layer_set(mod_layers);
-  p.embed = int64_t(t.vocab_size) * D;
-  p.lm_head = t.tie_word_embeddings ? 0 : int64_t(t.vocab_size) * D;
-  p.llm = p.embed + p.lm_head + D;  // + final norm
-  for (int l = 0; l < t.num_hidden_layers; ++l) {
-    int64_t n = attn + mlp + 2 * D;
-    if (mods.count(l) && mod_router == "per_layer") n += D;  // llm.layers.{l}.router.weight [1, D]
-    p.llm_layer.push_back(n);
-    p.llm += n;
-  }
-  if (!mods.empty() && mod_router == "gamma_shared") p.llm += 2 * D;  // mod_router.weight [2, D]
-  if (c.vision) {
-    const ClipVisionConfig& v = *c.vision;
-    const int64_t Dv = v.hidden_size, Iv = v.intermediate_size;
-    const int64_t layer = 4 * (Dv * Dv + Dv) + (Dv * Iv + Iv) + (Iv * Dv + Dv) + 4 * Dv;
-    p.vision = Dv + Dv * v.num_channels * v.patch_size * v.patch_size + (v.num_patches() + 1) * Dv + 4 * Dv +
-               layer * v.num_hidden_layers;
-    p.projector = Dv * D + D + D * D + D;
-    if (c.multipath) {  // LLaVA-HR: all CLIP layers run, plus the ConvNeXt and the adapters
-      p.vision += multipath_extra_params(*c.multipath, Dv);
-    }
-  }
-  return p;
-}
-
 MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const LlamaConfig& t = in.model.text;
   if (in.world < 1) throw std::invalid_argument("memory plan: world must be >= 1");
-  if (in.stage < 0 || in.stage > 2) throw std::invalid_argument("memory plan: ZeRO stage must be 0, 1 or 2");
+  if (in.stage < 0 || in.stage > 3) throw std::invalid_argument("memory plan: ZeRO stage must be 0, 1, 2 or 3");
+  if (in.offload != "none" && in.offload != "cpu")
+    throw std::invalid_argument("memory plan: offload must be none or cpu, got \"" + in.offload + "\"");
+  if (in.zero3_prefetch < 0) throw std::invalid_argument("memory plan: zero3_prefetch must be >= 0");
   if (in.micro_batch < 1 || in.seq_len < 2)
     throw std::invalid_argument("memory plan: micro_batch >= 1, seq_len >= 2");
   if (in.checkpointing != "none" && in.checkpointing != "full" && in.checkpointing != "every_k")
@@ -228,28 +182,51 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const bool gshard_view = in.stage < 2 && src_e == 4 && r == 4;
   // ZeRO-2 (parallel/data_parallel.h): a bucket's gradient (+ fp32 accumulation) storage exists from the first
   // backward of a window that writes into it until its reduce-scatter in step(); none in the forward after a step.
-  const bool stage2_grads = in.stage == 2;
+  // ZeRO-3 (parallel/zero3_grads.h): a unit's gradient exists from its backward until its reduce-scatter; with
+  // accumulation every unit's until the window's last backward (reduced once per step).
+  const bool stage2_grads = in.stage >= 2, stage3 = in.stage == 3;
+  const std::string grads_name = stage3 ? "gradients_zero3" : "gradients_zero2";
   const int64_t grad_elem_bytes = s.e + (acc32 ? 4 : 0);
+  const bool offload = in.offload == "cpu", cuda = in.device == "cuda";
+  // ZeRO-3 (docs/parallel.md): the parameter shard in its dtype, `zero3_prefetch + 1` gathered units alive at a
+  // time (the running one and the prefetched ones; released after the forward, gathered again for the backward
+  // or the recompute), and the shared parameters kept gathered from their first use to the end of the backward.
+  const Zero3Units units = stage3 ? zero3_units(pc, in.model, in) : Zero3Units{};
+  const int64_t gathered =
+      stage3 ? std::min<int64_t>(in.zero3_prefetch + 1, units.count) * units.max_unit + units.shared : 0;
+  p.zero3_unit_params = units.max_unit;
+  p.zero3_shared_params = units.shared;
   const int64_t images = in.model.vision ? int64_t(in.images_per_sample) * s.B : 0;
   const int64_t img_px =
       in.model.vision ? 3 * int64_t(in.model.image_input_size()) * in.model.image_input_size() : 0;
   std::vector<MemoryTerm> statics = {
-      {"weights", s.e * padded,
-       "trainable parameters: flat compute buffer pflat_ [padded P] (data_parallel.cpp)"},
+      {"weights", s.e * (stage3 ? shard : padded),
+       stage3 ? "ZeRO-3 parameter shard [P_pad / world] in the params' dtype (Zero3Params::shard)"
+              : "trainable parameters: flat compute buffer pflat_ [padded P] (data_parallel.cpp)"},
+      {"weights_gathered", s.e * gathered,
+       "ZeRO-3: zero3_prefetch + 1 gathered units of the largest size + shared parameters (tied embeddings, "
+       "γ-MoD router)"},
       {"weights_frozen", s.e * p.params_frozen, "frozen parameters (vision tower etc.), compute dtype"},
       {"gradients", stage2_grads ? 0 : s.e * padded,
-       stage2_grads ? "ZeRO-2: per-bucket gradient storage, counted in the phases (released in step())"
+       stage2_grads ? "ZeRO-2/3: per-bucket/unit gradient storage, counted in the phases (released when reduced)"
                     : "flat gradient buffer gflat_ [padded P] in the parameters' dtype"},
       {"grad_accum_fp32", acc32 && !stage2_grads ? 4 * padded : 0, "accumulate_fp32: fp32 buffer gacc_ [padded P]"},
       {"reduced_grad_shard", gshard_view ? 0 : 4 * local,
        "gshard_: fp32 averaged gradient of this rank's range (a view of the flat buffer when fp32 stage "
        "0/1)"},
-      {"optimizer_states", 12 * local,
-       "fp32 master + exp_avg + exp_avg_sq over this rank's range (ShardedAdamW)"},
+      {"optimizer_states", offload ? 0 : 12 * local,
+       "fp32 master + exp_avg + exp_avg_sq over this rank's range (ShardedAdamW; offload: host memory)"},
       {"batch_inputs", s.B * s.L * (8 + 8 + 1 + 1) + images * img_px * (4 + (s.fp32 ? 0 : s.e)),
        "input_ids, labels (int64), attention mask, token roles, pixel values (fp32 + compute-dtype copy)"}};
   int64_t static_total = 0;
   for (const auto& x : statics) static_total += x.bytes;
+  if (offload) {  // parallel/sharded_adamw.cpp with AdamWHyper::offload
+    p.host_terms = {{"optimizer_states", 12 * local, "fp32 master + exp_avg + exp_avg_sq (pinned on CUDA)"},
+                    {"grad_host_copy", cuda ? 4 * local : 0, "host copy of the fp32 gradient shard (CUDA only)"},
+                    {"params_host_copy", cuda && !s.fp32 ? s.e * local : 0,
+                     "the updated shard converted to the params' dtype before its host-to-device copy"}};
+    for (const auto& x : p.host_terms) p.host_total += x.bytes;
+  }
 
   // ---- activations saved for backward (model/, mod/) ----
   const bool embed_trained = in.train_llm;
@@ -340,20 +317,22 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const bool mpi = in.device == "cpu";
   const int64_t per_elem = (src_e != r ? r : 0) + (mpi && r != 4 ? 4 : 0);
   // (Inflight::out is a view of the fp32 shard when the reduce dtype is fp32: no buffer of its own.)
-  const int64_t per_owned = in.stage == 2 ? (r == 4 ? 0 : r) + (mpi ? std::max<int64_t>(r, 4) : 0) : 0;
+  const int64_t per_owned = in.stage >= 2 ? (r == 4 ? 0 : r) + (mpi ? std::max<int64_t>(r, 4) : 0) : 0;
   // CUDA stage 2 (parallel/bucket_release.h): a bucket's gradient and its reduce-dtype copy (allocated on the
   // comm stream) are dropped once its reduce-scatter is enqueued; only Inflight::out stays until step().
   const bool cuda_release =
       release_bucket_at_launch(in.stage, c10::Device(in.device == "cuda" ? c10::kCUDA : c10::kCPU));
   const int64_t bucket = std::max<int64_t>(1, in.bucket_bytes / r);
-  const int64_t inflight = cuda_release ? per_owned * shard + (src_e != r ? r : 0) * std::min(padded, bucket)
-                                        : per_elem * padded + per_owned * shard;
+  int64_t inflight = cuda_release ? per_owned * shard + (src_e != r ? r : 0) * std::min(padded, bucket)
+                                  : per_elem * padded + per_owned * shard;
+  // ZeRO-3: one unit is reduced at a time (Zero3Grads::reduce): its reduce-dtype copy and receive buffers.
+  if (stage3) inflight = per_elem * units.max_unit + per_owned * std::min(units.max_unit, shard);
   // Bucket 0 (the last parameters, lm_head first) is launched as soon as its gradients are done and stays in
   // flight during the rest of the backward.
   int64_t first_bucket = 0;
   int64_t b0 = std::min<int64_t>(padded, std::max<int64_t>(bucket, in.train_llm ? pc.lm_head + s.D : bucket));
   if (b0 >= padded) b0 = 0;  // one bucket: launched at the end of the backward
-  if (b0 > 0) first_bucket = (cuda_release ? 0 : per_elem * b0) + per_owned * std::min(b0, shard);
+  if (b0 > 0 && !stage3) first_bucket = (cuda_release ? 0 : per_elem * b0) + per_owned * std::min(b0, shard);
   // What the stage-2 buckets hold in the backward of the window's last micro-batch. CUDA with overlap and one
   // micro-batch: the buckets of at most one decoder layer wait for its last gradient (a bucket launches only
   // after the earlier ones), next to the bucket being filled; at the end the embedding's bucket, released at
@@ -367,6 +346,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     zero2_layer = grad_elem_bytes * std::min(padded, max_layer_params + std::max(bucket, b0));
     zero2_end = grad_elem_bytes * std::min(padded, std::max(bucket, in.train_llm ? pc.embed : 0));
   }
+  // ZeRO-3 with one micro-batch per step: the running unit's gradient and the shared parameters' (reduced once,
+  // at the end of the backward).
+  if (stage3 && in.grad_accum == 1)
+    zero2_layer = zero2_end = grad_elem_bytes * std::min(padded, units.max_unit + units.shared);
 
   // ---- phases ----
   struct Phase {
@@ -385,8 +368,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                        {"loss_transient", loss_fwd,
                         "one chunk's fp32 logits + log_softmax [C,V] (label-only loss, freed per chunk)"}}});
     if (stage2_grads && in.grad_accum > 1)
-      phases.back().terms.push_back({"gradients_zero2", grad_elem_bytes * padded,
-                                     "ZeRO-2 gradient buckets written by the window's earlier backwards"});
+      phases.back().terms.push_back({grads_name, grad_elem_bytes * padded,
+                                     "ZeRO-2/3 gradient buffers written by the window's earlier backwards"});
   }
   if (head_rg) {
     phases.push_back(
@@ -398,7 +381,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     // transients are gone (measured), so no gradient storage counts here.
     if (stage2_grads && in.grad_accum > 1)
       phases.back().terms.push_back(
-          {"gradients_zero2", grad_elem_bytes * padded, "ZeRO-2 gradient buckets (written by earlier backwards)"});
+          {grads_name, grad_elem_bytes * padded, "ZeRO-2/3 gradient buffers (written by earlier backwards)"});
     // Layer backward: the last layers' saved tensors (all of them when nothing is checkpointed), a recomputed
     // layer, the gradient temporaries, and bucket 0 in flight.
     // The final norm and lm_head inputs are freed by then.
@@ -411,9 +394,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     if (first_bucket > 0)
       lt.push_back({"comm_inflight", first_bucket, "gradient bucket 0 (lm_head) in flight"});
     if (stage2_grads)  // upper bound: the buckets of the layers not yet reached are still unallocated
-      lt.push_back({"gradients_zero2", zero2_layer,
-                    cuda_release ? "ZeRO-2 gradient buckets not yet enqueued"
-                                 : "ZeRO-2 gradient buckets (at most all)"});
+      lt.push_back({grads_name, zero2_layer,
+                    stage3         ? "ZeRO-3 gradients of the running unit and the shared parameters"
+                    : cuda_release ? "ZeRO-2 gradient buckets not yet enqueued"
+                                   : "ZeRO-2 gradient buckets (at most all)"});
     phases.push_back({"layer backward", lt});
     // Trained LLaVA-HR towers: their backward runs last (the decoder's tensors are gone) with what the tower
     // still holds, a recomputed unit and the gradients inside it, and (upper bound) every gradient bucket.
@@ -424,7 +408,9 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
       if (first_bucket > 0)
         tt.push_back({"comm_inflight", first_bucket, "gradient bucket 0 (lm_head) in flight"});
       if (stage2_grads)
-        tt.push_back({"gradients_zero2", zero2_layer, "ZeRO-2 gradient buckets (at most all)"});
+        tt.push_back({grads_name, zero2_layer,
+                      stage3 ? "ZeRO-3 gradients of the running unit and the shared parameters"
+                             : "ZeRO-2 gradient buckets (at most all)"});
       phases.push_back({"tower backward", tt});
     }
     // End of backward: every bucket in flight, the embedding's dense weight gradient.
@@ -434,15 +420,16 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                        {"embedding_grad", embed_trained ? s.e * (s.V * s.D + s.B * s.L * s.D) : 0,
                         "dense embedding weight gradient before it is accumulated"}}});
     if (stage2_grads)
-      phases.back().terms.push_back({"gradients_zero2", zero2_end,
-                                     cuda_release
+      phases.back().terms.push_back({grads_name, zero2_end,
+                                     stage3 ? "ZeRO-3 gradients of the last unit and the shared parameters"
+                                     : cuda_release
                                          ? "ZeRO-2: the last (embedding) bucket, released when enqueued"
                                          : "ZeRO-2 gradient buckets, all"});
   }
   // Optimizer step: AdamW's denominator temporaries (2 chunks of at most 64 Mi elements, sharded_adamw.cpp).
   phases.push_back({"optimizer step",
-                    {{"optimizer_transient", 8 * std::min<int64_t>(local, int64_t(64) << 20),
-                      "AdamW sqrt/denominator temporaries"}}});
+                    {{"optimizer_transient", offload ? 0 : 8 * std::min<int64_t>(local, int64_t(64) << 20),
+                      "AdamW sqrt/denominator temporaries (none offloaded: one in-place pass)"}}});
 
   size_t best = 0;
   for (size_t i = 0; i < phases.size(); ++i) {
@@ -458,14 +445,22 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
 
   // ---- communication per optimizer step (one reduction per step whatever grad_accum is) ----
   const double f = N > 1 ? double(N - 1) / double(N) : 0.0;
-  if (in.stage < 2) {
+  if (stage3) {
+    // Each micro-batch gathers every unit for its forward and again for its backward (or recompute); the
+    // gradients are reduce-scattered once per step. ~1.5x ZeRO-2's volume at the same dtypes.
+    const int64_t ga = int64_t(in.grad_accum) * s.e * padded;
+    p.comm.push_back({"all_gather(params, forward)", ga, "per unit before it runs, every micro-batch"});
+    p.comm.push_back({"all_gather(params, backward)", ga, "per unit before its backward or recompute"});
+    p.comm.push_back({"reduce_scatter(gradients)", r * padded, "per unit after its backward, reduce dtype"});
+    p.comm_wire_bytes += f * double(2 * ga + r * padded);
+  } else if (in.stage < 2) {
     p.comm.push_back({"all_reduce(gradients)", r * padded, "bucketed, reduce dtype"});
     p.comm_wire_bytes += 2 * f * double(r * padded);
   } else {
     p.comm.push_back({"reduce_scatter(gradients)", r * padded, "bucketed, reduce dtype"});
     p.comm_wire_bytes += f * double(r * padded);
   }
-  if (in.stage > 0) {
+  if (in.stage > 0 && !stage3) {
     p.comm.push_back(
         {"all_gather(parameters)", s.e * padded, "updated shards into every rank's flat buffer"});
     p.comm_wire_bytes += f * double(s.e * padded);
@@ -485,6 +480,7 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw
   in.model = model;
   in.world = world;
   in.stage = cfg.optimizer.zero_stage;
+  in.offload = cfg.optimizer.offload;
   in.dtype = cfg.model.dtype;
   in.micro_batch = cfg.batch.micro_batch;
   in.seq_len = cfg.data.max_len;
@@ -540,6 +536,8 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw
     }
     if (raw.contains("model") && raw["model"].contains("checkpoint_every"))
       in.checkpoint_every = raw["model"]["checkpoint_every"].get<int>();
+    if (raw.contains("optimizer") && raw["optimizer"].contains("zero3_prefetch"))  // ZeRO-3's prefetch depth
+      in.zero3_prefetch = raw["optimizer"]["zero3_prefetch"].get<int>();
   }
   in.accumulate_fp32 = cfg.optimizer.accumulate_fp32;
   in.reduce_dtype = effective_reduce_dtype(cfg);

@@ -23,7 +23,11 @@ struct TrainConfig;
 struct MemoryPlanInputs {
   LlavaConfig model;
   int world = 1;
-  int stage = 1;               // ZeRO stage 0/1/2 (optimizer.zero_stage)
+  int stage = 1;               // ZeRO stage 0-3 (optimizer.zero_stage)
+  // optimizer.offload: "cpu" puts the fp32 master and moments (and, on CUDA, a host copy of the gradient shard and
+  // of the converted parameter shard) in host memory: `host_terms`, not the device total.
+  std::string offload = "none";
+  int zero3_prefetch = 1;      // ZeRO-3: units gathered ahead of the running one (optimizer.zero3_prefetch)
   std::string dtype = "bf16";  // parameter/compute dtype: "fp32" or "bf16" (model.dtype)
   int micro_batch = 1;         // samples per forward/backward (batch.micro_batch)
   int seq_len = 2048;         // padded tokens per sample (data.max_len: the plan assumes full-length batches)
@@ -82,6 +86,11 @@ struct MemoryPlan {
   int64_t comm_payload_bytes = 0;
   double comm_wire_bytes = 0;
   std::vector<MemoryTerm> comm;  // per collective (payload bytes)
+  // Host memory per rank (optimizer offload): its terms and their sum; not part of `total` or the budget.
+  std::vector<MemoryTerm> host_terms;
+  int64_t host_total = 0;
+  // ZeRO-3: the largest unit (parameters gathered together) and the shared parameters kept gathered.
+  int64_t zero3_unit_params = 0, zero3_shared_params = 0;
   double budget_bytes = 0, reserve_bytes = 0;
   bool has_budget = false, fits = true;
 
@@ -89,15 +98,27 @@ struct MemoryPlan {
   int64_t term_bytes(const std::string& name) const;      // 0 if absent
 };
 
-// Parameter counts of the model as MultimodalLM builds it (model/llava.cpp, model/clip.cpp, mod routers).
+// Parameter counts of the model as MultimodalLM builds it (model/llava.cpp, model/clip.cpp, mod routers);
+// trainer/plan/param_counts.cpp.
 struct ParamCounts {
   int64_t vision = 0, projector = 0, llm = 0;  // llm: embeddings, layers, norm, lm_head, MoD routers
   std::vector<int64_t> llm_layer;              // per decoder layer (inside `llm`)
   int64_t embed = 0, lm_head = 0;
+  int64_t vision_unit = 0;    // the largest vision block (a CLIP layer or a ConvNeXt block): a ZeRO-3 unit
+  int64_t shared_router = 0;  // γ-MoD's shared router (inside `llm`), used by every MoD layer
   int64_t total() const { return vision + projector + llm; }
 };
 ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layers,
                          const std::string& mod_router);
+
+// ZeRO-3 units of the trainable parameters (docs/parallel.md: a decoder layer, a vision block, the embeddings,
+// the head, the projector): the largest one and the parameters shared by several units, which stay gathered from
+// their first use to the end of the backward (tied embeddings, γ-MoD's shared router). trainer/plan/param_counts.cpp.
+struct Zero3Units {
+  int64_t max_unit = 0, shared = 0;
+  int count = 0;
+};
+Zero3Units zero3_units(const ParamCounts& pc, const LlavaConfig& c, const MemoryPlanInputs& in);
 
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 

@@ -24,6 +24,8 @@ json to_json(const MemoryPlan& p) {
   for (const auto& t : p.terms) terms[t.name] = t.bytes;
   for (const auto& ph : p.phases) phases[ph.name] = ph.bytes;
   for (const auto& c : p.comm) comm[c.name] = c.bytes;
+  json host = json::object();
+  for (const auto& t : p.host_terms) host[t.name] = t.bytes;
   json j = {
       {"params",
        {{"total", p.params_total},
@@ -35,6 +37,7 @@ json to_json(const MemoryPlan& p) {
       {"peak_phase", p.peak_phase},
       {"phases", phases},
       {"activations_saved_bytes", p.activations_saved},
+      {"host", {{"total_bytes", p.host_total}, {"terms", host}}},
       {"comm_per_step",
        {{"payload_bytes", p.comm_payload_bytes}, {"wire_bytes", p.comm_wire_bytes}, {"collectives", comm}}}};
   if (p.has_budget) {
@@ -67,6 +70,17 @@ std::string format_plan(const MemoryPlan& p) {
   }
   std::snprintf(line, sizeof line, "  (activations saved without checkpointing: %s)\n",
                 format_bytes(double(p.activations_saved)).c_str());
+  if (!p.host_terms.empty()) {
+    os << line << "\nhost memory per rank (optimizer offload; not in the total above):\n";
+    for (const auto& t : p.host_terms) {
+      if (t.bytes == 0) continue;
+      std::snprintf(line, sizeof line, "  %-26s %12s  %s\n", t.name.c_str(),
+                    format_bytes(double(t.bytes)).c_str(), t.what.c_str());
+      os << line;
+    }
+    std::snprintf(line, sizeof line, "  %-26s %12s\n", "host total",
+                  format_bytes(double(p.host_total)).c_str());
+  }
   os << line << "\ncommunication per optimizer step (per rank):\n";
   for (const auto& c : p.comm) {
     std::snprintf(line, sizeof line, "  %-26s %12s  %s\n", c.name.c_str(),

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <set>
 #include <stdexcept>
@@ -65,11 +66,17 @@ ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, doub
 
 }  // namespace
 
+const char* const kZero3NotWired =
+    "memory probe: ZeRO-3 is not wired into the probe yet (it drives DataParallelOptimizer; stage 3's unit "
+    "gathers "
+    "and per-unit reductions are hooked up by the trainer)";
+
 MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::shared_ptr<Comm> comm, int steps,
                                           uint64_t seed) {
   if (comm->world_size() != in.world)
     throw std::invalid_argument("memory probe: plan is for world " + std::to_string(in.world) +
                                 ", comm has " + std::to_string(comm->world_size()) + " ranks");
+  if (in.stage == 3) throw std::invalid_argument(kZero3NotWired);
   MemoryTracker& tracker = MemoryTracker::install();
   const at::ScalarType dtype = in.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   const int64_t base = tracker.live_bytes();
@@ -119,6 +126,7 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
     o.reduce_dtype = in.reduce_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
     o.max_grad_norm = 1.0;
     o.lr = 1e-4;
+    o.offload = in.offload == "cpu";
     DataParallelOptimizer opt(trainable, comm, o);
     trainable.clear();
     opt.broadcast_params(0);
@@ -129,7 +137,11 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
                                       in.supervised_fraction,
                                       seed + 1000 * uint64_t(comm->rank()) + uint64_t(k)));
     m.steady_bytes = tracker.live_bytes() - base;
+    m.host_state_bytes = opt.memory_held().host_state;
     tracker.reset_peak();
+    comm->reset_stats();
+    if (&opt.grad_comm() != comm.get()) opt.grad_comm().reset_stats();
+    const auto t0 = std::chrono::steady_clock::now();
     for (int step = 0; step < steps; ++step) {
       // Trainer::train_step: global supervised-token count, then per micro-batch world * sum / N, backward.
       int64_t local_sup = 0;
@@ -152,6 +164,15 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
       opt.zero_grad();
     }
     m.peak_bytes = tracker.peak_bytes() - base;
+    const int n = std::max(1, steps);
+    m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / n;
+    CommStats st = comm->stats();
+    if (&opt.grad_comm() != comm.get()) {
+      st.payload_bytes += opt.grad_comm().stats().payload_bytes;
+      st.wire_bytes += opt.grad_comm().stats().wire_bytes;
+    }
+    m.comm_payload_bytes = st.payload_bytes / n;
+    m.comm_wire_bytes = st.wire_bytes / n;
   }
   return m;
 }

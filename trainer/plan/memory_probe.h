@@ -18,11 +18,20 @@ struct MemoryMeasurement {
   int64_t peak_bytes = 0;  // peak live bytes during the steps, above what was live before the model existed
   int64_t after_forward_bytes = 0;  // live bytes right after the last forward (loss computed), same baseline
   int64_t steady_bytes = 0;         // live bytes between steps (weights, gradients, optimizer state, inputs)
+  // Optimizer offload: the bytes the optimizer holds as host memory (DpMemory::host_state). On the CPU they are
+  // counted in the figures above too (host and device are one memory there).
+  int64_t host_state_bytes = 0;
+  double step_seconds = 0;       // mean wall time of one training step (forward, backward, step, zero_grad)
+  int64_t comm_payload_bytes = 0;  // per step, every collective of the optimizer's communicators (CommStats)
+  double comm_wire_bytes = 0;      // per step, ring estimate of what this rank sent
 };
 
 // in.model, dtype, micro_batch, seq_len, images_per_sample, freeze flags, checkpointing (decoder layers and
-// the tower's units), mod layers/router/kept fraction, stage, bucket_bytes, accumulate_fp32, reduce_dtype and
-// grad_accum are honoured; comm->world_size() must equal in.world. Installs MemoryTracker if needed.
+// the tower's units), mod layers/router/kept fraction, stage, bucket_bytes, accumulate_fp32, reduce_dtype,
+// grad_accum and offload are honoured; comm->world_size() must equal in.world. Installs MemoryTracker if needed.
+// Stage 3 throws (kZero3NotWired): the probe drives DataParallelOptimizer, and ZeRO-3's unit hooks live in the
+// trainer.
+extern const char* const kZero3NotWired;
 MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::shared_ptr<Comm> comm,
                                           int steps = 2, uint64_t seed = 0);
 

@@ -1,0 +1,98 @@
+// Parameter counts of the model as MultimodalLM builds it (model/llava.cpp, model/clip.cpp, model/convnext.h,
+// model/mr_adapters.h, mod routers), for the memory plan (trainer/plan/memory_plan.h), including the sizes of
+// the ZeRO-3 units (a decoder layer, a vision block, the embeddings, the head).
+#include <algorithm>
+#include <set>
+
+#include "trainer/plan/memory_plan.h"
+
+namespace gmod {
+namespace {
+
+// LLaVA-HR's ConvNeXt (model/convnext.h) and adapters (model/mr_adapters.h), parameter counts.
+int64_t multipath_extra_params(const MultipathConfig& m, int64_t d) {
+  const auto& c = m.slow;
+  const int64_t k2 = int64_t(c.kernel_size) * c.kernel_size, r = c.mlp_ratio;
+  int64_t n = int64_t(c.dims[0]) * c.in_chans * c.patch_size * c.patch_size + 3 * int64_t(c.dims[0]);
+  for (size_t i = 0; i < c.dims.size(); ++i) {
+    const int64_t C = c.dims[i];
+    if (i > 0) n += 2 * int64_t(c.dims[i - 1]) + C * c.dims[i - 1] * 4 + C;
+    n += c.depths[i] * (C * k2 + C + 2 * C + 2 * r * C * C + r * C + C + (c.ls_init_value > 0 ? C : 0));
+  }
+  const int64_t s = c.dims.back();
+  if (m.stitch)
+    n += 3 *
+         ((s * s + s) + (d * s + d) + (d * 49 + d) + (d * d + d) + (2 * d * (d / 2) + d / 2) + (d / 2 + 1));
+  return n + (d * d + d) + (d * s + d);
+}
+
+}  // namespace
+
+ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layers,
+                         const std::string& mod_router) {
+  ParamCounts p;
+  const LlamaConfig& t = c.text;
+  const int64_t D = t.hidden_size, I = t.intermediate_size, Dh = t.dim_per_head();
+  const int64_t qd = int64_t(t.num_attention_heads) * Dh, kvd = int64_t(t.num_key_value_heads) * Dh;
+  const int64_t ab = t.attention_bias ? 1 : 0, mb = t.mlp_bias ? 1 : 0;
+  const int64_t attn = D * qd + 2 * D * kvd + qd * D + ab * (qd + 2 * kvd + D);
+  const int64_t mlp = 3 * D * I + mb * (2 * I + D);
+  const std::set<int> mods(mod_layers.begin(), mod_layers.end());
+  p.embed = int64_t(t.vocab_size) * D;
+  p.lm_head = t.tie_word_embeddings ? 0 : int64_t(t.vocab_size) * D;
+  p.llm = p.embed + p.lm_head + D;  // + final norm
+  for (int l = 0; l < t.num_hidden_layers; ++l) {
+    int64_t n = attn + mlp + 2 * D;
+    if (mods.count(l) && mod_router == "per_layer") n += D;  // llm.layers.{l}.router.weight [1, D]
+    p.llm_layer.push_back(n);
+    p.llm += n;
+  }
+  if (!mods.empty() && mod_router == "gamma_shared") {
+    p.shared_router = 2 * D;  // mod_router.weight [2, D]
+    p.llm += p.shared_router;
+  }
+  if (c.vision) {
+    const ClipVisionConfig& v = *c.vision;
+    const int64_t Dv = v.hidden_size, Iv = v.intermediate_size;
+    const int64_t layer = 4 * (Dv * Dv + Dv) + (Dv * Iv + Iv) + (Iv * Dv + Dv) + 4 * Dv;
+    p.vision = Dv + Dv * v.num_channels * v.patch_size * v.patch_size + (v.num_patches() + 1) * Dv + 4 * Dv +
+               layer * v.num_hidden_layers;
+    p.projector = Dv * D + D + D * D + D;
+    p.vision_unit = layer;
+    if (c.multipath) {  // LLaVA-HR: all CLIP layers run, plus the ConvNeXt and the adapters
+      p.vision += multipath_extra_params(*c.multipath, Dv);
+      // The largest ConvNeXt block: depthwise conv, LayerNorm, two pointwise linears (r C each way), layer
+      // scale.
+      const auto& cn = c.multipath->slow;
+      const int64_t C = cn.dims.back(), k2 = int64_t(cn.kernel_size) * cn.kernel_size, r = cn.mlp_ratio;
+      p.vision_unit = std::max(p.vision_unit, C * k2 + C + 2 * C + 2 * r * C * C + r * C + C + C);
+    }
+  }
+  return p;
+}
+
+Zero3Units zero3_units(const ParamCounts& pc, const LlavaConfig& c, const MemoryPlanInputs& in) {
+  Zero3Units u;
+  auto unit = [&u](int64_t n) {
+    if (n <= 0) return;
+    u.max_unit = std::max(u.max_unit, n);
+    ++u.count;
+  };
+  if (in.train_vision) {
+    const int blocks = c.vision ? c.vision->num_hidden_layers : 0;
+    for (int b = 0; b < blocks; ++b) unit(pc.vision_unit);  // (the ConvNeXt stages add units no larger)
+  }
+  if (in.train_projector) unit(pc.projector);
+  if (in.train_llm) {
+    const std::set<int> frozen(in.frozen_llm_layers.begin(), in.frozen_llm_layers.end());
+    unit(pc.embed);
+    for (size_t l = 0; l < pc.llm_layer.size(); ++l)
+      if (!frozen.count(int(l))) unit(pc.llm_layer[l]);
+    unit(pc.lm_head + c.text.hidden_size);  // the head: lm_head (absent when tied) and the final norm
+    if (c.text.tie_word_embeddings) u.shared += pc.embed;  // used by the first unit and the head
+    u.shared += pc.shared_router;                          // used by every MoD layer
+  }
+  return u;
+}
+
+}  // namespace gmod
