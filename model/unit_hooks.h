@@ -1,9 +1,10 @@
-// UnitHooks: the points where a training strategy installed from outside the model runs around one unit of it (a
-// decoder layer, a CLIP encoder layer, a ConvNeXt stage). ZeRO-3 (trainer/zero3_driver.h) uses them to gather a
-// unit's sharded parameters before it runs, release them after, and hook the unit's output gradient to gather them
-// again for the backward. model/ only announces its units; it knows nothing of what the hooks do, and with no hooks
-// installed nothing happens. Process-wide, like torch.nn.modules.module.register_module_forward_pre_hook: the hooks
-// decide by the module's address whether it is one of theirs.
+// UnitHooks: the points where a training strategy installed from outside the model runs around one unit of it
+// (a decoder layer, a CLIP encoder layer, a ConvNeXt stage). ZeRO-3 (trainer/zero3_driver.h) uses them to
+// gather a unit's sharded parameters before it runs, release them after, and hook the unit's output gradient
+// to gather them again for the backward. model/ only announces its units; it knows nothing of what the hooks
+// do, and with no hooks installed nothing happens. Process-wide, like
+// torch.nn.modules.module.register_module_forward_pre_hook: the hooks decide by the module's address whether
+// it is one of theirs.
 #pragma once
 
 #include <ATen/ATen.h>

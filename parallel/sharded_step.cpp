@@ -7,7 +7,8 @@
 
 namespace gmod {
 
-StepResult clip_and_step(ShardedAdamW& adam, at::Tensor& grad, Comm* sum_over, double max_grad_norm, double lr) {
+StepResult clip_and_step(ShardedAdamW& adam, at::Tensor& grad, Comm* sum_over, double max_grad_norm,
+                         double lr) {
   c10::NoGradGuard no_grad;
   StepResult res;
   // [sum of squares, non-finite flag] of our part of the averaged gradient. Padding is zero and adds nothing.
@@ -33,7 +34,8 @@ StepResult clip_and_step(ShardedAdamW& adam, at::Tensor& grad, Comm* sum_over, d
   return res;
 }
 
-std::vector<std::pair<int64_t, int64_t>> decay_ranges(const FlatParamLayout& layout, const std::vector<bool>& decay) {
+std::vector<std::pair<int64_t, int64_t>> decay_ranges(const FlatParamLayout& layout,
+                                                      const std::vector<bool>& decay) {
   if (decay.size() != layout.entries().size())
     throw std::runtime_error("parallel/sharded_step: " + std::to_string(decay.size()) + " decay flags for " +
                              std::to_string(layout.entries().size()) + " parameters");
@@ -62,8 +64,9 @@ AdamWShardState shard_state(const ShardedAdamW& adam, const FlatParamLayout& lay
 void load_shard_state(ShardedAdamW& adam, const FlatParamLayout& layout, const AdamWShardState& s,
                       const std::string& who) {
   if (!s.layout.same_params(layout))
-    throw std::runtime_error(who + ": optimizer state was saved for different parameters (names, shapes or order "
-                                   "differ)");
+    throw std::runtime_error(who +
+                             ": optimizer state was saved for different parameters (names, shapes or order "
+                             "differ)");
   c10::NoGradGuard no_grad;
   adam.load(s);
 }

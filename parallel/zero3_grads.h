@@ -1,14 +1,14 @@
-// Zero3Grads: the gradient half of ZeRO-3, next to Zero3Params. Each unit's gradient lives in its own buffer only
-// from its first backward of an accumulation window until its reduction: attach(u) allocates it zeroed and points
-// the unit's parameters' .grad into it (before the unit's backward, so autograd accumulates in place),
-// reduce_start(u) starts its reduce-scatter (average over ranks, in reduce_dtype) into this rank's fp32 gradient
-// shard — the same [r*S, (r+1)*S) range and the same per-element reduction as ZeRO-2's buckets — and drops the
-// buffer (the started collective keeps what it reads alive until it completes); poll()/finish() complete them. So
-// a rank holds its fp32 gradient shard plus the gradients of the units whose backward is running or whose
-// reduction is in flight. Reductions run on their own communicator (a duplicate of the parameters' one by default
-// when asked, see the constructor), so the order in which a rank interleaves them with parameter gathers (which
-// depends on when its units' backward ends) never has to match the other ranks'; only the reductions' own order
-// must.
+// Zero3Grads: the gradient half of ZeRO-3, next to Zero3Params. Each unit's gradient lives in its own buffer
+// only from its first backward of an accumulation window until its reduction: attach(u) allocates it zeroed
+// and points the unit's parameters' .grad into it (before the unit's backward, so autograd accumulates in
+// place), reduce_start(u) starts its reduce-scatter (average over ranks, in reduce_dtype) into this rank's
+// fp32 gradient shard — the same [r*S, (r+1)*S) range and the same per-element reduction as ZeRO-2's buckets
+// — and drops the buffer (the started collective keeps what it reads alive until it completes);
+// poll()/finish() complete them. So a rank holds its fp32 gradient shard plus the gradients of the units
+// whose backward is running or whose reduction is in flight. Reductions can run on their own communicator
+// (the constructor's reduce_comm), so that the order in which a rank interleaves them with parameter gathers
+// (which depends on when its units' backward ends) never has to match the other ranks'; only the reductions'
+// own order must.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -30,9 +30,10 @@ class Zero3Grads {
 
   // Local: unit u's gradient buffer, zeroed, with its parameters' .grad views into it (no-op when attached).
   void attach(int u);
-  // Collective on the reduction communicator (every rank, same order): starts averaging unit u's gradient over
-  // ranks into shard_grad() (added to what is there; a window reduces each unit once, after its last backward) and
-  // drops the buffer and the parameters' .grad. A unit none of whose parameters got a gradient joins with zeros.
+  // Collective on the reduction communicator (every rank, same order): starts averaging unit u's gradient
+  // over ranks into shard_grad() (added to what is there; a window reduces each unit once, after its last
+  // backward) and drops the buffer and the parameters' .grad. A unit none of whose parameters got a gradient
+  // joins with zeros.
   void reduce_start(int u);
   // Completes the reductions that have finished (in start order; never blocks).
   void poll();
@@ -42,6 +43,7 @@ class Zero3Grads {
   void reduce(int u);
   bool attached(int u) const { return bool(grad_.at(size_t(u)).defined()); }
   size_t in_flight() const { return inflight_.size(); }
+  Comm& reduce_comm() const { return rcomm_ ? *rcomm_ : params_.comm(); }
   // [S] fp32: this rank's averaged gradient of layout().shard_range(rank).
   at::Tensor& shard_grad() { return gshard_; }
   const at::Tensor& shard_grad() const { return gshard_; }

@@ -16,8 +16,8 @@ Zero3Optimizer::Zero3Optimizer(Zero3Params& params, Zero3Grads& grads, AdamWHype
 }
 
 StepResult Zero3Optimizer::step(double lr) {
-  // As DataParallelOptimizer::step at stage 2 (parallel/sharded_step.h); the master goes into the parameter shard
-  // (the next forward gathers it).
+  // As DataParallelOptimizer::step at stage 2 (parallel/sharded_step.h); the master goes into the parameter
+  // shard (the next forward gathers it).
   const StepResult res = clip_and_step(*adam_, grads_.shard_grad(), &params_.comm(), max_grad_norm_, lr);
   c10::NoGradGuard no_grad;
   if (!res.skipped) params_.shard().copy_(adam_->master());

@@ -72,6 +72,7 @@ class Trainer {
   MultimodalLM& model() { return *model_; }
   // Stages 0-2 (stage 3 runs through the ZeRO-3 driver, trainer/zero3_driver.h, and throws here).
   DataParallelOptimizer& optimizer();
+  Zero3Driver* zero3() { return z3_.get(); }  // stage 3, else nullptr
   const TrainConfig& config() const { return cfg_; }
 
  private:

@@ -1,6 +1,7 @@
-// Trainer: the optimizer's set-up and the few calls through which the loop, the checkpoint save and the resume reach
-// it, whichever ZeRO stage runs it (stages 0-2: DataParallelOptimizer; stage 3: Zero3Driver, which also gathers the
-// model's parameters around each unit, so that model weights are only complete inside with_full_params).
+// Trainer: the optimizer's set-up and the few calls through which the loop, the checkpoint save and the
+// resume reach it, whichever ZeRO stage runs it (stages 0-2: DataParallelOptimizer; stage 3: Zero3Driver,
+// which also gathers the model's parameters around each unit, so that model weights are only complete inside
+// with_full_params).
 #include <sstream>
 
 #include "trainer/trainer.h"
@@ -31,14 +32,14 @@ void Trainer::setup_optimizer() {
     (d ? decayed : excluded) += p.numel();
     excluded_tensors += d ? 0 : 1;
   }
-  // Frozen parameters are not in the optimizer; they are identical on every rank by construction (same files or
-  // same init seed). The trainable ones start from rank 0's values.
+  // Frozen parameters are not in the optimizer; they are identical on every rank by construction (same files
+  // or same init seed). The trainable ones start from rank 0's values.
   if (o.stage == 3) {
     o.stage = 2;  // the arithmetic and state format of stage 2 (parallel/zero3_optimizer.h)
     z3_ = std::make_unique<Zero3Driver>(*model_, trainable_, comm_, o, c.zero3_prefetch);
     print("optimizer: ZeRO-3, " + std::to_string(z3_->num_units()) + " parameter units (" +
-          std::to_string(z3_->num_hooked_units()) + " gathered around their forward and backward), prefetch " +
-          std::to_string(c.zero3_prefetch));
+          std::to_string(z3_->num_hooked_units()) +
+          " gathered around their forward and backward), prefetch " + std::to_string(c.zero3_prefetch));
   } else {
     opt_ = std::make_unique<DataParallelOptimizer>(trainable_, comm_, o);
     opt_->broadcast_params(0);
@@ -59,9 +60,10 @@ void Trainer::setup_optimizer() {
         mib(at_step.optimizer_state) + ", fp32 averaged gradient " + mib(at_step.reduced_grad) + ")");
 }
 
-
 DataParallelOptimizer& Trainer::optimizer() {
-  if (!opt_) throw std::logic_error("Trainer::optimizer(): ZeRO-3 runs through Zero3Driver, not DataParallelOptimizer");
+  if (!opt_)
+    throw std::logic_error(
+        "Trainer::optimizer(): ZeRO-3 runs through Zero3Driver, not DataParallelOptimizer");
   return *opt_;
 }
 
@@ -77,8 +79,10 @@ const FlatParamLayout& Trainer::optimizer_layout() const { return z3_ ? z3_->lay
 AdamWShardState Trainer::optimizer_state() const { return z3_ ? z3_->state_dict() : opt_->state_dict(); }
 
 void Trainer::load_optimizer_state(const AdamWShardState& s) {
-  if (z3_) z3_->load_state_dict(s);
-  else opt_->load_state_dict(s);
+  if (z3_)
+    z3_->load_state_dict(s);
+  else
+    opt_->load_state_dict(s);
 }
 
 void Trainer::with_full_params(const std::function<void()>& fn) {

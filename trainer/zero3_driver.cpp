@@ -26,8 +26,9 @@ class Zero3GradHook final : public torch::autograd::PostAccumulateGradHook {
 
 namespace {
 
-// The model's hooked units in forward order: ConvNeXt stages (LLaVA-HR's slow tower runs before the CLIP layers),
-// CLIP encoder layers, decoder layers. Only outermost matches count (a block inside a block is part of it).
+// The model's hooked units in forward order: ConvNeXt stages (LLaVA-HR's slow tower runs before the CLIP
+// layers), CLIP encoder layers, decoder layers. Only outermost matches count (a block inside a block is part
+// of it).
 std::vector<std::shared_ptr<torch::nn::Module>> unit_modules(MultimodalLM& model) {
   std::vector<std::shared_ptr<torch::nn::Module>> convnext, clip, decoder;
   std::vector<std::string> taken;
@@ -37,10 +38,14 @@ std::vector<std::shared_ptr<torch::nn::Module>> unit_modules(MultimodalLM& model
     for (const auto& t : taken) inside = inside || name.rfind(t + ".", 0) == 0;
     if (inside) continue;
     const auto& m = item.value();
-    if (std::dynamic_pointer_cast<ConvNextStage>(m)) convnext.push_back(m);
-    else if (std::dynamic_pointer_cast<ClipEncoderLayer>(m)) clip.push_back(m);
-    else if (std::dynamic_pointer_cast<DecoderBlock>(m)) decoder.push_back(m);
-    else continue;
+    if (std::dynamic_pointer_cast<ConvNextStage>(m))
+      convnext.push_back(m);
+    else if (std::dynamic_pointer_cast<ClipEncoderLayer>(m))
+      clip.push_back(m);
+    else if (std::dynamic_pointer_cast<DecoderBlock>(m))
+      decoder.push_back(m);
+    else
+      continue;
     taken.push_back(name);
   }
   std::vector<std::shared_ptr<torch::nn::Module>> out = convnext;
@@ -77,8 +82,10 @@ Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared
       if (o >= 0)
         for (int seen : unit_owner)
           if (seen == o)
-            throw std::runtime_error("trainer/zero3_driver: the trainable parameters of one unit are not consecutive "
-                                     "in the model's parameter order (at '" + trainable[i].first + "')");
+            throw std::runtime_error(
+                "trainer/zero3_driver: the trainable parameters of one unit are not consecutive "
+                "in the model's parameter order (at '" +
+                trainable[i].first + "')");
       unit_owner.push_back(o);
     }
     unit.push_back(static_cast<int>(unit_owner.size()) - 1);
@@ -88,8 +95,10 @@ Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared
   pos_.assign(size_t(n), -1);
   std::vector<int> unit_of_module(mods.size(), -1);
   for (int u = 0; u < n; ++u) {
-    if (unit_owner[size_t(u)] < 0) persistent_.push_back(u);
-    else unit_of_module[size_t(unit_owner[size_t(u)])] = u;
+    if (unit_owner[size_t(u)] < 0)
+      persistent_.push_back(u);
+    else
+      unit_of_module[size_t(unit_owner[size_t(u)])] = u;
   }
   for (size_t k = 0; k < mods.size(); ++k) {
     const int u = unit_of_module[k];
@@ -104,7 +113,8 @@ Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared
   for (int u : unit) ++members_[size_t(u)];
 
   params_ = std::make_unique<Zero3Params>(std::move(trainable), unit, comm_);
-  // CPU (MPI): reductions during the backward, on their own communicator; CUDA: at its end, on comm_'s stream.
+  // CPU (MPI): reductions during the backward, on their own communicator; CUDA: at its end, on comm_'s
+  // stream.
   reduce_in_backward_ = !comm_->device().is_cuda();
   grads_ = std::make_unique<Zero3Grads>(*params_, opts.reduce_dtype,
                                         reduce_in_backward_ ? comm_->duplicate() : nullptr);
@@ -127,7 +137,8 @@ Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared
 Zero3Driver::~Zero3Driver() {
   if (unit_hooks() == this) set_unit_hooks(nullptr);
   try {
-    for (const auto& [name, p] : params_->params()) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+    for (const auto& [name, p] : params_->params())
+      torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
   } catch (...) {
   }
 }
@@ -140,7 +151,8 @@ int Zero3Driver::unit_of(const torch::nn::Module& m) const {
 
 void Zero3Driver::begin_forward() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (suspended_) throw std::logic_error("trainer/zero3_driver: training forward between gather_all and release_all");
+  if (suspended_)
+    throw std::logic_error("trainer/zero3_driver: training forward between gather_all and release_all");
   for (int u : persistent_) params_->gather(u);
   fcur_ = 0;
 }
@@ -158,7 +170,8 @@ void Zero3Driver::pre_forward(const torch::nn::Module& m) {
   for (; fcur_ < n && fcur_ <= k + prefetch_; ++fcur_) {
     const int v = order_[size_t(fcur_)];
     params_->gather(v);
-    if (fcur_ < k) params_->release(v);  // a unit this rank's forward does not run (no image): gathered for the others
+    if (fcur_ < k)
+      params_->release(v);  // a unit this rank's forward does not run (no image): gathered for the others
   }
 }
 
