@@ -1,8 +1,8 @@
 // The trainer: one class that sets a run up (model, MoD conversion, freezing, data-parallel optimizer, this rank's
 // data stream, resume) and runs the loop (gradient accumulation, optimizer step, LR schedule, metrics, evaluation,
-// checkpoints, SIGTERM/SIGINT/SIGUSR1 handling). Parallelism comes from parallel/ (Comm + DataParallelOptimizer, or at ZeRO-3
-// the Zero3Driver of trainer/zero3_driver.h, which reaches the model only through model/unit_hooks.h); the model
-// knows nothing about it.
+// checkpoints, SIGTERM/SIGINT/SIGUSR1 handling). Parallelism comes from parallel/ (Comm + DataParallelOptimizer,
+// or at ZeRO-3 the Zero3Driver of trainer/zero3_driver.h, which reaches the model only through
+// model/unit_hooks.h); the model knows nothing about it.
 //
 // Loss normalisation (so that results do not depend on the world size or on how a step is cut into micro-batches):
 // before the first forward of a step every rank counts the supervised (shifted, label != -100) tokens of all its
