@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/unit_checkpoint.h"
+#include "model/unit_hooks.h"
 
 namespace gmod {
 
@@ -79,9 +80,11 @@ at::Tensor ClipVisionTower::embed(const at::Tensor& pixel_values) const {
 
 at::Tensor ClipVisionTower::run_layer(int i, const at::Tensor& h) {
   auto layer = layers.at(i);
-  if (!checkpoint_layers) return layer->forward(h);
-  return checkpointed_unit([layer](const at::Tensor& x) { return layer->forward(x); }, h, layer->parameters(),
-                           "CLIP encoder layer " + std::to_string(i));
+  return run_unit(*layer, [&] {
+    if (!checkpoint_layers) return layer->forward(h);
+    return checkpointed_unit([layer](const at::Tensor& x) { return layer->forward(x); }, h, layer->parameters(),
+                             "CLIP encoder layer " + std::to_string(i));
+  });
 }
 
 at::Tensor ClipVisionTower::forward(const at::Tensor& pixel_values, int feature_layer) {

@@ -1,6 +1,7 @@
 #include "model/convnext.h"
 
 #include "model/unit_checkpoint.h"
+#include "model/unit_hooks.h"
 
 namespace gmod {
 namespace {
@@ -95,9 +96,11 @@ at::Tensor ConvNext::stem(const at::Tensor& x) const {
 
 at::Tensor ConvNext::run_stage(int i, const at::Tensor& x) {
   auto stage = stages.at(i);
-  if (!checkpoint_stages) return stage->forward(x);
-  return checkpointed_unit([stage](const at::Tensor& h) { return stage->forward(h); }, x, stage->parameters(),
-                           "ConvNeXt stage " + std::to_string(i));
+  return run_unit(*stage, [&] {
+    if (!checkpoint_stages) return stage->forward(x);
+    return checkpointed_unit([stage](const at::Tensor& h) { return stage->forward(h); }, x, stage->parameters(),
+                             "ConvNeXt stage " + std::to_string(i));
+  });
 }
 
 at::Tensor ConvNext::forward(const at::Tensor& x) {

@@ -1,5 +1,7 @@
 #include "model/llama.h"
 
+#include "model/unit_hooks.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -40,7 +42,9 @@ at::Tensor LlamaModel::forward(const at::Tensor& inputs_embeds, ForwardState& st
   for (size_t i = 0; i < layers->size(); ++i) {
     const int idx = static_cast<int>(i);
     const auto& block = (*layers)[i];
-    h = activation_checkpointing.applies(idx) ? checkpointed_forward(block, h, st, idx) : block->forward(h, st, idx);
+    h = run_unit(*block, [&] {
+      return activation_checkpointing.applies(idx) ? checkpointed_forward(block, h, st, idx) : block->forward(h, st, idx);
+    });
   }
   return norm->forward(h);
 }

@@ -1,6 +1,7 @@
 #include "parallel/data_parallel.h"
 
 #include "parallel/bucket_release.h"
+#include "parallel/sharded_step.h"
 
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -125,14 +126,7 @@ DataParallelOptimizer::DataParallelOptimizer(NamedParams params, std::shared_ptr
                             : at::zeros({end - begin}, opt.dtype(at::kFloat));
   AdamWHyper hyper{opts_.beta1, opts_.beta2, opts_.eps, opts_.weight_decay, opts_.offload};
   adam_ = std::make_unique<ShardedAdamW>(begin, end, pflat_.narrow(0, begin, end - begin), hyper);
-  if (!opts_.decay.empty()) {
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const FlatParamEntry& e = layout_.entries()[i];
-      if (opts_.decay[i] && e.numel > 0) ranges.emplace_back(e.offset, e.offset + e.numel);
-    }
-    adam_->set_decay_ranges(std::move(ranges));
-  }
+  if (!opts_.decay.empty()) adam_->set_decay_ranges(decay_ranges(layout_, opts_.decay));
 
   reset_readiness();
   gcomm_ = opts_.overlap_comm ? comm_->duplicate() : comm_;
@@ -405,30 +399,12 @@ size_t DataParallelOptimizer::reductions_in_flight() {
 StepResult DataParallelOptimizer::step(double lr) {
   if (!reduced_) reduce_gradients();
   reduced_ = false;
-  c10::NoGradGuard no_grad;
-  StepResult res;
-  // [sum of squares, non-finite flag] of our part of the averaged gradient; summed over ranks for stage 1/2
-  // (stage 0 ranks all hold the same full gradient). Padding is zero and adds nothing.
-  at::Tensor norm = at::linalg_vector_norm(gshard_, 2).to(at::kDouble);
-  at::Tensor t = at::stack({norm * norm, at::logical_not(at::isfinite(norm)).to(at::kDouble)});
-  if (opts_.stage > 0) comm_->all_reduce(t, ReduceOp::Sum);
-  t = t.cpu();
-  const double sq = t[0].item<double>();
-  const bool bad = t[1].item<double>() > 0 || !std::isfinite(sq);
-  res.grad_norm = std::sqrt(sq);
-  if (bad) {
-    res.skipped = true;
+  // Stage 0 ranks all hold the same full gradient: nothing to sum.
+  const StepResult res = clip_and_step(*adam_, gshard_, opts_.stage > 0 ? comm_.get() : nullptr, opts_.max_grad_norm, lr);
+  if (res.skipped) {
     ++skipped_;
     return res;
   }
-  if (opts_.max_grad_norm > 0) {
-    const double coef = opts_.max_grad_norm / (res.grad_norm + 1e-6);
-    if (coef < 1.0) {
-      gshard_.mul_(coef);
-      res.clipped = true;
-    }
-  }
-  adam_->step(gshard_, lr);
   write_params();
   return res;
 }
@@ -486,24 +462,11 @@ DpMemory DataParallelOptimizer::memory_held() const {
 }
 
 AdamWShardState DataParallelOptimizer::state_dict() const {
-  AdamWShardState s;
-  s.layout = layout_;
-  s.stage = opts_.stage;
-  s.rank = comm_->rank();
-  s.begin = adam_->begin();
-  s.end = adam_->end();
-  s.step = adam_->step_count();
-  s.master = adam_->master();
-  s.exp_avg = adam_->exp_avg();
-  s.exp_avg_sq = adam_->exp_avg_sq();
-  return s;
+  return shard_state(*adam_, layout_, opts_.stage, comm_->rank());
 }
 
 void DataParallelOptimizer::load_state_dict(const AdamWShardState& state) {
-  if (!state.layout.same_params(layout_))
-    throw std::runtime_error("parallel/data_parallel: optimizer state was saved for different parameters (names, "
-                             "shapes or order differ)");
-  adam_->load(state);
+  load_shard_state(*adam_, layout_, state, "parallel/data_parallel");
   write_params();
 }
 

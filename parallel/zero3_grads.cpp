@@ -7,8 +7,8 @@
 
 namespace gmod {
 
-Zero3Grads::Zero3Grads(Zero3Params& params, at::ScalarType reduce_dtype)
-    : params_(params), reduce_dtype_(reduce_dtype) {
+Zero3Grads::Zero3Grads(Zero3Params& params, at::ScalarType reduce_dtype, std::shared_ptr<Comm> reduce_comm)
+    : params_(params), reduce_dtype_(reduce_dtype), rcomm_(std::move(reduce_comm)) {
   if (!at::isFloatingType(reduce_dtype_))
     throw std::runtime_error("parallel/zero3_grads: reduce_dtype must be floating");
   const int n = params_.num_units();
@@ -26,6 +26,13 @@ Zero3Grads::Zero3Grads(Zero3Params& params, at::ScalarType reduce_dtype)
                       params_.params().front().second.options().dtype(at::kFloat).requires_grad(false));
 }
 
+Zero3Grads::~Zero3Grads() {
+  try {
+    finish();
+  } catch (...) {
+  }
+}
+
 void Zero3Grads::attach(int u) {
   if (attached(u)) return;
   c10::NoGradGuard no_grad;
@@ -39,24 +46,46 @@ void Zero3Grads::attach(int u) {
   }
 }
 
-void Zero3Grads::reduce(int u) {
+void Zero3Grads::reduce_start(int u) {
   attach(u);  // a unit none of whose parameters got a gradient still joins the collective (with zeros)
   c10::NoGradGuard no_grad;
   const auto [lo, hi] = params_.unit_range(u);
-  const FlatParamLayout& layout = params_.layout();
-  Comm& comm = params_.comm();
+  Comm& comm = rcomm_ ? *rcomm_ : params_.comm();
   const int world = comm.world_size(), rank = comm.rank();
-  const int64_t S = layout.shard_size();
+  const int64_t S = params_.layout().shard_size();
   std::vector<int64_t> counts(size_t(world), 0);
   for (int k = 0; k < world; ++k)
     counts[size_t(k)] = std::max<int64_t>(0, std::min(hi, (k + 1) * S) - std::max(lo, k * S));
   at::Tensor& g = grad_[size_t(u)];
   at::Tensor red = g.scalar_type() == reduce_dtype_ ? g : g.to(reduce_dtype_);
-  at::Tensor out = at::empty({counts[size_t(rank)]}, red.options());
-  comm.reduce_scatter_v(red, out, counts, ReduceOp::Avg);
-  if (out.numel() > 0) gshard_.narrow(0, std::max(lo, rank * S) - rank * S, out.numel()).add_(out);
+  Inflight f;
+  f.out = at::empty({counts[size_t(rank)]}, red.options());
+  f.begin = std::max(lo, rank * S) - rank * S;
+  f.req = comm.reduce_scatter_v_start(red, f.out, counts, ReduceOp::Avg);
+  inflight_.push_back(std::move(f));
   for (size_t i : members_[size_t(u)]) params_.params()[i].second.mutable_grad() = at::Tensor();
-  g = at::Tensor();
+  g = at::Tensor();  // the request holds what it reads until it completes
+}
+
+void Zero3Grads::retire_front() {
+  Inflight f = std::move(inflight_.front());
+  inflight_.pop_front();
+  f.req->wait();
+  c10::NoGradGuard no_grad;
+  if (f.out.numel() > 0) gshard_.narrow(0, f.begin, f.out.numel()).add_(f.out);
+}
+
+void Zero3Grads::poll() {
+  while (!inflight_.empty() && inflight_.front().req->test()) retire_front();
+}
+
+void Zero3Grads::finish() {
+  while (!inflight_.empty()) retire_front();
+}
+
+void Zero3Grads::reduce(int u) {
+  reduce_start(u);
+  finish();
 }
 
 int64_t Zero3Grads::bytes_held() const {

@@ -31,7 +31,9 @@ json Trainer::evaluate() {
   // [lm_sum, supervised, samples, exact hits, exact counted, processed..., entered..., routable...]
   at::Tensor packed = at::zeros({5 + 3 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
   auto acc = packed.accessor<double, 1>();
-  {
+  // ZeRO-3: every unit held for the evaluation (ranks run different numbers of forwards and generation steps, so
+  // per-unit gathers would not pair up across ranks).
+  with_full_params([&] {
     torch::NoGradGuard no_grad;
     for (int64_t k = 0; k < batches; ++k) {
       Batch b = loader.next();
@@ -54,7 +56,7 @@ json Trainer::evaluate() {
         acc[4] += double(counted);
       }
     }
-  }
+  });
   model_->train();
   packed = packed.to(device_);
   comm_->all_reduce(packed, ReduceOp::Sum);

@@ -25,6 +25,7 @@
 #include "trainer/fault_injection.h"
 #include "trainer/model_setup.h"
 #include "trainer/peak_flops.h"
+#include "trainer/zero3_driver.h"
 
 namespace gmod {
 namespace {
@@ -277,50 +278,6 @@ void Trainer::freeze_and_count() {
              : ""));
 }
 
-void Trainer::setup_optimizer() {
-  const OptimizerSection& c = cfg_.optimizer;
-  DataParallelOptions o;
-  o.stage = c.zero_stage;
-  o.lr = c.lr;
-  o.beta1 = c.beta1;
-  o.beta2 = c.beta2;
-  o.eps = c.eps;
-  o.weight_decay = c.weight_decay;
-  o.max_grad_norm = c.max_grad_norm;
-  o.bucket_bytes = int64_t(c.bucket_mb) << 20;
-  o.reduce_dtype = effective_reduce_dtype(cfg_) == "bf16" ? at::kBFloat16 : at::kFloat;
-  o.overlap_comm = c.overlap_comm;
-  o.accumulate_fp32 = c.accumulate_fp32;
-  o.offload = c.offload == "cpu";
-  // Weight decay by name (HF Trainer / LLaVA: not on biases and norm weights); parallel/ only sees the flags.
-  int64_t decayed = 0, excluded = 0;
-  int excluded_tensors = 0;
-  for (const auto& [name, p] : trainable_) {
-    const bool d = decays_weight(name, c.no_decay);
-    o.decay.push_back(d);
-    (d ? decayed : excluded) += p.numel();
-    excluded_tensors += d ? 0 : 1;
-  }
-  opt_ = std::make_unique<DataParallelOptimizer>(trainable_, comm_, o);
-  opt_->broadcast_params(0);
-  // Frozen parameters are not in the optimizer; they are identical on every rank by construction (same files or
-  // same init seed).
-  std::ostringstream wd;
-  wd << c.weight_decay;
-  if (c.weight_decay > 0)
-    print("optimizer: weight decay " + wd.str() + " on " + std::to_string(decayed) + " parameters; " +
-          std::to_string(excluded) + " in " + std::to_string(excluded_tensors) +
-          " tensors excluded (optimizer.no_decay)");
-  const int64_t n = decayed + excluded;
-  auto mib = [](int64_t b) { return std::to_string((b + (1 << 19)) >> 20) + " MiB"; };
-  const DpMemory during = DataParallelOptimizer::memory_plan(n, world_, dtype_, o, false);
-  const DpMemory at_step = DataParallelOptimizer::memory_plan(n, world_, dtype_, o, true);
-  print("optimizer: ZeRO-" + std::to_string(o.stage) + ", gradients + optimizer state per rank " +
-        mib(during.total()) + " during backward, " + mib(at_step.total()) + " in step() (fp32 state " +
-        mib(at_step.optimizer_state) + ", fp32 averaged gradient " + mib(at_step.reduced_grad) + ")" +
-        (o.offload ? "; offloaded to host memory: fp32 master + moments " + mib(at_step.host_state) : ""));
-}
-
 void Trainer::setup_data() {
   // Demo data on request: rank 0 writes it once, everyone waits.
   if (cfg_.data.demo_records > 0 && !fs::exists(cfg_.data.train)) {
@@ -416,14 +373,20 @@ StepMetrics Trainer::train_step() {
   int64_t tokens = 0, samples = 0, padded = 0;
   TrainFlops step_flops;  // this rank's micro-batches, from what each layer processed
   for (const Batch& b : micro) {
-    if (b.empty()) continue;  // every record of this slice was bad: contribute nothing, still join the step
+    const bool last = &b == &micro.back();
+    if (b.empty()) {  // every record of this slice was bad: contribute nothing, still join the step
+      if (z3_) z3_->idle_micro_batch(last);  // (and its collectives)
+      continue;
+    }
     tokens += b.tokens;
     padded += b.input_ids.numel();
     samples += b.size();
     ModelInputs in = to_model_inputs(b, device_);
     if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
     ForwardState st;
+    if (z3_) z3_->begin_forward();
     ModelOutput out = forward_label_loss(*model_, in, st);  // no [B, L, V] logits (model/lm_loss.h)
+    if (z3_) z3_->end_forward();
     at::Tensor loss = out.lm_loss_sum * (double(world_) / std::max(1.0, n_sup));
     if (!st.aux_losses.empty()) {
       loss = loss + total_routing_loss(st, cfg_.mod.config) / double(accum_);
@@ -432,9 +395,10 @@ StepMetrics Trainer::train_step() {
       routing_sum += r;
     }
     // Last micro-batch of the window: its backward may start the gradient reductions (overlap_comm).
-    if (&b == &micro.back()) opt_->set_last_micro_batch();
+    if (last) z3_ ? z3_->set_last_micro_batch() : opt_->set_last_micro_batch();
     loss = inject_faults_into_loss(loss, m.step, rank_);  // GMOD_FAULT_INJECT only (a test facility)
     loss.backward();
+    if (z3_) z3_->end_backward();
     lm_sum += out.lm_loss_sum.detach().to(at::kDouble);
     const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
     ForwardShape shape = ForwardShape::full(sample_lengths(b.attention_mask), images);
@@ -462,12 +426,11 @@ StepMetrics Trainer::train_step() {
   packed[1] = routing_sum;
   // After this window's bucket reductions have completed: with overlap_comm they run on a second communicator, and
   // NCCL does not guarantee progress when two communicators' collectives run at once (docs/parallel.md).
-  opt_->all_reduce_after_gradients(packed, ReduceOp::Sum);
+  z3_ ? z3_->all_reduce_after_gradients(packed, ReduceOp::Sum) : opt_->all_reduce_after_gradients(packed, ReduceOp::Sum);
   packed = packed.cpu();
   auto r = packed.accessor<double, 1>();
 
-  const StepResult res = opt_->step(m.lr);
-  opt_->zero_grad();
+  const StepResult res = optimizer_step(m.lr);
   // A skipped (non-finite) step does not advance the LR schedule, as Megatron and DeepSpeed hold it: the next
   // applied update gets the learning rate the skipped one would have had.
   if (!res.skipped) sched_->advance();
@@ -572,10 +535,12 @@ std::string Trainer::save_checkpoint() {
                      {"world_size", world_},
                      {"grad_accum", accum_}};
   c.data_position = to_json(loader_->position());
-  const AdamWShardState st = opt_->state_dict();
+  const AdamWShardState st = optimizer_state();
   c.shard_layout = {{"layout", st.layout.to_json()}, {"stage", st.stage}};
-  if (rank_ == 0)
-    for (auto& item : model_->named_parameters()) c.model.emplace_back(item.key(), item.value().detach());
+  with_full_params([&] {  // stage 3: rank 0 copies the gathered parameters
+    if (rank_ == 0)
+      for (auto& item : model_->named_parameters()) c.model.emplace_back(item.key(), z3_ ? item.value().detach().clone() : item.value().detach());
+  });
   RankState mine;
   mine.tensors = {{"master", st.master}, {"exp_avg", st.exp_avg}, {"exp_avg_sq", st.exp_avg_sq}};
   mine.meta = st.meta();

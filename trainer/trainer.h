@@ -1,7 +1,8 @@
 // The trainer: one class that sets a run up (model, MoD conversion, freezing, data-parallel optimizer, this rank's
 // data stream, resume) and runs the loop (gradient accumulation, optimizer step, LR schedule, metrics, evaluation,
-// checkpoints, SIGTERM/SIGINT/SIGUSR1 handling). Parallelism comes from parallel/ (Comm + DataParallelOptimizer); the model
-// knows nothing about it.
+// checkpoints, SIGTERM/SIGINT/SIGUSR1 handling). Parallelism comes from parallel/ (Comm + DataParallelOptimizer,
+// or at ZeRO-3 the Zero3Driver of trainer/zero3_driver.h, which reaches the model only through
+// model/unit_hooks.h); the model knows nothing about it.
 //
 // Loss normalisation (so that results do not depend on the world size or on how a step is cut into micro-batches):
 // before the first forward of a step every rank counts the supervised (shifted, label != -100) tokens of all its
@@ -25,6 +26,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +43,8 @@
 #include "trainer/config/train_config.h"
 
 namespace gmod {
+
+class Zero3Driver;
 
 // Result of Trainer::run().
 struct TrainResult {
@@ -67,7 +71,9 @@ class Trainer {
   int64_t step() const { return step_; }
   int64_t total_steps() const { return total_steps_; }
   MultimodalLM& model() { return *model_; }
-  DataParallelOptimizer& optimizer() { return *opt_; }
+  // Stages 0-2 (stage 3 runs through the ZeRO-3 driver, trainer/zero3_driver.h, and throws here).
+  DataParallelOptimizer& optimizer();
+  Zero3Driver* zero3() { return z3_.get(); }  // stage 3, else nullptr
   const TrainConfig& config() const { return cfg_; }
 
  private:
@@ -75,7 +81,13 @@ class Trainer {
   void convert_model();            // MoD conversion (ARank first when the rule needs it)
   std::vector<double> run_arank();
   void freeze_and_count();         // requires_grad, trainable list, FLOP model
-  void setup_optimizer();
+  void setup_optimizer();  // trainer_optimizer.cpp, with the helpers below that hide the ZeRO stage from the loop
+  StepResult optimizer_step(double lr);
+  const FlatParamLayout& optimizer_layout() const;
+  AdamWShardState optimizer_state() const;
+  void load_optimizer_state(const AdamWShardState& s);
+  // Every parameter held in full while `fn` runs (stage 3: gathered around it; collective), e.g. to save or load.
+  void with_full_params(const std::function<void()>& fn);
   void setup_data();
   bool resume_is_auto() const { return cfg_.resume == "auto" || cfg_.resume == "auto_or_scratch"; }
   // Before any work (collective): verifies the checkpoint to resume from and sets resume_dir_ ("" = from scratch);
@@ -98,7 +110,8 @@ class Trainer {
 
   std::shared_ptr<MultimodalLM> model_;
   std::vector<std::pair<std::string, at::Tensor>> trainable_;
-  std::unique_ptr<DataParallelOptimizer> opt_;
+  std::unique_ptr<DataParallelOptimizer> opt_;  // stages 0-2
+  std::unique_ptr<Zero3Driver> z3_;             // stage 3
   std::unique_ptr<LRSchedule> sched_;
   TrainableParts flop_parts_;  // what the step FLOPs (MFU) count a backward for
   std::vector<int> mod_layers_;

@@ -118,19 +118,22 @@ void Trainer::resume_if_requested() {
   }
 
   // Model weights (all parameters, frozen ones included).
-  NamedTensors params;
-  for (auto& item : model_->named_parameters()) params.emplace_back(item.key(), item.value());
-  reader.load_model_into(params, /*strict=*/true);
+  with_full_params([&] {  // stage 3: into the gathered units (the trainable ones are then set from the master)
+    NamedTensors params;
+    for (auto& item : model_->named_parameters()) params.emplace_back(item.key(), item.value());
+    reader.load_model_into(params, /*strict=*/true);
+  });
 
   // Optimizer state: read only the old ranks whose ranges overlap the one this rank needs.
   const json& sl = reader.shard_layout();
   const FlatParamLayout saved_layout = FlatParamLayout::from_json(sl.at("layout"));
   const int saved_stage = sl.at("stage").get<int>();
-  if (!saved_layout.same_params(opt_->layout()))
+  if (!saved_layout.same_params(optimizer_layout()))
     throw std::runtime_error("resume: the trainable parameters of " + dir +
                              " differ from this run's (changed freeze or mod settings?)");
-  const int stage = cfg_.optimizer.zero_stage;
-  const FlatParamLayout new_layout = opt_->layout();
+  // ZeRO-3's optimizer state is a stage-2 one (the same shard range): it loads what stage 2 would.
+  const int stage = cfg_.optimizer.zero_stage == 3 ? 2 : cfg_.optimizer.zero_stage;
+  const FlatParamLayout new_layout = optimizer_layout();
   int64_t need_b = 0, need_e = new_layout.total();
   if (stage != 0) std::tie(need_b, need_e) = new_layout.shard_range(rank_);
   std::vector<int> old_ranks;
@@ -159,9 +162,9 @@ void Trainer::resume_if_requested() {
     saved.push_back(std::move(s));
   }
   if (saved_world == world_ && saved_stage == stage && saved.size() == 1 && saved[0].rank == rank_) {
-    opt_->load_state_dict(saved[0]);
+    load_optimizer_state(saved[0]);
   } else {
-    opt_->load_state_dict(reshard_state(saved, world_, rank_, stage));
+    load_optimizer_state(reshard_state(saved, world_, rank_, stage));
   }
 
   // Generators: each rank's own state at the same world size, else a fresh deterministic seed.
@@ -197,7 +200,7 @@ void Trainer::resume_if_requested() {
   }
   print("resume: " + dir + " (step " + std::to_string(step_) + ", saved by " + std::to_string(saved_world) +
         " rank(s), ZeRO-" + std::to_string(saved_stage) + ") -> " + std::to_string(world_) + " rank(s), ZeRO-" +
-        std::to_string(stage) + "; data epoch " + std::to_string(start_position_.epoch) + " sample " +
+        std::to_string(cfg_.optimizer.zero_stage) + "; data epoch " + std::to_string(start_position_.epoch) + " sample " +
         std::to_string(start_position_.consumed_samples) +
         (saved_global != global_batch_ ? "; global batch changed from " + std::to_string(saved_global) : ""));
 }

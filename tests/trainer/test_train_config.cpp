@@ -86,7 +86,7 @@ TEST(TrainConfig, ValidationReportsAllProblemsAtOnce) {
   c.model.dtype = "fp16";
   c.data.train = "/no/such/train.json";
   c.batch.grad_accum = 0;
-  c.optimizer.zero_stage = 3;
+  c.optimizer.zero_stage = 4;
   c.checkpoint.keep_last = 1;
   c.freeze.llm_layers = {"3-1"};
   c.resume = "/no/such/checkpoint";
@@ -95,7 +95,7 @@ TEST(TrainConfig, ValidationReportsAllProblemsAtOnce) {
   c.model.activation_checkpointing = "every_0";
   const std::string msg = error_of([&] { gmod::validate_train_config(c, 2); });
   for (const char* part : {"model.dtype", "data.train: /no/such/train.json does not exist", "batch.grad_accum: 0",
-                           "optimizer.zero_stage: 3", "checkpoint.keep_last: 1", "freeze.llm_layers", "resume:",
+                           "optimizer.zero_stage: 4", "checkpoint.keep_last: 1", "freeze.llm_layers", "resume:",
                            "mod.rule", "model.activation_checkpointing: activation checkpointing \"every_0\"",
                            "9 problem(s)"})
     EXPECT_TRUE(has(msg, part)) << "missing \"" << part << "\" in:\n" << msg;
@@ -404,4 +404,18 @@ TEST(TrainConfig, ResourceBoundsAndProducts) {
        {"data.workers: 100000, expected 0 to 256", "data.prefetch: 0, expected 1 to 4096",
         "world size (1) x micro_batch (65536) x grad_accum (65536) samples per step is out of range"})
     EXPECT_TRUE(has(all, part)) << "missing \"" << part << "\" in:\n" << all;
+}
+
+TEST(TrainConfig, ZeroStage3IsSelectableAndItsKnobsAreChecked) {
+  TrainConfig c = valid_config();
+  c.optimizer.zero_stage = 3;
+  EXPECT_TRUE(gmod::check_train_config(c, 2).empty());
+  c.optimizer.zero3_prefetch = 9;
+  c.model.dtype = "bf16";
+  c.optimizer.accumulate_fp32 = true;
+  const auto errors = gmod::check_train_config(c, 2);
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_TRUE(has(errors[0], "optimizer.zero3_prefetch: 9")) << errors[0];
+  EXPECT_TRUE(has(errors[1], "optimizer.accumulate_fp32: not available with zero_stage 3")) << errors[1];
+  EXPECT_EQ(gmod::train_config_from_json(json{{"optimizer", {{"zero3_prefetch", 2}}}}).optimizer.zero3_prefetch, 2);
 }

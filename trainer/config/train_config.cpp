@@ -62,7 +62,7 @@ json to_json(const TrainConfig& c) {
         {"weight_decay", c.optimizer.weight_decay}, {"warmup_ratio", c.optimizer.warmup_ratio},
         {"warmup_steps", c.optimizer.warmup_steps}, {"min_lr", c.optimizer.min_lr},
         {"max_grad_norm", c.optimizer.max_grad_norm}, {"zero_stage", c.optimizer.zero_stage},
-        {"bucket_mb", c.optimizer.bucket_mb}, {"no_decay", c.optimizer.no_decay},
+        {"zero3_prefetch", c.optimizer.zero3_prefetch}, {"bucket_mb", c.optimizer.bucket_mb}, {"no_decay", c.optimizer.no_decay},
         {"reduce_dtype", c.optimizer.reduce_dtype}, {"overlap_comm", c.optimizer.overlap_comm},
         {"accumulate_fp32", c.optimizer.accumulate_fp32}, {"offload", c.optimizer.offload}}},
       {"batch",
@@ -131,6 +131,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(o, "warmup_ratio", c.optimizer.warmup_ratio), get(o, "warmup_steps", c.optimizer.warmup_steps);
       get(o, "min_lr", c.optimizer.min_lr), get(o, "max_grad_norm", c.optimizer.max_grad_norm);
       get(o, "zero_stage", c.optimizer.zero_stage), get(o, "bucket_mb", c.optimizer.bucket_mb);
+      get(o, "zero3_prefetch", c.optimizer.zero3_prefetch);
       get(o, "no_decay", c.optimizer.no_decay), get(o, "reduce_dtype", c.optimizer.reduce_dtype);
       get(o, "overlap_comm", c.optimizer.overlap_comm), get(o, "accumulate_fp32", c.optimizer.accumulate_fp32);
       get(o, "offload", c.optimizer.offload);
@@ -419,7 +420,13 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
   if (o.weight_decay < 0) e.push_back("optimizer.weight_decay: must be >= 0");
   if (o.warmup_ratio < 0 || o.warmup_ratio > 1) e.push_back("optimizer.warmup_ratio: must be in [0, 1]");
   if (o.warmup_steps < 0) e.push_back("optimizer.warmup_steps: must be >= 0");
-  if (o.zero_stage < 0 || o.zero_stage > 2) e.push_back("optimizer.zero_stage: " + std::to_string(o.zero_stage) + ", expected 0, 1 or 2");
+  if (o.zero_stage < 0 || o.zero_stage > 3)
+    e.push_back("optimizer.zero_stage: " + std::to_string(o.zero_stage) + ", expected 0, 1, 2 or 3");
+  if (o.zero3_prefetch < 0 || o.zero3_prefetch > 8)
+    e.push_back("optimizer.zero3_prefetch: " + std::to_string(o.zero3_prefetch) + ", expected 0..8 (units gathered ahead)");
+  if (o.zero_stage == 3 && o.accumulate_fp32 && c.model.dtype == "bf16")
+    e.push_back("optimizer.accumulate_fp32: not available with zero_stage 3 (its unit gradients accumulate in the "
+                "params' dtype); use zero_stage 2 or accumulate_fp32 = false");
   if (o.bucket_mb < 1) e.push_back("optimizer.bucket_mb: must be >= 1");
   for (size_t i = 0; i < o.no_decay.size(); ++i)
     if (o.no_decay[i].empty())

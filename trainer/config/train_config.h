@@ -92,7 +92,9 @@ struct OptimizerSection {
   int warmup_steps = 0;
   double min_lr = 0.0;           // cosine decay ends here
   double max_grad_norm = 1.0;    // global-norm clipping (<= 0: off)
-  int zero_stage = 1;            // 0: replicated AdamW; 1: sharded optimizer state; 2: + reduce-scattered gradients
+  int zero_stage = 1;            // 0: replicated AdamW; 1: sharded optimizer state; 2: + reduce-scattered gradients;
+                                 // 3: + parameters sharded in units, gathered around each unit (docs/parallel.md)
+  int zero3_prefetch = 1;        // stage 3: units gathered ahead of the one running (0..8; memory: +1 unit each)
   int bucket_mb = 25;            // gradient communication bucket size
   // Gradient communication dtype: "fp32" (default; bf16 gradients are upcast per bucket), "bf16" (half the traffic,
   // averages rounded to bf16), or "param" (= model.dtype: no conversion).

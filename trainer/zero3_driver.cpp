@@ -1,0 +1,310 @@
+#include "trainer/zero3_driver.h"
+
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <map>
+#include <stdexcept>
+
+#include "model/clip.h"
+#include "model/convnext.h"
+#include "model/decoder_layer.h"
+
+namespace gmod {
+
+// Each trainable parameter's post-accumulate-grad hook (runs right after autograd accumulated its gradient).
+class Zero3GradHook final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  Zero3GradHook(Zero3Driver* d, size_t index) : d_(d), index_(index) {}
+  void operator()(const torch::autograd::Variable&) override { d_->on_grad_ready(index_); }
+
+ private:
+  Zero3Driver* d_;
+  size_t index_;
+};
+
+namespace {
+
+// The model's hooked units in forward order: ConvNeXt stages (LLaVA-HR's slow tower runs before the CLIP
+// layers), CLIP encoder layers, decoder layers. Only outermost matches count (a block inside a block is part
+// of it).
+std::vector<std::shared_ptr<torch::nn::Module>> unit_modules(MultimodalLM& model) {
+  std::vector<std::shared_ptr<torch::nn::Module>> convnext, clip, decoder;
+  std::vector<std::string> taken;
+  for (const auto& item : model.named_modules()) {
+    const std::string& name = item.key();
+    bool inside = false;
+    for (const auto& t : taken) inside = inside || name.rfind(t + ".", 0) == 0;
+    if (inside) continue;
+    const auto& m = item.value();
+    if (std::dynamic_pointer_cast<ConvNextStage>(m))
+      convnext.push_back(m);
+    else if (std::dynamic_pointer_cast<ClipEncoderLayer>(m))
+      clip.push_back(m);
+    else if (std::dynamic_pointer_cast<DecoderBlock>(m))
+      decoder.push_back(m);
+    else
+      continue;
+    taken.push_back(name);
+  }
+  std::vector<std::shared_ptr<torch::nn::Module>> out = convnext;
+  out.insert(out.end(), clip.begin(), clip.end());
+  out.insert(out.end(), decoder.begin(), decoder.end());
+  return out;
+}
+
+}  // namespace
+
+Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared_ptr<Comm> comm,
+                         const DataParallelOptions& opts, int prefetch)
+    : comm_(std::move(comm)), prefetch_(prefetch) {
+  if (!comm_) throw std::runtime_error("trainer/zero3_driver: null Comm");
+  if (prefetch_ < 0) throw std::invalid_argument("optimizer.zero3_prefetch must be >= 0");
+  if (trainable.empty()) throw std::runtime_error("trainer/zero3_driver: no trainable parameters");
+  {
+    c10::NoGradGuard no_grad;  // every rank starts from rank 0's values, as ZeRO-1/2's broadcast_params
+    for (auto& [name, p] : trainable) {
+      at::Tensor d = p.detach();
+      comm_->broadcast(d, 0);
+    }
+  }
+  // Owner (position among the hooked modules) of every trainable parameter; -1: persistent.
+  const auto mods = unit_modules(model);
+  std::map<const void*, int> owner;
+  for (size_t k = 0; k < mods.size(); ++k)
+    for (const auto& p : mods[k]->parameters()) owner[p.unsafeGetTensorImpl()] = static_cast<int>(k);
+  std::vector<int> unit, unit_owner;
+  for (size_t i = 0; i < trainable.size(); ++i) {
+    const auto it = owner.find(trainable[i].second.unsafeGetTensorImpl());
+    const int o = it == owner.end() ? -1 : it->second;
+    if (i == 0 || o != unit_owner.back()) {
+      if (o >= 0)
+        for (int seen : unit_owner)
+          if (seen == o)
+            throw std::runtime_error(
+                "trainer/zero3_driver: the trainable parameters of one unit are not consecutive "
+                "in the model's parameter order (at '" +
+                trainable[i].first + "')");
+      unit_owner.push_back(o);
+    }
+    unit.push_back(static_cast<int>(unit_owner.size()) - 1);
+  }
+  unit_of_param_ = unit;
+  const int n = static_cast<int>(unit_owner.size());
+  pos_.assign(size_t(n), -1);
+  std::vector<int> unit_of_module(mods.size(), -1);
+  for (int u = 0; u < n; ++u) {
+    if (unit_owner[size_t(u)] < 0)
+      persistent_.push_back(u);
+    else
+      unit_of_module[size_t(unit_owner[size_t(u)])] = u;
+  }
+  for (size_t k = 0; k < mods.size(); ++k) {
+    const int u = unit_of_module[k];
+    if (u < 0) continue;  // frozen unit: not sharded, nothing to do
+    pos_[size_t(u)] = static_cast<int>(order_.size());
+    order_.push_back(u);
+    module_unit_.emplace_back(mods[k].get(), u);
+  }
+  red_order_.assign(order_.rbegin(), order_.rend());
+  red_order_.insert(red_order_.end(), persistent_.rbegin(), persistent_.rend());
+  members_.assign(size_t(n), 0);
+  for (int u : unit) ++members_[size_t(u)];
+
+  params_ = std::make_unique<Zero3Params>(std::move(trainable), unit, comm_);
+  // CPU (MPI): reductions during the backward, on their own communicator; CUDA: at its end, on comm_'s
+  // stream.
+  reduce_in_backward_ = !comm_->device().is_cuda();
+  grads_ = std::make_unique<Zero3Grads>(*params_, opts.reduce_dtype,
+                                        reduce_in_backward_ ? comm_->duplicate() : nullptr);
+  opt_ = std::make_unique<Zero3Optimizer>(*params_, *grads_,
+                                          AdamWHyper{opts.beta1, opts.beta2, opts.eps, opts.weight_decay, opts.offload},
+                                          opts.max_grad_norm, opts.decay);
+  for (int u = 0; u < n; ++u) params_->release(u);
+  ran_.assign(size_t(n), 0);
+  pending_ = members_;
+  const auto& ps = params_->params();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    if (torch::autograd::impl::post_acc_grad_hooks(ps[i].second))
+      throw std::runtime_error("trainer/zero3_driver: parameter '" + ps[i].first +
+                               "' already has a post-accumulate-grad hook");
+    torch::autograd::impl::set_post_acc_grad_hooks(ps[i].second, std::make_unique<Zero3GradHook>(this, i));
+  }
+  set_unit_hooks(this);
+}
+
+Zero3Driver::~Zero3Driver() {
+  if (unit_hooks() == this) set_unit_hooks(nullptr);
+  try {
+    for (const auto& [name, p] : params_->params())
+      torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  } catch (...) {
+  }
+}
+
+int Zero3Driver::unit_of(const torch::nn::Module& m) const {
+  for (const auto& [mod, u] : module_unit_)
+    if (mod == &m) return u;
+  return -1;
+}
+
+void Zero3Driver::begin_forward() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (suspended_)
+    throw std::logic_error("trainer/zero3_driver: training forward between gather_all and release_all");
+  for (int u : persistent_) params_->gather(u);
+  fcur_ = 0;
+}
+
+void Zero3Driver::pre_forward(const torch::nn::Module& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (suspended_) return;
+  const int u = unit_of(m);
+  if (u < 0) return;
+  const int k = pos_[size_t(u)];
+  if (k < fcur_ && !params_->gathered(u))  // (a gathered one was prefetched)
+    throw std::logic_error("trainer/zero3_driver: unit " + std::to_string(u) +
+                           " runs after a later unit of the forward order, or twice in one forward");
+  const int n = static_cast<int>(order_.size());
+  for (; fcur_ < n && fcur_ <= k + prefetch_; ++fcur_) {
+    const int v = order_[size_t(fcur_)];
+    params_->gather(v);
+    if (fcur_ < k)
+      params_->release(v);  // a unit this rank's forward does not run (no image): gathered for the others
+  }
+}
+
+at::Tensor Zero3Driver::post_forward(const torch::nn::Module& m, const at::Tensor& out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (suspended_) return out;
+  const int u = unit_of(m);
+  if (u < 0) return out;
+  if (c10::GradMode::is_enabled() && out.requires_grad()) {
+    ran_[size_t(u)] = 1;
+    at::Tensor o = out;
+    o.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
+  }
+  params_->release(u);  // reshard after forward; the backward gathers it again
+  return out;
+}
+
+void Zero3Driver::end_forward() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int n = static_cast<int>(order_.size());
+  for (; fcur_ < n; ++fcur_) {
+    params_->gather(order_[size_t(fcur_)]);
+    params_->release(order_[size_t(fcur_)]);
+  }
+  for (int u : order_) params_->release(u);  // prefetched and not run
+  for (int u : persistent_) grads_->attach(u);
+  bcur_ = n - 1;
+  pending_ = members_;
+  reduced_ = false;
+}
+
+void Zero3Driver::pre_backward(int u) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int k = pos_[size_t(u)];
+  if (k > bcur_ && !params_->gathered(u))  // (a gathered one was prefetched)
+    throw std::logic_error("trainer/zero3_driver: the backward reached unit " + std::to_string(u) +
+                           " after an earlier unit of the forward order, or twice");
+  for (; bcur_ >= 0 && bcur_ >= k - prefetch_; --bcur_) {
+    const int v = order_[size_t(bcur_)];
+    params_->gather(v);
+    if (bcur_ != k && !ran_[size_t(v)]) params_->release(v);  // not run by this rank: gathered for the others
+  }
+  grads_->attach(u);
+}
+
+void Zero3Driver::on_grad_ready(size_t index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (suspended_) return;
+  c10::NoGradGuard no_grad;
+  const int u = unit_of_param_[index];
+  at::Tensor p = params_->params()[index].second;
+  at::Tensor g = p.grad();
+  if (!grads_->attached(u)) grads_->attach(u);  // (its output hook did not run: a gradient that bypassed it)
+  at::Tensor view = p.grad();
+  if (g.defined() && g.data_ptr() != view.data_ptr()) {
+    view.add_(g);  // autograd made a fresh .grad: take its values into the unit buffer
+    p.mutable_grad() = view;
+  }
+  if (--pending_[size_t(u)] == 0 && pos_[size_t(u)] >= 0) params_->release(u);  // its backward is over
+  if (last_ && reduce_in_backward_) launch_ready_reductions(false);
+  grads_->poll();
+}
+
+void Zero3Driver::launch_ready_reductions(bool all) {
+  while (rnext_ < red_order_.size()) {
+    const int u = red_order_[rnext_];
+    if (!all && pending_[size_t(u)] > 0) return;
+    grads_->reduce_start(u);
+    ++rnext_;
+  }
+}
+
+void Zero3Driver::finish_reductions() {
+  launch_ready_reductions(true);
+  grads_->finish();
+  rnext_ = 0;
+  reduced_ = true;
+  last_ = false;
+}
+
+void Zero3Driver::end_backward() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (; bcur_ >= 0; --bcur_) {
+    params_->gather(order_[size_t(bcur_)]);
+    params_->release(order_[size_t(bcur_)]);
+  }
+  for (int u = 0; u < params_->num_units(); ++u) params_->release(u);
+  if (last_) finish_reductions();
+  reset_pass();
+}
+
+void Zero3Driver::reset_pass() {
+  std::fill(ran_.begin(), ran_.end(), 0);
+  pending_ = members_;
+  fcur_ = 0;
+  bcur_ = -1;
+}
+
+void Zero3Driver::idle_micro_batch(bool last) {
+  set_last_micro_batch(last);
+  begin_forward();
+  end_forward();
+  end_backward();
+}
+
+void Zero3Driver::all_reduce_after_gradients(at::Tensor& t, ReduceOp op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!reduced_) finish_reductions();
+  }
+  comm_->all_reduce(t, op);
+}
+
+StepResult Zero3Driver::step(double lr) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!reduced_) finish_reductions();
+  }
+  const StepResult r = opt_->step(lr);
+  reduced_ = false;
+  return r;
+}
+
+void Zero3Driver::gather_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  suspended_ = true;
+  for (int u = 0; u < params_->num_units(); ++u) params_->gather(u);
+}
+
+void Zero3Driver::release_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int u = 0; u < params_->num_units(); ++u) params_->release(u);
+  suspended_ = false;
+}
+
+}  // namespace gmod

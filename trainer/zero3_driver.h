@@ -1,0 +1,128 @@
+// Zero3Driver: ZeRO-3 (`optimizer.zero_stage: 3`) driven from outside the model. It shards the trainable
+// parameters in units (parallel/zero3_params.h) and runs them through the model's unit hooks
+// (model/unit_hooks.h):
+//  - Units. Each decoder layer, CLIP encoder layer and ConvNeXt stage with trainable parameters is a *hooked*
+//    unit: gathered just before its forward and released just after it (reshard after forward), gathered
+//    again when its output's gradient arrives (a hook on the output; under activation checkpointing that is
+//    before the recompute), released once every one of its parameters got its gradient. Every other trainable
+//    parameter (embeddings, LM head, final norm, projector, vision stem, γ-MoD's shared router, adapters)
+//    belongs to a *persistent* unit: a run of consecutive such parameters, gathered before each micro-batch's
+//    forward and released after its backward. Parameters used by several units (tied embeddings and LM head,
+//    the shared router read by every MoD layer) are therefore gathered from their first use to the end of the
+//    backward, and their gradient, summed by autograd over every use into one .grad, is reduced once.
+//  - Collective order. Gathers are collectives, so every rank gathers every hooked unit exactly once per
+//  forward
+//    and once per backward, in a fixed order (forward: vision units, then decoder layers; backward: the
+//    reverse), whether or not it runs the unit: a rank whose micro-batch has no image gathers (and drops at
+//    once) the vision units when its forward passes them, and a cursor catches up at the end of the forward
+//    and backward. Gradient reductions (per unit, as its backward ends, on the last micro-batch of a window)
+//    run non-blocking on a second communicator in a fixed unit order (hooked units in backward order, then
+//    the persistent ones), so a rank's interleaving of gathers and reductions need not match the others'. On
+//    a CUDA communicator the reductions are started at the end of the backward instead (one stream: the order
+//    must be the same).
+//  - Prefetch (`optimizer.zero3_prefetch` = d): gathering unit k also gathers the next d units of the pass
+//  (the
+//    forward's next layers, the backward's previous ones), so that d + 1 units are held at once.
+//  - Step: Zero3Optimizer (stage-2 arithmetic on the same shard, stage-2 state format), so parameters and
+//    checkpoints are bitwise those of ZeRO-2 and move between stages and world sizes through reshard_state.
+// Outside the training step (evaluation, saving, loading weights) gather_all() holds every unit until
+// release_all(); the unit hooks do nothing meanwhile.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/llava.h"
+#include "model/unit_hooks.h"
+#include "parallel/zero3_grads.h"
+#include "parallel/zero3_optimizer.h"
+#include "parallel/zero3_params.h"
+
+namespace gmod {
+
+class Zero3GradHook;
+
+class Zero3Driver final : public UnitHooks {
+ public:
+  using NamedParams = std::vector<std::pair<std::string, at::Tensor>>;
+
+  // trainable: the model's trainable parameters in named_parameters order (as ZeRO-1/2 get them; rank 0's
+  // values are broadcast). Uses opts' AdamW hyper-parameters, max_grad_norm, reduce_dtype and decay flags.
+  Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared_ptr<Comm> comm,
+              const DataParallelOptions& opts, int prefetch);
+  ~Zero3Driver() override;  // uninstalls the hooks
+  Zero3Driver(const Zero3Driver&) = delete;
+  Zero3Driver& operator=(const Zero3Driver&) = delete;
+
+  // Around every micro-batch (collective: every rank calls them in the same order).
+  void begin_forward();  // gathers the persistent units
+  void end_forward();    // gathers and drops the hooked units this rank's forward did not reach
+  void set_last_micro_batch(bool last = true) { last_ = last; }  // before the window's last backward
+  void
+  end_backward();  // the rest of the backward's gathers, releases; last micro-batch: every reduction done
+  // A micro-batch this rank has no data for (all its records were bad): the same collectives, nothing
+  // computed.
+  void idle_micro_batch(bool last);
+  // comm's all_reduce after the window's reductions (a rank whose last micro-batch was idle reduces here).
+  void all_reduce_after_gradients(at::Tensor& t, ReduceOp op = ReduceOp::Sum);
+  StepResult step(double lr);
+  void zero_grad() {}  // gradients live only between a unit's backward and its reduction
+
+  // Collective: every unit gathered (values of the current shard) until release_all().
+  void gather_all();
+  void release_all();
+
+  AdamWShardState state_dict() const { return opt_->state_dict(); }
+  void load_state_dict(const AdamWShardState& s) { opt_->load_state_dict(s); }
+  const FlatParamLayout& layout() const { return params_->layout(); }
+  int num_units() const { return params_->num_units(); }
+  int num_hooked_units() const { return static_cast<int>(order_.size()); }
+  // Bytes of parameter (shard + gathered units) and gradient (fp32 shard + unit buffers) storage alive now.
+  int64_t param_bytes_held() const { return params_->bytes_held(); }
+  int64_t grad_bytes_held() const { return grads_->bytes_held(); }
+  // Traffic of the gradient reductions (their own communicator; the gathers run on the trainer's).
+  const CommStats& reduction_stats() const { return grads_->reduce_comm().stats(); }
+
+  // UnitHooks
+  void pre_forward(const torch::nn::Module& unit) override;
+  at::Tensor post_forward(const torch::nn::Module& unit, const at::Tensor& out) override;
+
+ private:
+  friend class Zero3GradHook;
+  void pre_backward(int u);                // the unit's output gradient arrived
+  void on_grad_ready(size_t index);        // parameter `index` got its gradient of this backward
+  void launch_ready_reductions(bool all);  // in red_order_, while complete (all: the rest too)
+  void finish_reductions();
+  int unit_of(const torch::nn::Module& m) const;
+  void reset_pass();
+
+  std::shared_ptr<Comm> comm_;
+  std::unique_ptr<Zero3Params> params_;
+  std::unique_ptr<Zero3Grads> grads_;
+  std::unique_ptr<Zero3Optimizer> opt_;
+  int prefetch_ = 1;
+  bool reduce_in_backward_ = true;  // false on CUDA: reductions start at the end of the backward
+
+  std::vector<std::pair<const torch::nn::Module*, int>> module_unit_;  // hooked module -> unit
+  std::vector<int> order_;                                             // hooked units in forward order
+  std::vector<int> pos_;         // per unit: position in order_, -1 for persistent units
+  std::vector<int> persistent_;  // persistent units, ascending
+  std::vector<int> red_order_;   // reduction order: order_ reversed, then persistent_ descending
+  std::vector<int> unit_of_param_;
+  std::vector<int> members_;  // parameters per unit
+
+  std::mutex mu_;
+  bool suspended_ = false;  // gather_all() .. release_all()
+  bool last_ = false;
+  bool reduced_ = true;       // this window's reductions done (nothing pending)
+  int fcur_ = 0;              // next position of order_ the forward gathers
+  int bcur_ = -1;             // next position of order_ the backward gathers (descending)
+  std::vector<char> ran_;     // per unit: ran forward with gradients in this micro-batch
+  std::vector<int> pending_;  // per unit: parameters still without gradient in this backward
+  size_t rnext_ = 0;          // next entry of red_order_ to start
+};
+
+}  // namespace gmod
