@@ -32,6 +32,7 @@ class Zero3Optimizer {
   // gather).
   void load_state_dict(const AdamWShardState& state);
   int64_t step_count() const { return adam_->step_count(); }
+  int64_t host_bytes() const { return adam_->host_bytes(); }  // offload: master + moments in host memory
 
  private:
   Zero3Params& params_;

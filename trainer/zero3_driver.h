@@ -83,6 +83,7 @@ class Zero3Driver final : public UnitHooks {
   // Bytes of parameter (shard + gathered units) and gradient (fp32 shard + unit buffers) storage alive now.
   int64_t param_bytes_held() const { return params_->bytes_held(); }
   int64_t grad_bytes_held() const { return grads_->bytes_held(); }
+  int64_t host_state_bytes() const { return opt_->host_bytes(); }  // optimizer.offload: cpu
   // Traffic of the gradient reductions (their own communicator; the gathers run on the trainer's).
   const CommStats& reduction_stats() const { return grads_->reduce_comm().stats(); }
 

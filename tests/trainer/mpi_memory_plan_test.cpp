@@ -9,7 +9,6 @@
 // total plus the host total within 10% of the measured peak (and after-forward bytes), and (2) the host total
 // equal to the bytes the optimizer itself holds as host memory (DpMemory::host_state), and the device-side
 // optimizer_states term zero: a plan that classified them wrongly fails (1) or (2).
-// ZeRO-3 cases run once the trainer config accepts optimizer.zero_stage 3 (branch z3); until then they skip.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,7 +16,6 @@
 
 #include "parallel/mpi_comm.h"
 #include "tests/trainer/memory_plan_util.h"
-#include "trainer/config/train_config.h"
 #include "trainer/plan/memory_probe.h"
 #include "trainer/plan/memory_tracker.h"
 
@@ -160,32 +158,12 @@ TEST(MemoryPlanMeasured, OffloadStatesHeavyFp32Zero0) {  // the peak is the opti
   check(in, "short batch offload");
 }
 
-namespace {
-
-// Whether this build's trainer config accepts ZeRO-3 (check_train_config has no complaint about the stage).
-bool zero3_accepted() {
-  TrainConfig c;
-  c.optimizer.zero_stage = 3;
-  for (const auto& e : check_train_config(c, 1, 1))
-    if (e.rfind("optimizer.zero_stage", 0) == 0) return false;
-  return true;
-}
-
-constexpr const char* kZero3Refused =
-    "optimizer.zero_stage 3 is refused by the trainer config in this build (ZeRO-3 is wired into the trainer "
-    "on "
-    "branch z3); this case runs once it is accepted, with the probe's stage-3 path (memory_probe.h)";
-
-}  // namespace
-
 // ZeRO-3 (the plan's stage-3 terms: parameter shard, prefetch + 1 gathered units, per-unit gradients).
 TEST(MemoryPlanMeasured, Zero3Fp32) {
-  if (!zero3_accepted()) GTEST_SKIP() << kZero3Refused;
   check(gmod::testing::small_plan_inputs(1, 3), "ZeRO-3");
 }
 
 TEST(MemoryPlanMeasured, Zero3Bf16Offload) {
-  if (!zero3_accepted()) GTEST_SKIP() << kZero3Refused;
   MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 3, "bf16");
   in.offload = "cpu";
   check(in, "ZeRO-3 offload");

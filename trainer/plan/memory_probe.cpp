@@ -16,6 +16,7 @@
 #include "model/token_roles.h"
 #include "parallel/data_parallel.h"
 #include "trainer/plan/memory_tracker.h"
+#include "trainer/zero3_driver.h"
 
 namespace gmod {
 namespace {
@@ -66,17 +67,11 @@ ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, doub
 
 }  // namespace
 
-const char* const kZero3NotWired =
-    "memory probe: ZeRO-3 is not wired into the probe yet (it drives DataParallelOptimizer; stage 3's unit "
-    "gathers "
-    "and per-unit reductions are hooked up by the trainer)";
-
 MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::shared_ptr<Comm> comm, int steps,
                                           uint64_t seed) {
   if (comm->world_size() != in.world)
     throw std::invalid_argument("memory probe: plan is for world " + std::to_string(in.world) +
                                 ", comm has " + std::to_string(comm->world_size()) + " ranks");
-  if (in.stage == 3) throw std::invalid_argument(kZero3NotWired);
   MemoryTracker& tracker = MemoryTracker::install();
   const at::ScalarType dtype = in.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   const int64_t base = tracker.live_bytes();
@@ -127,9 +122,17 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
     o.max_grad_norm = 1.0;
     o.lr = 1e-4;
     o.offload = in.offload == "cpu";
-    DataParallelOptimizer opt(trainable, comm, o);
+    // Stage 3 as Trainer::setup_optimizer builds it: Zero3Driver with stage 2's arithmetic.
+    std::unique_ptr<DataParallelOptimizer> opt;
+    std::unique_ptr<Zero3Driver> z3;
+    if (in.stage == 3) {
+      o.stage = 2;
+      z3 = std::make_unique<Zero3Driver>(*model, trainable, comm, o, in.zero3_prefetch);
+    } else {
+      opt = std::make_unique<DataParallelOptimizer>(trainable, comm, o);
+      opt->broadcast_params(0);
+    }
     trainable.clear();
-    opt.broadcast_params(0);
 
     std::vector<ModelInputs> micro;
     for (int k = 0; k < in.grad_accum; ++k)
@@ -137,10 +140,13 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
                                       in.supervised_fraction,
                                       seed + 1000 * uint64_t(comm->rank()) + uint64_t(k)));
     m.steady_bytes = tracker.live_bytes() - base;
-    m.host_state_bytes = opt.memory_held().host_state;
+    m.host_state_bytes = z3 ? z3->host_state_bytes() : opt->memory_held().host_state;
     tracker.reset_peak();
     comm->reset_stats();
-    if (&opt.grad_comm() != comm.get()) opt.grad_comm().reset_stats();
+    Comm* grad_comm = z3 ? nullptr : &opt->grad_comm();
+    if (grad_comm == comm.get()) grad_comm = nullptr;
+    if (grad_comm) grad_comm->reset_stats();
+    const CommStats z3_red0 = z3 ? z3->reduction_stats() : CommStats{};
     const auto t0 = std::chrono::steady_clock::now();
     for (int step = 0; step < steps; ++step) {
       // Trainer::train_step: global supervised-token count, then per micro-batch world * sum / N, backward.
@@ -153,23 +159,34 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
         // Trainer::train_step: the batch keeps its fp32 pixels, the forward gets a compute-dtype copy.
         ModelInputs in_k = micro[k];
         if (in_k.pixel_values.defined()) in_k.pixel_values = in_k.pixel_values.to(dtype);
+        if (z3) z3->begin_forward();
         ModelOutput out = forward_label_loss(*model, in_k, st);
+        if (z3) z3->end_forward();
         at::Tensor loss = out.lm_loss_sum * (double(in.world) / std::max(1.0, n_sup));
         if (!st.aux_losses.empty()) loss = loss + total_routing_loss(st, MoDConfig{}) / double(micro.size());
         m.after_forward_bytes = tracker.live_bytes() - base;
-        if (k + 1 == micro.size()) opt.set_last_micro_batch();
+        if (k + 1 == micro.size()) z3 ? z3->set_last_micro_batch() : opt->set_last_micro_batch();
         loss.backward();
+        if (z3) z3->end_backward();
       }
-      opt.step(1e-4);
-      opt.zero_grad();
+      if (z3) {
+        z3->step(1e-4);
+      } else {
+        opt->step(1e-4);
+        opt->zero_grad();
+      }
     }
     m.peak_bytes = tracker.peak_bytes() - base;
     const int n = std::max(1, steps);
     m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / n;
     CommStats st = comm->stats();
-    if (&opt.grad_comm() != comm.get()) {
-      st.payload_bytes += opt.grad_comm().stats().payload_bytes;
-      st.wire_bytes += opt.grad_comm().stats().wire_bytes;
+    if (grad_comm) {
+      st.payload_bytes += grad_comm->stats().payload_bytes;
+      st.wire_bytes += grad_comm->stats().wire_bytes;
+    }
+    if (z3) {  // the reductions' own communicator (stats since the driver was built; minus before the steps)
+      st.payload_bytes += z3->reduction_stats().payload_bytes - z3_red0.payload_bytes;
+      st.wire_bytes += z3->reduction_stats().wire_bytes - z3_red0.wire_bytes;
     }
     m.comm_payload_bytes = st.payload_bytes / n;
     m.comm_wire_bytes = st.wire_bytes / n;

@@ -28,10 +28,8 @@ struct MemoryMeasurement {
 
 // in.model, dtype, micro_batch, seq_len, images_per_sample, freeze flags, checkpointing (decoder layers and
 // the tower's units), mod layers/router/kept fraction, stage, bucket_bytes, accumulate_fp32, reduce_dtype,
-// grad_accum and offload are honoured; comm->world_size() must equal in.world. Installs MemoryTracker if needed.
-// Stage 3 throws (kZero3NotWired): the probe drives DataParallelOptimizer, and ZeRO-3's unit hooks live in the
-// trainer.
-extern const char* const kZero3NotWired;
+// grad_accum, offload and (stage 3, driven by trainer/zero3_driver.h as the trainer does) zero3_prefetch are
+// honoured; comm->world_size() must equal in.world. Installs MemoryTracker if needed.
 MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::shared_ptr<Comm> comm,
                                           int steps = 2, uint64_t seed = 0);
 
