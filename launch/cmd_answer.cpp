@@ -48,6 +48,7 @@ struct Question {
   std::string text;    // what the model is asked (the image goes before it)
   std::string prompt;  // what the answer file records as "prompt" (as the original script writes it)
   std::string image, where;
+  eval::Json options;         // MMBench: the options as asked (written with round_id and option_char)
   Prompt tokens;              // the template's prompt tokens
   std::vector<float> pixels;  // [3, S, S] when the question has an image
 };
@@ -62,11 +63,80 @@ bool is_json_list(const std::string& path) {
   return c == '[';
 }
 
+std::string base64_decode(const std::string& in, const std::string& where) {
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    int v;
+    if (c >= 'A' && c <= 'Z')
+      v = c - 'A';
+    else if (c >= 'a' && c <= 'z')
+      v = c - 'a' + 26;
+    else if (c >= '0' && c <= '9')
+      v = c - '0' + 52;
+    else if (c == '+' || c == '-')
+      v = 62;
+    else if (c == '/' || c == '_')
+      v = 63;
+    else if (c == '=' || std::isspace(static_cast<unsigned char>(c)))
+      continue;
+    else
+      throw std::invalid_argument(where + ": the image is not base64");
+    acc = (acc << 6) | static_cast<uint32_t>(v), bits += 6;
+    if (bits >= 8) bits -= 8, out += static_cast<char>((acc >> bits) & 0xFF);
+  }
+  return out;
+}
+
+// LLaVA's is_none for a TSV cell: missing (empty), "nan" or "none" in any case.
+bool is_none(const std::string* cell) {
+  if (!cell || cell->empty()) return true;
+  const std::string l = eval::py::lower(*cell);
+  return l == "nan" || l == "none";
+}
+
+// MMBench's TSV rows as question records {index, question (hint + question + "A. option" lines), options,
+// image_base64}, as model_vqa_mmbench.py builds them (one round: options in the table's order).
+std::vector<eval::Record> mmbench_records(const std::string& path, std::vector<eval::Problem>* problems) {
+  std::vector<eval::Record> out;
+  for (const eval::TsvRow& row : eval::read_tsv(path, problems)) {
+    const std::string* idx = row.get("index");
+    const std::string* question = row.get("question");
+    char* end = nullptr;
+    const long long index = idx ? std::strtoll(idx->c_str(), &end, 10) : 0;
+    if (!idx || idx->empty() || *end || !question) {
+      problems->push_back({row.where, "no integer 'index' or no 'question'"});
+      continue;
+    }
+    std::string text = is_none(row.get("hint")) ? *question : *row.get("hint") + "\n" + *question;
+    eval::Json options = eval::Json::array();
+    for (const char* c : {"A", "B", "C", "D"}) {
+      const std::string* o = row.get(c);
+      if (is_none(o)) break;
+      text += std::string("\n") + c + ". " + *o;
+      options.push_back(*o);
+    }
+    eval::Json v = {{"index", index}, {"question", text}, {"options", options}};
+    if (const std::string* img = row.get("image"); img && !img->empty()) v["image_base64"] = *img;
+    out.push_back({std::move(v), row.where});
+  }
+  return out;
+}
+
 // One question record: model_vqa_loader's {question_id, image, text}, or (science) model_vqa_science's
 // {id, image, conversations: [{value: question}, ...]} whose prompt drops "<image>" and records "<image>\n" +
 // question when there is an image; --single-pred-prompt appends the letter instruction to both.
 bool read_question(const eval::Record& r, bool science, bool single_pred, Question* q,
                    std::vector<eval::Problem>* problems) {
+  if (r.value.contains(
+          "index")) {  // an MMBench row (mmbench_records): the letter instruction is not recorded
+    q->id = r.value["index"];
+    q->text = q->prompt = r.value["question"].get<std::string>();
+    q->options = r.value["options"];
+    if (single_pred) q->text += std::string("\n") + kLetterPrompt;
+    return true;
+  }
   const auto id = r.value.find(science ? "id" : "question_id");
   if (id == r.value.end() || eval::id_key(*id).empty()) {
     problems->push_back(
@@ -119,7 +189,10 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
 
   Answered res;
   std::vector<eval::Problem>& problems = res.problems;
-  std::vector<eval::Record> records = eval::read_records(o.questions, &problems);
+  const bool mmbench = o.format == "mmbench" || (o.format == "auto" && o.questions.size() > 4 &&
+                                                 o.questions.compare(o.questions.size() - 4, 4, ".tsv") == 0);
+  std::vector<eval::Record> records =
+      mmbench ? mmbench_records(o.questions, &problems) : eval::read_records(o.questions, &problems);
   const bool science = o.format == "science" || (o.format == "auto" && is_json_list(o.questions));
   // LLaVA's get_chunk: chunks of ceil(n / num_chunks) questions; chunk k may be empty.
   const size_t n = records.size();
@@ -139,6 +212,14 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
           throw std::invalid_argument("has an image but the model has no vision tower");
         q.image = r.value["image"].get<std::string>();
         q.pixels = clip_preprocess(decode_image_file(image_dir + "/" + q.image), dc.image);
+      } else if (r.value.contains("image_base64")) {
+        if (!m.model->config.vision)
+          throw std::invalid_argument("has an image but the model has no vision tower");
+        const std::string bytes = base64_decode(r.value["image_base64"].get<std::string>(), r.where);
+        q.image = "base64";
+        q.pixels = clip_preprocess(
+            decode_image_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), r.where),
+            dc.image);
       }
       q.tokens = build_prompt(enc, q.text, q.image.empty() ? 0 : 1, r.where);
       if (static_cast<int64_t>(q.tokens.ids.size()) + o.max_new_tokens > positions)
@@ -210,12 +291,18 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
         ids.push_back(id);
       }
       const Question& q = qs[b0 + static_cast<size_t>(row)];
-      eval::Json rec = {{"question_id", q.id},
-                        {"prompt", q.prompt},
-                        {"text", eval::py::strip(tok->decode(ids))},
-                        {"answer_id", model_id + "-" + std::to_string(begin + b0 + static_cast<size_t>(row))},
-                        {"model_id", model_id},
-                        {"metadata", eval::Json::object()}};
+      eval::Json rec = {{"question_id", q.id}};
+      if (!q.options.is_null()) rec["round_id"] = 0;
+      rec["prompt"] = q.prompt;
+      rec["text"] = eval::py::strip(tok->decode(ids));
+      if (!q.options.is_null()) {
+        rec["options"] = q.options;
+        rec["option_char"] = eval::Json::array();
+        for (size_t k = 0; k < q.options.size(); ++k) rec["option_char"].push_back(std::string(1, "ABCD"[k]));
+      }
+      rec["answer_id"] = model_id + "-" + std::to_string(begin + b0 + static_cast<size_t>(row));
+      rec["model_id"] = model_id;
+      rec["metadata"] = eval::Json::object();
       res.lines += rec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
   }

@@ -1,7 +1,7 @@
 """Bad answer, annotation and question files through `gmod score` and `gmod answer` (docs/eval.md): files that are
 not JSON or not the benchmark's shape, invalid UTF-8, a POPE label file with the wrong name, a ScienceQA split
 that does not exist, an empty MMBench table, VQA annotations without 10 answers, a question image that does not
-decode, a chunk beyond the chunk count. Interface: tests/badinput/run_corpus.py."""
+decode (a file, or MMBench's base64), a chunk beyond the chunk count. Interface: tests/badinput/run_corpus.py."""
 import json
 import os
 
@@ -52,6 +52,10 @@ def cases(ctx):
             "--questions", w("q.jsonl", json.dumps({"question_id": 7, "image": "broken.png", "text": "What?"}) + "\n"),
             "--answers", os.path.join(ctx.tmp, "a2.jsonl"), "--max-new-tokens", "2"],
          "expect": r"q\.jsonl:1: .*broken\.png", "rc": 1, "timeout": 120},
+        {"name": "answer_mmbench_bad_base64", "argv": ["answer"] + model + [
+            "--questions", w("mmb_q.tsv", "index\tquestion\tA\tB\timage\n3\tWhat?\tx\ty\t%%%not base64\n"),
+            "--answers", os.path.join(ctx.tmp, "a4.jsonl"), "--max-new-tokens", "2"],
+         "expect": r"mmb_q\.tsv:2: .*not base64", "rc": 1, "timeout": 120},
         {"name": "answer_chunk_beyond", "argv": ["answer"] + model + [
             "--questions", ans, "--answers", os.path.join(ctx.tmp, "a3.jsonl"), "--num-chunks", "2", "--chunk-idx", "2"],
          "expect": r"--chunk-idx 2 must be below --num-chunks 2", "rc": 2},

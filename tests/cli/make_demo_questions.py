@@ -3,8 +3,11 @@
 `gmod score` (docs/eval.md): DIR/questions.jsonl in LLaVA's model_vqa_loader form (question_id, image, text with
 the short-answer instruction) and DIR/gqa_questions.json as GQA's annotation ({question_id: {"answer", "types"}});
 DIR/sqa_test.json in model_vqa_science's form (id, image, conversations) with two options per question, and
-DIR/sqa/problems.json + pid_splits.json as ScienceQA's annotation.
+DIR/sqa/problems.json + pid_splits.json as ScienceQA's annotation; DIR/mmbench_dev.tsv as MMBench's table (base64
+images, three options, circular copies index + 1e6 with the options rotated).
 Python standard library only. Usage: make_demo_questions.py DEMO_DIR"""
+import base64
+import csv
 import json
 import os
 import sys
@@ -36,6 +39,21 @@ with open(d + "/sqa/problems.json", "w") as f:
     json.dump(problems, f)
 with open(d + "/sqa/pid_splits.json", "w") as f:
     json.dump({"test": sorted(problems)}, f)
+rows = []
+for i, r in enumerate(records):
+    q = r["conversations"][0]["value"].replace("<image>", "").strip()
+    with open(os.path.join(d, r["image"]), "rb") as f:
+        image = base64.b64encode(f.read()).decode()
+    options = [r["conversations"][1]["value"], "none of these", "all of these"]
+    for k in range(3 if i % 2 == 0 else 1):  # circular copies for every other question
+        rot = options[k:] + options[:k]
+        rows.append([str(i + k * 1000000), q, "" if i % 3 else "Look at the picture.", rot[0], rot[1], rot[2], "",
+                     "ABC"[(3 - k) % 3], "shapes", "perception", "demo", "", image])
+with open(d + "/mmbench_dev.tsv", "w", newline="") as f:
+    w = csv.writer(f, delimiter="\t", lineterminator="\n")
+    w.writerow(["index", "question", "hint", "A", "B", "C", "D", "answer", "category", "l2-category", "source", "comment",
+                "image"])
+    w.writerows(rows)
 with open(d + "/questions.jsonl", "w") as f:
     f.write("".join(json.dumps(q) + "\n" for q in questions))
 with open(d + "/gqa_questions.json", "w") as f:
