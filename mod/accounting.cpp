@@ -17,6 +17,24 @@ double token_linear_flops(const LlamaConfig& c) {
 
 double attention_pair_flops(const LlamaConfig& c) { return 4.0 * c.num_attention_heads * c.dim_per_head(); }
 
+namespace {
+
+// A ConvNeXt's forward at side x side px: the stem, the 2x2/2 downsampling convs, and per block the depthwise
+// k x k conv and fc1 / fc2 (C x ratio C each).
+double convnext_flops(const ConvNextConfig& m, int image_side) {
+  double side = double(image_side) / m.patch_size, prev = 0;
+  double f = side * side * 2.0 * m.in_chans * m.patch_size * m.patch_size * m.dims[0];
+  for (size_t i = 0; i < m.dims.size(); ++i) {
+    const double C = m.dims[i];
+    if (i > 0) side /= 2, f += side * side * 2.0 * prev * 4.0 * C;
+    f += m.depths[i] * side * side * 2.0 * C * (double(m.kernel_size) * m.kernel_size + 2.0 * m.mlp_ratio * C);
+    prev = C;
+  }
+  return f;
+}
+
+}  // namespace
+
 double vision_tower_flops(const LlavaConfig& c) {
   if (!c.vision) return 0.0;
   const auto& v = *c.vision;
@@ -30,17 +48,18 @@ double vision_tower_flops(const LlavaConfig& c) {
     const auto& m = *c.multipath;
     const double Tf = c.image_seq_length();
     const double fast_layer = Tf * 2.0 * (4.0 * Dv * Dv + 2.0 * Dv * Iv) + Tf * Tf * 4.0 * Dv;
-    double side = double(m.input_image_size) / m.slow.patch_size, prev = 0;
-    double slow = side * side * 2.0 * m.slow.in_chans * m.slow.patch_size * m.slow.patch_size * m.slow.dims[0];
-    for (size_t i = 0; i < m.slow.dims.size(); ++i) {
-      const double C = m.slow.dims[i];
-      if (i > 0) side /= 2, slow += side * side * 2.0 * prev * 4.0 * C;  // 2x2/2 downsampling conv
-      // per block: depthwise k x k, then fc1 / fc2 (C x ratio C each)
-      slow += m.slow.depths[i] * side * side * 2.0 * C *
-              (double(m.slow.kernel_size) * m.slow.kernel_size + 2.0 * m.slow.mlp_ratio * C);
-      prev = C;
-    }
+    const double slow = convnext_flops(m.slow, m.input_image_size);
     return Tf * 2.0 * v.num_channels * double(v.patch_size) * v.patch_size * Dv + n * fast_layer + slow;
+  }
+  if (c.mgm) {  // MGM (model/mgm_tower.h): CLIP on every crop, the ConvNeXt at image_size_aux, the mining
+    const auto& m = *c.mgm;
+    const double crops = m.clip_images(), Ca = m.aux_channels();
+    const double region = double(m.image_size_aux) / m.aux.patch_size / m.image_grid / (v.image_size / v.patch_size);
+    const double pp = region * region;  // high-resolution pixels each patch token mines
+    // per token: query projection, key and value projections of its pp pixels, scores and weighted sum
+    const double mining = 2.0 * Dv * Dv + pp * 2.0 * 2.0 * Ca * Dv + pp * 4.0 * Dv;
+    return crops * (patch + std::max(run, 0) * layer) + convnext_flops(m.aux, m.image_size_aux) +
+           crops * P * mining;
   }
   return patch + std::max(run, 0) * layer;
 }

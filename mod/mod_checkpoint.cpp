@@ -57,7 +57,7 @@ void save_mod_pretrained(const MultimodalLM& model, const MoDConfig& cfg, const 
     return;
   }
   const auto layout =
-      model.config.multipath ? HfLayout::kLlavaHr : model.vision ? HfLayout::kLlava : HfLayout::kLlama;
+      model.config.original_layout() ? HfLayout::kLlavaHr : model.vision ? HfLayout::kLlava : HfLayout::kLlama;
   std::vector<std::pair<std::string, at::Tensor>> extra;
   std::vector<std::string> skip;
   if (cfg.router == RouterKind::kGammaShared) {
@@ -135,7 +135,7 @@ std::shared_ptr<MultimodalLM> load_mod_pretrained(const std::string& dir, at::Sc
   std::vector<std::string> missing;
   for (int l : mc->mod_layers)
     if (!copies.count(l)) missing.push_back(hf_router_name(
-        l, model->config.multipath ? HfLayout::kLlavaHr : model->vision ? HfLayout::kLlava : HfLayout::kLlama));
+        l, model->config.original_layout() ? HfLayout::kLlavaHr : model->vision ? HfLayout::kLlava : HfLayout::kLlama));
   if (!missing.empty()) {
     std::string m;
     for (auto& s : missing) m += (m.empty() ? "" : ", ") + s;

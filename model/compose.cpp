@@ -10,6 +10,8 @@
 
 #include "model/convnext_weights.h"
 #include "model/llava_hr_config.h"
+#include "model/mgm_config.h"
+#include "model/mgm_tower.h"
 #include "model/multipath_tower.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
@@ -145,8 +147,36 @@ Composition compose(const ModelParts& parts, bool read_projector_file) {
       if (s.is_object())
         parse_llava_hr_fields(hr, "model.vision_slow: " + parts.vision_slow + "/config.json: ", c.config, problems);
     }
-  } else if (!parts.vision_slow.empty()) {
-    problems.push_back("model.vision_slow is given but model.vision is not (LLaVA-HR's fast path is a CLIP tower)");
+    if (!parts.vision_aux.empty()) {  // MGM: `vision` is the low-resolution CLIP, this the ConvNeXt
+      if (!parts.vision_slow.empty())
+        problems.push_back("model.vision_slow and model.vision_aux are both given (LLaVA-HR's or MGM's tower?)");
+      const std::string where = "model.vision_aux: " + parts.vision_aux + ": ";
+      const fs::path oc = fs::path(parts.vision_aux) / "open_clip_config.json";
+      json mgm = {{"mm_vision_tower_aux", parts.vision_aux},
+                  {"image_size_aux", parts.image_size_aux},
+                  {"image_grid", parts.image_grid},
+                  {"image_global", parts.image_global},
+                  {"optimize_vision_tower", parts.optimize_vision_tower},
+                  {"optimize_vision_tower_aux", parts.optimize_vision_tower_aux}};
+      if (!fs::exists(oc)) {
+        problems.push_back(where + "no open_clip_config.json (an OpenCLIP model directory, e.g. "
+                           "laion/CLIP-convnext_large_d_320.laion2B-s29B-b131K-ft-soup)");
+      } else {
+        try {
+          const json o = json::parse(std::ifstream(oc));
+          if (o.contains("vision_config_aux")) mgm["vision_config_aux"] = o["vision_config_aux"];  // tiny test towers
+        } catch (const std::exception& e) {
+          problems.push_back(where + "open_clip_config.json: malformed JSON: " + e.what());
+        }
+      }
+      if (c.config.vision_feature_select_strategy != "default")
+        problems.push_back("model.vision_feature_select_strategy must be 'default' for MGM (patch tokens only)");
+      else
+        parse_mgm_fields(mgm, where, c.config, problems);
+    }
+  } else if (!parts.vision_slow.empty() || !parts.vision_aux.empty()) {
+    problems.push_back("model.vision_slow / model.vision_aux is given but model.vision is not (LLaVA-HR's fast "
+                       "path and MGM's low-resolution path are CLIP towers)");
   } else if (!parts.projector.empty()) {
     problems.push_back("model.projector is given but model.vision is not (a projector needs a vision tower)");
   }
@@ -154,6 +184,12 @@ Composition compose(const ModelParts& parts, bool read_projector_file) {
     c.projector = read_projector(parts.projector, problems);
     const int64_t dv = c.config.vision ? c.config.vision->hidden_size : -1, dt = c.config.text.hidden_size;
     for (const auto& [name, t] : c.projector) {
+      if (starts_with(name, "vision.mining.")) {  // MGM's mining projectors: checked when copied
+        if (!c.config.mgm)
+          problems.push_back("model.projector: " + parts.projector + ": '" + name +
+                             "' is an MGM mining projector, but the model has no MGM tower (model.vision_aux)");
+        continue;
+      }
       if (starts_with(name, "vision.")) {  // LLaVA-HR adapters: checked when copied into the tower
         if (!c.config.multipath)
           problems.push_back("model.projector: " + parts.projector + ": '" + name +
@@ -230,8 +266,9 @@ void load_vision(MultimodalLM& model, const std::string& dir, const std::string&
   if (!unknown.empty())
     problems.push_back("model.vision: " + dir + ": tensors a CLIP vision tower does not have: " + first_names(unknown));
   std::vector<std::string> missing;
-  for (const auto& p : params)
-    if (starts_with(p.key(), prefix) && !seen.count(p.key())) missing.push_back(p.key().substr(prefix.size()));
+  for (const auto& p : params)  // the CLIP's own tensors (MGM's tower holds more under the same prefix)
+    if (starts_with(p.key(), prefix + "vision_model.") && !seen.count(p.key()))
+      missing.push_back(p.key().substr(prefix.size()));
   if (!missing.empty())
     problems.push_back("model.vision: " + dir + " lacks " + std::to_string(missing.size()) +
                        " tensor(s): " + first_names(missing));
@@ -260,6 +297,13 @@ std::vector<std::pair<std::string, at::Tensor>> read_projector(const std::string
     std::string n = name;
     for (const char* wrap : {"base_model.model.", "model."})  // LoRA wrapper, LlavaLlamaModel
       if (starts_with(n, wrap)) n = n.substr(std::string(wrap).size());
+    if (starts_with(n, "vlm_uni_")) {  // MGM's stage 1 saves its mining projectors alongside
+      const std::string g = "vision.mining." + n;
+      if (got.insert(g).second) out.emplace_back(g, t);
+      continue;
+    }
+    // MGM's stage 1 also saves its (frozen) towers; gmod takes them from their own directories.
+    if (starts_with(n, "vision_tower_aux.") || starts_with(n, "vision_tower.vision_tower.")) continue;
     if (starts_with(n, "vision_tower.align_stages")) {  // LLaVA-HR's stage 1 saves its adapters alongside
       const std::string g = "vision." + n.substr(13);
       if (got.insert(g).second) out.emplace_back(g, t);
@@ -307,6 +351,11 @@ std::shared_ptr<MultimodalLM> load_composed(const ModelParts& parts, at::ScalarT
   if (c.config.multipath)
     for (const char* group : {"vision.align_stages.", "vision.align_stages_latent."})
       if (!adapter_groups.count(group)) model->init_weights(init_seed, group);
+  // MGM's mining projectors: built fresh (nn.LayerNorm / nn.Linear defaults) when the stage-1 file lacks them.
+  const bool has_mining = std::any_of(c.projector.begin(), c.projector.end(),
+                                      [](const auto& x) { return starts_with(x.first, "vision.mining."); });
+  if (c.config.mgm && !has_mining) model->init_weights(init_seed, "vision.mining.");
+  if (has_mining) adapter_groups.insert("vision.mining.");
   model->to(device, dtype);
   std::vector<std::string>& problems = c.problems;
   try {
@@ -318,6 +367,19 @@ std::shared_ptr<MultimodalLM> load_composed(const ModelParts& parts, at::ScalarT
   }
   if (!parts.vision.empty())
     load_vision(*model, parts.vision, c.config.multipath ? "vision.fast_vision_tower." : "vision.", problems);
+  if (c.config.mgm) {  // open_clip's state dict: the timm trunk under visual.trunk.
+    const fs::path d(parts.vision_aux);
+    // open_clip_model.safetensors, else a torch.save .bin holding a plain dict (LibTorch cannot unpickle the
+    // OrderedDict of a state_dict(); such a file needs converting, docs/models.md).
+    const fs::path file = fs::exists(d / "open_clip_model.safetensors") ? d / "open_clip_model.safetensors"
+                                                                         : d / "open_clip_pytorch_model.bin";
+    try {
+      load_convnext_weights(*std::dynamic_pointer_cast<MgmTower>(model->vision)->convnext, file.string(),
+                            "visual.trunk.");
+    } catch (const std::exception& e) {
+      problems.push_back(std::string("model.vision_aux: ") + e.what());
+    }
+  }
   if (c.config.multipath) {
     try {
       load_convnext_weights(*std::dynamic_pointer_cast<MultipathTower>(model->vision)->convnext, parts.vision_slow);
@@ -334,7 +396,7 @@ std::shared_ptr<MultimodalLM> load_composed(const ModelParts& parts, at::ScalarT
           std::none_of(c.projector.begin(), c.projector.end(), [&](const auto& x) { return x.first == p.key(); }))
         adapters_missing.push_back(p.key());
     if (!adapters_missing.empty())
-      problems.push_back("model.projector: " + parts.projector + " holds LLaVA-HR adapters but lacks " +
+      problems.push_back("model.projector: " + parts.projector + " holds LLaVA-HR adapters or MGM projectors but lacks " +
                          first_names(adapters_missing));
     for (auto& [name, t] : c.projector) {
       if (!params.contains(name)) {

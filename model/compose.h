@@ -31,6 +31,17 @@ struct ModelParts {
   std::string vision_slow;
   int input_image_size = 1024;
   bool freeze_vision = true;  // LLaVA-HR's flag: false = the towers train and the stitch adapters exist
+  // Mini-Gemini (model/mgm_tower.h): an OpenCLIP ConvNeXt directory (open_clip_config.json and
+  // open_clip_model.safetensors or open_clip_pytorch_model.bin; its name decides the shape as in MGM, e.g.
+  // openclip-convnext-large-d-320-laion2B-s29B-b131K-ft-soup) for the high-resolution path; `vision` is then the
+  // low-resolution CLIP. The stage-1 file of MGM's pretraining holds the mining projectors (model.vlm_uni_*)
+  // next to the projector; its copies of the frozen towers are not read (the towers come from their directories).
+  std::string vision_aux;
+  int image_size_aux = 768;
+  int image_grid = 1;
+  bool image_global = false;
+  bool optimize_vision_tower = false;
+  bool optimize_vision_tower_aux = false;
 };
 
 // The composed model's config (LLM config + vision config + LLaVA wiring). Throws listing every problem.
@@ -41,8 +52,9 @@ LlavaConfig compose_model_config(const ModelParts& parts);
 std::shared_ptr<MultimodalLM> load_composed(const ModelParts& parts, at::ScalarType dtype = at::kFloat,
                                             at::Device device = at::kCPU, uint64_t init_seed = 0);
 
-// The projector tensors of a stage-1 file under gmod names (projector.linear_{1,2}.{weight,bias}, and LLaVA-HR's
-// adapters as vision.align_stages*); unknown or missing names are appended to `problems`.
+// The projector tensors of a stage-1 file under gmod names (projector.linear_{1,2}.{weight,bias}, LLaVA-HR's
+// adapters as vision.align_stages*, MGM's mining projectors as vision.mining.vlm_uni_*); unknown or missing names
+// are appended to `problems`. MGM's copies of its frozen towers (model.vision_tower*.*) are skipped.
 std::vector<std::pair<std::string, at::Tensor>> read_projector(const std::string& path,
                                                                std::vector<std::string>& problems);
 

@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include "model/llava_hr_config.h"
+#include "model/mgm_config.h"
 
 #include <climits>
 #include <cmath>
@@ -206,11 +207,12 @@ int LlavaConfig::image_seq_length() const {
     const int g = multipath->fast_image_size() / vision->patch_size;
     return g * g;
   }
+  if (mgm) return vision->num_patches() * mgm->clip_images();  // MGM: the CLIP crops' patches, no class token
   return vision->num_patches() + (vision_feature_select_strategy == "full" ? 1 : 0);
 }
 
 int LlavaConfig::image_input_size() const {
-  return multipath ? multipath->input_image_size : vision ? vision->image_size : 0;
+  return multipath ? multipath->input_image_size : mgm ? mgm->image_size_aux : vision ? vision->image_size : 0;
 }
 
 LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& source) {
@@ -259,6 +261,8 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
         errors.push_back(where + "field 'is_multipath_encoder' must be true or false");
       else if (j.value("is_multipath_encoder", false))
         parse_llava_hr_fields(j, where, c, errors);  // LLaVA-HR
+      else if (j.contains("mm_vision_tower_aux") && !j["mm_vision_tower_aux"].is_null())
+        parse_mgm_fields(j, where, c, errors);  // Mini-Gemini
     }
   }
   // The γ-MoD config of a converted checkpoint (mod/mod_checkpoint.h reads its fields): must be an object.

@@ -1,7 +1,7 @@
-// Model configuration: the LLaMA-family decoder, the vision tower (CLIP, or LLaVA-HR's CLIP + ConvNeXt
-// multipath tower) and the LLaVA wiring. Plain structs with defaults; `load_model_config` reads a Hugging Face
-// config.json (LlamaForCausalLM, LlavaForConditionalGeneration, original LLaVA's or LLaVA-HR's
-// LlavaLlamaForCausalLM) and validates it in one place.
+// Model configuration: the LLaMA-family decoder, the vision tower (CLIP, LLaVA-HR's CLIP + ConvNeXt
+// multipath tower, or Mini-Gemini's CLIP + ConvNeXt two-path tower) and the LLaVA wiring. Plain structs with
+// defaults; `load_model_config` reads a Hugging Face config.json (LlamaForCausalLM, LlavaForConditionalGeneration,
+// original LLaVA's or LLaVA-HR's LlavaLlamaForCausalLM, MGM's MGMLlamaForCausalLM) and validates it in one place.
 #pragma once
 
 #include <algorithm>
@@ -74,10 +74,31 @@ struct MultipathConfig {
   int fast_image_size() const { return std::max(input_image_size / 32 * 14, 336); }
 };
 
+// Mini-Gemini's (MGM) two-path tower (model/mgm_tower.h): LlavaConfig::vision is its low-resolution CLIP, this
+// the high-resolution ConvNeXt ("aux") and how the low-resolution images are cut from the aux image.
+struct MgmConfig {
+  std::string aux_name = "openclip-convnext-large-d-320-laion2B-s29B-b131K-ft-soup";  // mm_vision_tower_aux
+  ConvNextConfig aux;
+  int image_size_aux = 768;  // the aux path's (and the preprocessing's) image size
+  int image_grid = 1;        // the low-resolution image is image_grid x image_grid CLIP crops
+  bool image_global = false;  // plus one whole-image CLIP crop (needs image_grid >= 2)
+  bool optimize_vision_tower = false;      // the second half of the CLIP layers trains
+  bool optimize_vision_tower_aux = false;  // the last block of every ConvNeXt stage trains
+
+  // CLIP images per input image: the grid crops, then the global one.
+  int clip_images() const { return image_grid * image_grid + (image_global ? 1 : 0); }
+  int aux_channels() const {
+    int s = 0;
+    for (int d : aux.dims) s += d;
+    return s;
+  }
+};
+
 struct LlavaConfig {
   LlamaConfig text;
   std::optional<ClipVisionConfig> vision;  // absent: a text-only LLM
   std::optional<MultipathConfig> multipath;  // present: LLaVA-HR's multipath tower with `vision` as its fast path
+  std::optional<MgmConfig> mgm;  // present: MGM's two-path tower with `vision` as its low-resolution CLIP
   std::string projector_type = "mlp2x_gelu";
   std::string projector_hidden_act = "gelu";
   int image_token_id = 32000;
@@ -86,9 +107,12 @@ struct LlavaConfig {
 
   // Number of LLM positions one image occupies after splicing.
   int image_seq_length() const;
-  // The side of the square images the tower takes (what preprocessing produces): CLIP's image_size, or
-  // LLaVA-HR's input_image_size.
+  // The side of the square images the tower takes (what preprocessing produces): CLIP's image_size,
+  // LLaVA-HR's input_image_size, or MGM's image_size_aux.
   int image_input_size() const;
+  // Checkpoints in the original LLaVA code's names (`model.*`, `model.mm_projector.{0,2}`), as LLaVA-HR and MGM
+  // save them (model/hf_names.h, HfLayout::kLlavaHr).
+  bool original_layout() const { return multipath.has_value() || mgm.has_value(); }
 };
 
 // One part's config; problems are appended to `errors` prefixed with `where` (e.g. "llm/config.json: ").

@@ -109,6 +109,22 @@ at::Tensor ConvNext::forward(const at::Tensor& x) {
   return h;
 }
 
+void init_convnext_parameter(const std::string& name, at::Tensor& t, at::Generator& gen, const ConvNextConfig& c) {
+  auto ends_with = [&](const std::string& suf) {
+    return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+  };
+  if (ends_with(".gamma") || name == "gamma")
+    t.fill_(c.ls_init_value);
+  else if (ends_with(".bias"))
+    t.zero_();
+  else if (t.dim() == 1)
+    t.fill_(1.0);  // LayerNorm weights
+  else
+    t.copy_(at::normal(0.0, c.initializer_range, t.sizes(), gen, at::TensorOptions().dtype(at::kFloat))
+                .clamp(-2.0, 2.0)
+                .to(t.dtype()));
+}
+
 bool convnext_unused_name(const std::string& n) {
   return n.rfind("head.", 0) == 0 || n.rfind("norm_pre.", 0) == 0;
 }

@@ -54,6 +54,10 @@ class ConvNext : public torch::nn::Module {
 // timm's LayerNorm2d: LayerNorm over the channels of an NCHW tensor.
 at::Tensor layer_norm_2d(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
 
+// Random initialisation of one ConvNeXt parameter (`name` relative to the net) as timm's _init_weights does:
+// weights trunc_normal(initializer_range), biases 0, LayerNorm weights 1, layer scales ls_init_value.
+void init_convnext_parameter(const std::string& name, at::Tensor& t, at::Generator& gen, const ConvNextConfig& c);
+
 // Whether a timm ConvNeXt checkpoint name is one gmod does not hold (the classifier head, norm_pre).
 bool convnext_unused_name(const std::string& timm_name);
 

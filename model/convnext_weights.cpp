@@ -1,19 +1,33 @@
 #include "model/convnext_weights.h"
 
+#include <memory>
 #include <set>
 #include <stdexcept>
 
 #include "model/safetensors.h"
+#include "model/torch_save.h"
 
 namespace gmod {
 
 void load_convnext_weights(ConvNext& net, const std::string& checkpoint, const std::string& prefix) {
-  SafetensorsCheckpoint ckpt(checkpoint);
+  // A torch.save file (e.g. open_clip's open_clip_pytorch_model.bin) or safetensors (file, directory, index).
+  const bool pickled = checkpoint.size() > 4 && checkpoint.compare(checkpoint.size() - 4, 4, ".bin") == 0;
+  std::unique_ptr<SafetensorsCheckpoint> st;
+  std::vector<std::pair<std::string, at::Tensor>> saved;
+  std::vector<std::string> names;
+  if (pickled) {
+    saved = read_torch_save(checkpoint);
+    for (const auto& [n, t] : saved) names.push_back(n);
+  } else {
+    st = std::make_unique<SafetensorsCheckpoint>(checkpoint);
+    names = st->names();
+  }
   auto params = net.named_parameters();
   std::set<std::string> seen;
   std::vector<std::string> problems;
   at::NoGradGuard ng;
-  for (const auto& full : ckpt.names()) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& full = names[i];
     if (full.compare(0, prefix.size(), prefix) != 0) continue;
     std::string n = full.substr(prefix.size());
     if (convnext_unused_name(n)) continue;
@@ -35,7 +49,7 @@ void load_convnext_weights(ConvNext& net, const std::string& checkpoint, const s
     }
     seen.insert(n);
     try {
-      copy_into(params[n], ckpt.tensor(full), full, ckpt.file_of(full));
+      copy_into(params[n], st ? st->tensor(full) : saved[i].second, full, st ? st->file_of(full) : checkpoint);
     } catch (const std::exception& e) {
       problems.push_back(e.what());
     }

@@ -10,7 +10,8 @@
 
 namespace gmod {
 
-// Copies every tensor of `checkpoint` (file, directory or sharded index) whose name starts with `prefix` into
+// Copies every tensor of `checkpoint` (safetensors file, directory or sharded index, or a torch.save `.bin` such as
+// open_clip's open_clip_pytorch_model.bin) whose name starts with `prefix` into
 // `net`. Throws one error listing every problem: tensors the net lacks, missing tensors, wrong shapes.
 void load_convnext_weights(ConvNext& net, const std::string& checkpoint, const std::string& prefix = "");
 

@@ -22,6 +22,11 @@ const std::vector<std::pair<std::string, std::string>>& read_rules() {
       {"model.vision_tower.fast_vision_tower.vision_tower.vision_model.", "vision.fast_vision_tower.vision_model."},
       {"model.vision_tower.slow_vision_tower.vision_tower.", "vision.slow_vision_tower."},
       {"model.vision_tower.align_stages", "vision.align_stages"},
+      // Mini-Gemini's tower (model/mgm_tower.h): CLIP as original LLaVA's (below), the OpenCLIP ConvNeXt and the
+      // patch info mining projectors
+      {"model.vision_tower_aux.vision_stem.", "vision.vision_tower_aux.stem."},
+      {"model.vision_tower_aux.vision_stages.", "vision.vision_tower_aux.stages."},
+      {"model.vlm_uni_", "vision.mining.vlm_uni_"},
       {"model.vision_tower.vision_tower.vision_model.", "vision.vision_model."},
       {"model.vision_tower.vision_model.", "vision.vision_model."},
       {"model.vision_tower.", "vision.vision_model."},
@@ -75,7 +80,7 @@ std::string gmod_to_hf(const std::string& name, HfLayout layout) {
     if (auto s = swap("llm.", "model.")) return *s;
     return name;  // lm_head.* and anything extra keep their names
   }
-  if (layout == HfLayout::kLlavaHr) {  // LLaVA-HR's original layout
+  if (layout == HfLayout::kLlavaHr) {  // the original LLaVA code's layout, as LLaVA-HR and MGM save it
     if (auto s = swap("llm.", "model.")) return *s;
     if (auto s = swap("projector.linear_1.", "model.mm_projector.0.")) return *s;
     if (auto s = swap("projector.linear_2.", "model.mm_projector.2.")) return *s;
@@ -89,6 +94,10 @@ std::string gmod_to_hf(const std::string& name, HfLayout layout) {
       return *s;
     }
     if (auto s = swap("vision.align_stages", "model.vision_tower.align_stages")) return *s;
+    if (auto s = swap("vision.vision_model.", "model.vision_tower.vision_tower.vision_model.")) return *s;  // MGM
+    if (auto s = swap("vision.vision_tower_aux.stem.", "model.vision_tower_aux.vision_stem.")) return *s;
+    if (auto s = swap("vision.vision_tower_aux.stages.", "model.vision_tower_aux.vision_stages.")) return *s;
+    if (auto s = swap("vision.mining.", "model.")) return *s;
     return name;
   }
   if (auto s = swap("llm.", "language_model.model.")) return *s;

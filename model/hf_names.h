@@ -3,8 +3,10 @@
 // `model.vision_tower.vision_tower.vision_model.*`), transformers' LlavaForConditionalGeneration
 // (`language_model.model.*`, `multi_modal_projector.*`, `vision_tower[.vision_model].*`) and the
 // newer `model.language_model.*` prefixes, and LLaVA-HR's multipath tower (`model.vision_tower.{fast,slow}_
-// vision_tower.vision_tower.*`, `model.vision_tower.align_stages[_latent].*`). Writes the transformers LLaVA
-// layout, the plain LLaMA one, or LLaVA-HR's original layout (`model.*`, `model.mm_projector.{0,2}.*`).
+// vision_tower.vision_tower.*`, `model.vision_tower.align_stages[_latent].*`), and Mini-Gemini's
+// (`model.vision_tower_aux.vision_{stem,stages}.*`, `model.vlm_uni_*`). Writes the transformers LLaVA layout,
+// the plain LLaMA one, or the original LLaVA code's layout as LLaVA-HR and MGM save it (`model.*`,
+// `model.mm_projector.{0,2}.*`, the tower's original names): kLlavaHr, chosen by LlavaConfig::original_layout.
 #pragma once
 
 #include <optional>

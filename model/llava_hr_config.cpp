@@ -53,6 +53,34 @@ std::optional<ConvNextConfig> convnext_preset(const std::string& name) {
   return std::nullopt;
 }
 
+void parse_convnext_shape(const nlohmann::json& s, const std::string& w, ConvNextConfig& out,
+                          std::vector<std::string>& errors) {
+  ConvNextConfig& c = out;
+  read(s, "depths", c.depths, w, errors, "a list of positive integers");
+  read(s, "dims", c.dims, w, errors, "a list of positive integers");
+  read(s, "in_chans", c.in_chans, w, errors, "a positive integer");
+  read(s, "patch_size", c.patch_size, w, errors, "a positive integer");
+  read(s, "kernel_size", c.kernel_size, w, errors, "a positive odd integer");
+  read(s, "mlp_ratio", c.mlp_ratio, w, errors, "a positive integer");
+  read(s, "norm_eps", c.norm_eps, w, errors, "a number");
+  read(s, "ls_init_value", c.ls_init_value, w, errors, "a number");
+  read(s, "initializer_range", c.initializer_range, w, errors, "a number");
+  if (c.depths.size() != 4 || c.dims.size() != 4)
+    errors.push_back(w + "depths " + list_str(c.depths) + " and dims " + list_str(c.dims) +
+                     " must have four entries each (four stages)");
+  if (c.kernel_size <= 0 || c.kernel_size % 2 != 1) errors.push_back(w + "kernel_size must be positive and odd");
+  if (c.in_chans <= 0 || c.mlp_ratio <= 0) errors.push_back(w + "in_chans and mlp_ratio must be positive");
+  if (c.patch_size != 4) errors.push_back(w + "patch_size must be 4 (the stride-4 stem LLaVA-HR and MGM assume)");
+  if (!(c.norm_eps > 0)) errors.push_back(w + "norm_eps must be positive");
+}
+
+nlohmann::json convnext_shape_to_json(const ConvNextConfig& c) {
+  return {{"depths", c.depths},         {"dims", c.dims},         {"in_chans", c.in_chans},
+          {"patch_size", c.patch_size}, {"kernel_size", c.kernel_size}, {"mlp_ratio", c.mlp_ratio},
+          {"norm_eps", c.norm_eps},     {"ls_init_value", c.ls_init_value},
+          {"initializer_range", c.initializer_range}};
+}
+
 void parse_llava_hr_fields(const nlohmann::json& j, const std::string& where, LlavaConfig& c,
                            std::vector<std::string>& errors) {
   MultipathConfig m;
@@ -72,27 +100,7 @@ void parse_llava_hr_fields(const nlohmann::json& j, const std::string& where, Ll
   else
     m.slow_name = j["vision_tower_slow"].get<std::string>();
   if (j.contains("vision_config_slow") && j["vision_config_slow"].is_object()) {
-    const auto& s = j["vision_config_slow"];
-    const std::string w = where + "vision_config_slow: ";
-    read(s, "depths", m.slow.depths, w, errors, "a list of positive integers");
-    read(s, "dims", m.slow.dims, w, errors, "a list of positive integers");
-    read(s, "in_chans", m.slow.in_chans, w, errors, "a positive integer");
-    read(s, "patch_size", m.slow.patch_size, w, errors, "a positive integer");
-    read(s, "kernel_size", m.slow.kernel_size, w, errors, "a positive odd integer");
-    read(s, "mlp_ratio", m.slow.mlp_ratio, w, errors, "a positive integer");
-    read(s, "norm_eps", m.slow.norm_eps, w, errors, "a number");
-    read(s, "ls_init_value", m.slow.ls_init_value, w, errors, "a number");
-    read(s, "initializer_range", m.slow.initializer_range, w, errors, "a number");
-    if (m.slow.depths.size() != 4 || m.slow.dims.size() != 4)
-      errors.push_back(w + "depths " + list_str(m.slow.depths) + " and dims " + list_str(m.slow.dims) +
-                       " must have four entries each (four stages)");
-    if (m.slow.kernel_size <= 0 || m.slow.kernel_size % 2 != 1)
-      errors.push_back(w + "kernel_size must be positive and odd");
-    if (m.slow.in_chans <= 0 || m.slow.mlp_ratio <= 0)
-      errors.push_back(w + "in_chans and mlp_ratio must be positive");
-    if (m.slow.patch_size != 4)
-      errors.push_back(w + "patch_size must be 4 (the stem LLaVA-HR's stride-32 grid assumes)");
-    if (!(m.slow.norm_eps > 0)) errors.push_back(w + "norm_eps must be positive");
+    parse_convnext_shape(j["vision_config_slow"], where + "vision_config_slow: ", m.slow, errors);
   } else if (j.contains("vision_config_slow") && !j["vision_config_slow"].is_null()) {
     errors.push_back(where + "field 'vision_config_slow' must be an object");
   } else if (auto p = convnext_preset(m.slow_name)) {
@@ -136,15 +144,7 @@ void llava_hr_fields_to_json(const LlavaConfig& c, nlohmann::json& j) {
   j["vision_tower_slow"] = m.slow_name;
   j["input_image_size"] = m.input_image_size;
   j["freeze_vision"] = !m.stitch;
-  j["vision_config_slow"] = {{"depths", m.slow.depths},
-                             {"dims", m.slow.dims},
-                             {"in_chans", m.slow.in_chans},
-                             {"patch_size", m.slow.patch_size},
-                             {"kernel_size", m.slow.kernel_size},
-                             {"mlp_ratio", m.slow.mlp_ratio},
-                             {"norm_eps", m.slow.norm_eps},
-                             {"ls_init_value", m.slow.ls_init_value},
-                             {"initializer_range", m.slow.initializer_range}};
+  j["vision_config_slow"] = convnext_shape_to_json(m.slow);
 }
 
 }  // namespace gmod

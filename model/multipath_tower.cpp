@@ -54,17 +54,8 @@ at::Tensor MultipathTower::features(const at::Tensor& pixel_values) {
 
 bool MultipathTower::init_parameter(const std::string& name, at::Tensor& t, at::Generator& gen) const {
   const auto opts = at::TensorOptions().dtype(at::kFloat);
-  if (name.rfind("slow_vision_tower.", 0) == 0) {  // timm's _init_weights: trunc_normal(.02), zero biases
-    if (ends_with(name, ".gamma"))
-      t.fill_(config.slow.ls_init_value);
-    else if (ends_with(name, ".bias"))
-      t.zero_();
-    else if (t.dim() == 1)
-      t.fill_(1.0);  // LayerNorm weights
-    else
-      t.copy_(at::normal(0.0, config.slow.initializer_range, t.sizes(), gen, opts)
-                  .clamp(-2.0, 2.0)
-                  .to(t.dtype()));
+  if (name.rfind("slow_vision_tower.", 0) == 0) {  // timm's _init_weights
+    init_convnext_parameter(name.substr(18), t, gen, config.slow);
     return true;
   }
   if (name.rfind("align_stages_latent.", 0) == 0) {  // zero_init=True: the stitch starts as the identity

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "model/llava_hr_config.h"
+#include "model/mgm_config.h"
 #include "model/safetensors.h"
 
 namespace gmod {
@@ -97,7 +98,7 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
   namespace fs = std::filesystem;
   fs::create_directories(dir);
   const bool llava = model.vision != nullptr;
-  const bool hr = model.config.multipath.has_value();  // LLaVA-HR: its original layout
+  const bool hr = model.config.original_layout();  // LLaVA-HR, MGM: the original code's layout
   const auto layout = hr ? HfLayout::kLlavaHr : llava ? HfLayout::kLlava : HfLayout::kLlama;
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   int64_t bytes = 0;
@@ -114,8 +115,8 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
   std::string dtype_name = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
   if (hr) {
     cfg = text;
-    cfg["architectures"] = {"LlavaLlamaForCausalLM"};
-    cfg["model_type"] = "llava";
+    cfg["architectures"] = {c.mgm ? "MGMLlamaForCausalLM" : "LlavaLlamaForCausalLM"};
+    cfg["model_type"] = c.mgm ? "mgm" : "llava";
     cfg["vision_config"] = clip_config_to_json(*c.vision);
     cfg["mm_hidden_size"] = c.vision->hidden_size;
     cfg["mm_projector_type"] = c.projector_type;
@@ -124,6 +125,7 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
     cfg["image_token_id"] = c.image_token_id;
     cfg["torch_dtype"] = dtype_name;
     llava_hr_fields_to_json(c, cfg);
+    mgm_fields_to_json(c, cfg);
   } else if (llava) {
     cfg = {{"architectures", {"LlavaForConditionalGeneration"}},
            {"model_type", "llava"},

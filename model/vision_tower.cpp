@@ -1,6 +1,7 @@
 #include "model/vision_tower.h"
 
 #include "model/clip_tower.h"
+#include "model/mgm_tower.h"
 #include "model/multipath_tower.h"
 
 namespace gmod {
@@ -8,6 +9,7 @@ namespace gmod {
 std::shared_ptr<VisionTower> make_vision_tower(const LlavaConfig& c) {
   if (!c.vision) return nullptr;
   if (c.multipath) return std::make_shared<MultipathTower>(*c.vision, *c.multipath);
+  if (c.mgm) return std::make_shared<MgmTower>(*c.vision, c.vision_feature_layer, *c.mgm);
   return std::make_shared<ClipTower>(*c.vision, c.vision_feature_layer, c.vision_feature_select_strategy);
 }
 
