@@ -37,6 +37,7 @@ at::Tensor MoDDecoderLayer::decode_step(const at::Tensor& h, ForwardState& st, i
   // A decode token of any role may be skipped when the router decides at decode; otherwise none is routable.
   st.tokens.push_back({layer_idx, P, sa[0], sa[1], sc.keep_prob.defined() && cfg.decode_skip ? sa[0] : 0});
   if (P == 0) return h;
+  check_within_window(self_attn->sliding_window, sa[2] + 1, layer_idx);
 
   int64_t T = cache.length();
   if (sa[2] >= T) {  // grow in chunks; slots beyond a sample's length are masked

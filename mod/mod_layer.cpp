@@ -165,6 +165,7 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   const int64_t B = h.size(0), L = h.size(1);
   KVCache* cache = st.caches ? &(*st.caches)[layer_idx] : nullptr;
   if (cache && cache->k.defined()) return decode_step(h, st, layer_idx, *cache);
+  check_within_window(self_attn->sliding_window, L, layer_idx);
 
   const bool amod = cfg.router == RouterKind::kAttention;
   const bool all_routable = amod && cfg.amod_routable == AmodRoutable::kAll;

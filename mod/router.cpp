@@ -144,9 +144,21 @@ AttentionScoringLayer::AttentionScoringLayer(const DenseDecoderLayer& d, bool cn
   post_attention_layernorm = register_module("post_attention_layernorm", d.post_attention_layernorm);
 }
 
+void check_within_window(int64_t sliding_window, int64_t length, int layer_idx) {
+  // Routed layers attend over a compacted subset of the tokens, whose indices are not the sequence's: a window
+  // that would cut into the sequence has no defined meaning there.
+  if (sliding_window > 0 && length > sliding_window)
+    throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) + ": a sequence of " +
+                                std::to_string(length) + " tokens is longer than the LLM's sliding_window (" +
+                                std::to_string(sliding_window) +
+                                "); routing on a sliding-window model is supported only within the window");
+}
+
 at::Tensor AttentionScoringLayer::forward(const at::Tensor& h, ForwardState& st, int layer_idx) {
   KVCache* cache = st.caches ? &(*st.caches)[layer_idx] : nullptr;
   const bool decode = cache && cache->k.defined();
+  // The column scores assume plain causal attention over the whole sequence.
+  if (!decode) check_within_window(self_attn->sliding_window, h.size(1), layer_idx);
   at::Tensor probs;
   AttentionSide side;
   auto n = input_layernorm->forward(h);

@@ -66,4 +66,9 @@ class AttentionScoringLayer : public DecoderBlock {
   bool causal_normalise;
 };
 
+// Routing layers (MoD, A-MoD scoring) attend over compacted subsets or assume plain causal attention: on an LLM
+// with a sliding window (Mistral) they run only while `length` (the sequence, or the cache at decode) fits in it;
+// else an error naming the layer.
+void check_within_window(int64_t sliding_window, int64_t length, int layer_idx);
+
 }  // namespace gmod

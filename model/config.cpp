@@ -81,6 +81,89 @@ void check_positive(std::vector<std::string>& errors, const std::string& where, 
   if (!(v > 0)) errors.push_back(where + "'" + name + "' must be positive, got " + num(v));
 }
 
+// model_type -> family. Original LLaVA's top-level configs name the LLM inside theirs (llava, llava_llama,
+// llava_mistral, llava_qwen).
+LlmFamily parse_family(const nlohmann::json& j, const std::string& where, std::vector<std::string>& errors) {
+  std::string type = "llama";
+  Reader{j, where, errors}.optional("model_type", type);
+  if (type == "qwen2" || type == "llava_qwen" || type == "llava_qwen2") return LlmFamily::kQwen2;
+  if (type == "mistral" || type == "llava_mistral") return LlmFamily::kMistral;
+  if (type != "llama" && type.rfind("llava", 0) != 0)
+    errors.push_back(where + "model_type '" + type + "' is not supported (llama, qwen2, mistral)");
+  return LlmFamily::kLlama;
+}
+
+// rope_scaling / rope_parameters: the RoPE types transformers computes without state. "dynamic" NTK scaling
+// recomputes the frequencies from the longest position seen so far (a stateful cache), so it is refused by name.
+RopeScaling parse_rope_scaling(const nlohmann::json& o, const std::string& where, std::vector<std::string>& errors) {
+  RopeScaling s;
+  Reader r{o, where, errors};
+  if (o.contains("rope_type")) r.optional("rope_type", s.type);
+  else r.optional("type", s.type);
+  double partial = 1.0;
+  r.optional("partial_rotary_factor", partial);
+  if (partial != 1.0)
+    errors.push_back(where + "partial_rotary_factor " + num(partial) + " is not supported (rotary on the whole head)");
+  if (s.type == "default") return s;
+  if (s.type == "linear" || s.type == "llama3") {
+    r.required("factor", s.factor);
+    check_positive(errors, where, "factor", s.factor);
+  }
+  if (s.type == "llama3") {
+    r.required("low_freq_factor", s.low_freq_factor);
+    r.required("high_freq_factor", s.high_freq_factor);
+    r.required("original_max_position_embeddings", s.original_max_position_embeddings);
+    check_positive(errors, where, "low_freq_factor", s.low_freq_factor);
+    check_positive(errors, where, "original_max_position_embeddings", s.original_max_position_embeddings);
+    if (!(s.high_freq_factor > s.low_freq_factor))
+      errors.push_back(where + "high_freq_factor (" + num(s.high_freq_factor) + ") must be larger than " +
+                       "low_freq_factor (" + num(s.low_freq_factor) + ")");
+  } else if (s.type == "dynamic") {
+    errors.push_back(where + "rope type 'dynamic' (dynamic NTK scaling, frequencies that change with the longest "
+                     "sequence seen) is not supported; supported: default, linear, llama3");
+  } else if (s.type != "linear") {
+    errors.push_back(where + "rope type '" + s.type + "' is not supported (default, linear, llama3)");
+  }
+  return s;
+}
+
+// What the families' transformers modules hard-code or read: LLaMA reads attention_bias / mlp_bias; Qwen2 always
+// has q/k/v biases, no o_proj or MLP bias, and sliding windows only with use_sliding_window; Mistral has no biases
+// and a sliding_window (transformers' default 4096 when the key is absent, null = full attention).
+void apply_family_fields(const nlohmann::json& j, const std::string& where, LlamaConfig& c,
+                         std::vector<std::string>& errors) {
+  Reader r{j, where, errors};
+  switch (c.family) {
+    case LlmFamily::kLlama:
+      r.optional("attention_bias", c.attention_bias);
+      r.optional("mlp_bias", c.mlp_bias);
+      break;
+    case LlmFamily::kQwen2: {
+      c.qkv_bias = true;
+      bool window = false;
+      r.optional("use_sliding_window", window);
+      bool sliding_layers = false;
+      if (j.contains("layer_types") && j["layer_types"].is_array())
+        for (const auto& t : j["layer_types"]) sliding_layers |= t == "sliding_attention";
+      if (window || sliding_layers)
+        errors.push_back(where + "Qwen2 sliding-window attention (use_sliding_window: true, or 'sliding_attention' "
+                         "in layer_types) is not supported");
+      break;
+    }
+    case LlmFamily::kMistral:
+      c.sliding_window = 4096;
+      if (j.contains("sliding_window")) {
+        if (j["sliding_window"].is_null()) c.sliding_window = 0;
+        else {
+          r.get("sliding_window", c.sliding_window);
+          if (c.sliding_window <= 0)
+            errors.push_back(where + "'sliding_window' must be positive or null, got " + j["sliding_window"].dump());
+        }
+      }
+      break;
+  }
+}
+
 }  // namespace
 
 LlamaConfig parse_llama_config(const nlohmann::json& j, const std::string& where, std::vector<std::string>& errors) {
@@ -94,23 +177,24 @@ LlamaConfig parse_llama_config(const nlohmann::json& j, const std::string& where
   c.num_key_value_heads = c.num_attention_heads;
   r.optional("num_key_value_heads", c.num_key_value_heads);
   r.optional("head_dim", c.head_dim);
+  c.family = parse_family(j, where, errors);
+  if (c.family != LlmFamily::kLlama) c.rms_norm_eps = 1e-6;  // Qwen2Config's and MistralConfig's default
   r.optional("rms_norm_eps", c.rms_norm_eps);
   r.optional("rope_theta", c.rope_theta);
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {  // transformers v5 layout
-    Reader rp{j["rope_parameters"], where + "rope_parameters: ", errors};
-    rp.optional("rope_theta", c.rope_theta);
-    std::string type = "default";
-    rp.optional("rope_type", type);
-    if (type != "default") errors.push_back(where + "rope_type '" + type + "' is not supported (only default RoPE)");
-  }
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    std::string type = j["rope_scaling"].value("rope_type", j["rope_scaling"].value("type", std::string("?")));
-    if (type != "default") errors.push_back(where + "rope_scaling type '" + type + "' is not supported");
+  // RoPE: transformers v5 writes `rope_parameters` (with rope_theta inside), older configs `rope_scaling`.
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_object()) {
+      errors.push_back(where + "field '" + key + "' must be an object, got " + j[key].dump());
+      break;
+    }
+    if (std::string(key) == "rope_parameters") Reader{j[key], where + key + ": ", errors}.optional("rope_theta", c.rope_theta);
+    c.rope_scaling = parse_rope_scaling(j[key], where + key + ": ", errors);
+    break;
   }
   r.optional("max_position_embeddings", c.max_position_embeddings);
   r.optional("tie_word_embeddings", c.tie_word_embeddings);
-  r.optional("attention_bias", c.attention_bias);
-  r.optional("mlp_bias", c.mlp_bias);
+  apply_family_fields(j, where, c, errors);
   r.optional("initializer_range", c.initializer_range);
   // Token ids: a list (several EOS ids in newer configs) keeps the default; an integer must fit.
   if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
@@ -331,8 +415,24 @@ LlavaConfig load_model_config(const std::string& path) {
   return parse_model_config(j, p.string());
 }
 
+const char* llm_model_type(LlmFamily f) {
+  switch (f) {
+    case LlmFamily::kQwen2: return "qwen2";
+    case LlmFamily::kMistral: return "mistral";
+    default: return "llama";
+  }
+}
+
+const char* llm_architecture(LlmFamily f) {
+  switch (f) {
+    case LlmFamily::kQwen2: return "Qwen2ForCausalLM";
+    case LlmFamily::kMistral: return "MistralForCausalLM";
+    default: return "LlamaForCausalLM";
+  }
+}
+
 nlohmann::json llama_config_to_json(const LlamaConfig& c) {
-  nlohmann::json j = {{"model_type", "llama"},
+  nlohmann::json j = {{"model_type", llm_model_type(c.family)},
                       {"vocab_size", c.vocab_size},
                       {"hidden_size", c.hidden_size},
                       {"intermediate_size", c.intermediate_size},
@@ -344,13 +444,30 @@ nlohmann::json llama_config_to_json(const LlamaConfig& c) {
                       {"rope_theta", c.rope_theta},
                       {"max_position_embeddings", c.max_position_embeddings},
                       {"tie_word_embeddings", c.tie_word_embeddings},
-                      {"attention_bias", c.attention_bias},
-                      {"mlp_bias", c.mlp_bias},
                       {"hidden_act", "silu"},
                       {"initializer_range", c.initializer_range},
                       {"bos_token_id", c.bos_token_id},
                       {"eos_token_id", c.eos_token_id}};
   if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
+  switch (c.family) {
+    case LlmFamily::kLlama:
+      j["attention_bias"] = c.attention_bias;
+      j["mlp_bias"] = c.mlp_bias;
+      break;
+    case LlmFamily::kQwen2: j["use_sliding_window"] = false; break;
+    case LlmFamily::kMistral:
+      j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+      break;
+  }
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type != "default") {  // the layout of published configs (transformers v5 reads it too)
+    j["rope_scaling"] = {{"rope_type", s.type}, {"factor", s.factor}};
+    if (s.type == "llama3") {
+      j["rope_scaling"]["low_freq_factor"] = s.low_freq_factor;
+      j["rope_scaling"]["high_freq_factor"] = s.high_freq_factor;
+      j["rope_scaling"]["original_max_position_embeddings"] = s.original_max_position_embeddings;
+    }
+  }
   return j;
 }
 

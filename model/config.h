@@ -1,7 +1,8 @@
-// Model configuration: the LLaMA-family decoder, the vision tower (CLIP, LLaVA-HR's CLIP + ConvNeXt
-// multipath tower, or Mini-Gemini's CLIP + ConvNeXt two-path tower) and the LLaVA wiring. Plain structs with
-// defaults; `load_model_config` reads a Hugging Face config.json (LlamaForCausalLM, LlavaForConditionalGeneration,
-// original LLaVA's or LLaVA-HR's LlavaLlamaForCausalLM, MGM's MGMLlamaForCausalLM) and validates it in one place.
+// Model configuration: the LLM decoder (LLaMA-1/2/3.x, Qwen2/2.5, Mistral), the vision tower (CLIP, LLaVA-HR's
+// CLIP + ConvNeXt multipath tower, or Mini-Gemini's CLIP + ConvNeXt two-path tower) and the LLaVA wiring. Plain
+// structs with defaults; `load_model_config` reads a Hugging Face config.json (LlamaForCausalLM, Qwen2ForCausalLM,
+// MistralForCausalLM, LlavaForConditionalGeneration, original LLaVA's or LLaVA-HR's LlavaLlamaForCausalLM, MGM's
+// MGMLlamaForCausalLM) and validates it in one place.
 #pragma once
 
 #include <algorithm>
@@ -12,7 +13,26 @@
 
 namespace gmod {
 
+// The decoder families gmod builds, chosen by config.json's model_type. What differs between them is data in
+// LlamaConfig (biases, RoPE scaling, sliding window) that the layers read; nothing else branches on the family.
+enum class LlmFamily { kLlama, kQwen2, kMistral };
+const char* llm_model_type(LlmFamily f);    // "llama", "qwen2", "mistral"
+const char* llm_architecture(LlmFamily f);  // "LlamaForCausalLM", ...
+
+// RoPE frequency scaling (config.json `rope_scaling`, or transformers v5 `rope_parameters`), computed as
+// transformers' ROPE_INIT_FUNCTIONS do: "default"; "linear" (every inverse frequency / factor); "llama3"
+// (LLaMA-3.1/3.2: wavelengths above original_max_position_embeddings / low_freq_factor divided by factor, those
+// below original_max_position_embeddings / high_freq_factor kept, a smooth interpolation between).
+struct RopeScaling {
+  std::string type = "default";
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position_embeddings = 0;
+};
+
 struct LlamaConfig {
+  LlmFamily family = LlmFamily::kLlama;
   int vocab_size = 32000;
   int hidden_size = 4096;
   int intermediate_size = 11008;
@@ -22,9 +42,12 @@ struct LlamaConfig {
   int head_dim = 0;              // 0: hidden_size / num_attention_heads
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
   int max_position_embeddings = 4096;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;
+  bool attention_bias = false;  // LLaMA: biases on q/k/v/o_proj
+  bool qkv_bias = false;        // Qwen2: biases on q/k/v_proj only (o_proj has none)
+  int sliding_window = 0;       // > 0: a query sees only the last sliding_window positions, itself included (Mistral)
   bool mlp_bias = false;
   double initializer_range = 0.02;
   int bos_token_id = 1;

@@ -25,16 +25,35 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
   return weight * xf.to(x.scalar_type());
 }
 
-RotaryEmbedding::RotaryEmbedding(int64_t head_dim, double theta) : head_dim_(head_dim), theta_(theta) {}
+RotaryEmbedding::RotaryEmbedding(int64_t head_dim, double theta, RopeScaling scaling)
+    : head_dim_(head_dim), theta_(theta), scaling_(std::move(scaling)) {}
+
+at::Tensor RotaryEmbedding::inv_freq(at::Device device) const {
+  auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  // 1 / theta^(arange(0, d, 2) / d) in fp32, as transformers' _compute_default_rope_parameters.
+  auto exponent = at::arange(0, head_dim_, 2, opts.dtype(at::kLong)).to(at::kFloat) / static_cast<double>(head_dim_);
+  auto inv = 1.0 / at::pow(theta_, exponent);  // [Dh/2] (the unscaled path as before, bitwise)
+  const RopeScaling& s = scaling_;
+  if (s.type == "linear") return inv / s.factor;
+  if (s.type != "llama3") return inv;
+  // _compute_llama3_parameters, step for step in fp32: long wavelengths (low frequencies) are slowed by `factor`,
+  // short ones kept, and the band between interpolated. Python's `scalar / tensor` is reciprocal() * scalar.
+  const double old_len = s.original_max_position_embeddings;
+  const double low_freq_wavelen = old_len / s.low_freq_factor;
+  const double high_freq_wavelen = old_len / s.high_freq_factor;
+  auto wavelen = inv.reciprocal() * (2 * M_PI);
+  auto scaled = at::where(wavelen > low_freq_wavelen, inv / s.factor, inv);
+  auto smooth = (wavelen.reciprocal() * old_len - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  auto smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+  auto medium = (wavelen < high_freq_wavelen).logical_not() & (wavelen > low_freq_wavelen).logical_not();
+  return at::where(medium, smoothed, scaled);
+}
 
 std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(const at::Tensor& positions, at::ScalarType dtype) const {
-  auto opts = at::TensorOptions().dtype(at::kFloat).device(positions.device());
-  // inv_freq exactly as transformers: 1 / theta^(arange(0, d, 2) / d), computed in fp32.
-  auto exponent = at::arange(0, head_dim_, 2, opts.dtype(at::kLong)).to(at::kFloat) / static_cast<double>(head_dim_);
-  auto inv_freq = 1.0 / at::pow(theta_, exponent);            // [Dh/2]
+  auto inv = inv_freq(positions.device());                                // [Dh/2]
   auto pos = positions.dim() == 1 ? positions.unsqueeze(0) : positions;  // [B, L]
-  auto freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, L, Dh/2]
-  auto emb = at::cat({freqs, freqs}, -1);                     // [B, L, Dh]
+  auto freqs = pos.to(at::kFloat).unsqueeze(-1) * inv;                   // [B, L, Dh/2]
+  auto emb = at::cat({freqs, freqs}, -1);                                // [B, L, Dh]
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
@@ -58,6 +77,14 @@ AttentionMask AttentionMask::causal(const at::Tensor& key_valid, int64_t lq, int
     if (lq + q_offset <= lk) allowed = allowed | (ki == qi).unsqueeze(0).unsqueeze(0);
   }
   return AttentionMask{allowed};
+}
+
+AttentionMask AttentionMask::within_window(int64_t window, int64_t lq, int64_t lk, at::Device device) const {
+  auto opts = at::TensorOptions().dtype(at::kLong).device(allowed.defined() ? allowed.device() : device);
+  auto qi = at::arange(lk - lq, lk, opts).unsqueeze(1);
+  auto ki = at::arange(lk, opts).unsqueeze(0);
+  auto band = ((ki <= qi) & (ki > qi - window)).unsqueeze(0).unsqueeze(0);  // [1,1,Lq,Lk], causal within the window
+  return AttentionMask{allowed.defined() ? allowed & band : band};
 }
 
 namespace {
@@ -111,10 +138,14 @@ std::pair<at::Tensor, at::Tensor> explicit_attention(const at::Tensor& q, const 
 }
 
 AttentionImpl::AttentionImpl(const LlamaConfig& c)
-    : n_heads(c.num_attention_heads), n_kv_heads(c.num_key_value_heads), head_dim(c.dim_per_head()) {
-  q_proj = register_module("q_proj", std::make_shared<LinearImpl>(c.hidden_size, n_heads * head_dim, c.attention_bias));
-  k_proj = register_module("k_proj", std::make_shared<LinearImpl>(c.hidden_size, n_kv_heads * head_dim, c.attention_bias));
-  v_proj = register_module("v_proj", std::make_shared<LinearImpl>(c.hidden_size, n_kv_heads * head_dim, c.attention_bias));
+    : n_heads(c.num_attention_heads),
+      n_kv_heads(c.num_key_value_heads),
+      head_dim(c.dim_per_head()),
+      sliding_window(c.sliding_window) {
+  const bool qkv_bias = c.attention_bias || c.qkv_bias;
+  q_proj = register_module("q_proj", std::make_shared<LinearImpl>(c.hidden_size, n_heads * head_dim, qkv_bias));
+  k_proj = register_module("k_proj", std::make_shared<LinearImpl>(c.hidden_size, n_kv_heads * head_dim, qkv_bias));
+  v_proj = register_module("v_proj", std::make_shared<LinearImpl>(c.hidden_size, n_kv_heads * head_dim, qkv_bias));
   o_proj = register_module("o_proj", std::make_shared<LinearImpl>(n_heads * head_dim, c.hidden_size, c.attention_bias));
 }
 
@@ -127,7 +158,8 @@ std::pair<at::Tensor, at::Tensor> AttentionImpl::rotated_qk(const at::Tensor& x,
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                  const AttentionMask& mask, at::Tensor* probs, KVCache* cache, AttentionSide* side) {
+                                  const AttentionMask& given_mask, at::Tensor* probs, KVCache* cache,
+                                  AttentionSide* side) {
   auto B = x.size(0), L = x.size(1);
   auto [q, k] = rotated_qk(x, cos, sin);
   auto v = v_proj->forward(x).view({B, L, n_kv_heads, head_dim}).transpose(1, 2);
@@ -142,6 +174,10 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
     k = cache->k;
     v = cache->v;
   }
+  // A window shorter than the keys turns the plain causal fast path into an explicit mask.
+  const AttentionMask mask = sliding_window > 0 && k.size(2) > sliding_window
+                                 ? given_mask.within_window(sliding_window, L, k.size(2), x.device())
+                                 : given_mask;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   const bool causal = !mask.allowed.defined();
   if (causal && k.size(2) != L)

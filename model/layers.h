@@ -28,10 +28,12 @@ class RMSNormImpl : public torch::nn::Module {
 };
 
 // cos/sin tables for arbitrary integer positions. inv_freq is computed, not a parameter (HF does not
-// store it either).
+// store it either), with the config's frequency scaling (RopeScaling).
 class RotaryEmbedding {
  public:
-  RotaryEmbedding(int64_t head_dim, double theta);
+  RotaryEmbedding(int64_t head_dim, double theta, RopeScaling scaling = {});
+  // The inverse frequencies [Dh/2] fp32 on `device`, bitwise as transformers computes them.
+  at::Tensor inv_freq(at::Device device) const;
   // positions [B, L] or [L] (int64) -> cos, sin [B or 1, L, head_dim] in `dtype`.
   std::pair<at::Tensor, at::Tensor> cos_sin(const at::Tensor& positions, at::ScalarType dtype) const;
   int64_t head_dim() const { return head_dim_; }
@@ -39,6 +41,7 @@ class RotaryEmbedding {
  private:
   int64_t head_dim_;
   double theta_;
+  RopeScaling scaling_;
 };
 
 // q, k [B, H, L, Dh]; cos, sin [B, L, Dh].
@@ -51,6 +54,9 @@ struct AttentionMask {
   // Causal mask combined with key padding; key_valid [B, Lk] bool (true = real token).
   // `q_offset` is the position of the first query among the keys (KV-cache decode).
   static AttentionMask causal(const at::Tensor& key_valid, int64_t lq, int64_t lk, int64_t q_offset);
+  // This mask limited to a sliding window over sequence indices: the query at index i (the last lq of lk keys)
+  // sees keys j with i - window < j <= i, as transformers' sliding_window_overlay.
+  AttentionMask within_window(int64_t window, int64_t lq, int64_t lk, at::Device device) const;
 };
 
 // Per-layer key/value cache for generation: k, v [B, Hkv, T, Dh].
@@ -83,6 +89,9 @@ class AttentionImpl : public torch::nn::Module {
 
   std::shared_ptr<LinearImpl> q_proj, k_proj, v_proj, o_proj;
   int64_t n_heads, n_kv_heads, head_dim;
+  // > 0: forward limits every query to this many keys ending at itself, by index within the sequence it is given
+  // (callers that attend over a subset of a sequence's tokens must not rely on it; see MoDDecoderLayer).
+  int64_t sliding_window = 0;
 };
 
 class MLPImpl : public torch::nn::Module {

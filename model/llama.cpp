@@ -16,7 +16,7 @@ class EmbeddingHolder : public torch::nn::Module {
 };
 }  // namespace
 
-LlamaModel::LlamaModel(const LlamaConfig& c) : config(c), rope(c.dim_per_head(), c.rope_theta) {
+LlamaModel::LlamaModel(const LlamaConfig& c) : config(c), rope(c.dim_per_head(), c.rope_theta, c.rope_scaling) {
   if (c.pad_token_id) {
     const int64_t pad = *c.pad_token_id, V = c.vocab_size;
     // nn.Embedding's rule: padding_idx in [-V, V), a negative one counting from the end.

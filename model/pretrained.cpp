@@ -141,7 +141,7 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
            {"torch_dtype", dtype_name}};
   } else {
     cfg = text;
-    cfg["architectures"] = {"LlamaForCausalLM"};
+    cfg["architectures"] = {llm_architecture(c.text.family)};
     cfg["torch_dtype"] = dtype_name;
   }
   auto extra = nlohmann::json::parse(extra_config_json);

@@ -4,14 +4,17 @@
 // gmod must give it no gradient); a name that does not map, or a gmod parameter no entry covers, fails the
 // test. The cases cover MHA and GQA, head_dim != hidden/heads, rms_norm_eps 1e-6, rope_theta 1e4/1e5/1e6,
 // random norm weights and biases, right/left/no padding, vision feature layer -2/-1, 'default'/'full'
-// strategies, and the 336-px CLIP grid.
+// strategies, and the 336-px CLIP grid; and the other LLM families: LLaMA-3.1 (llama3 RoPE), linear RoPE, Qwen2
+// (q/k/v biases, tied), Mistral (sliding window shorter than the rows), LLaVA on Qwen2.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "model/hf_names.h"
 #include "model/pretrained.h"
@@ -37,6 +40,12 @@ double max_abs_on_valid(const at::Tensor& a, const at::Tensor& b, const at::Tens
   return (a - b).abs().masked_select(m).max().item<double>();
 }
 
+std::string sci(double v) {
+  std::ostringstream os;
+  os << std::scientific << std::setprecision(1) << v;
+  return os.str();
+}
+
 nlohmann::json reference_json(const std::string& dir) {
   std::ifstream f(dir + "/reference.json");
   if (!f) throw std::runtime_error(dir + "/reference.json: missing (re-run make_hf_fixtures.py)");
@@ -56,6 +65,7 @@ TEST_P(HfParity, LogitsLossAndEveryGradientMatchTransformersFp32) {
   auto out = model->forward(in);
   const double logit_err = max_abs_on_valid(out.logits, ref.tensor("logits"), in.attention_mask);
   EXPECT_LT(logit_err, 1e-5) << "max abs logit difference";
+  RecordProperty("max_logit_diff", sci(logit_err));  // --gtest_output=xml lists the measured figures
   EXPECT_NEAR(out.lm_loss.item<double>(), ref.tensor("loss").item<double>(), 1e-5);
   out.lm_loss.backward();
   auto params = model->named_parameters();
@@ -77,6 +87,8 @@ TEST_P(HfParity, LogitsLossAndEveryGradientMatchTransformersFp32) {
     return *gname;
   };
   int compared = 0;
+  double worst_rel = 0;
+  std::string worst_name;
   for (const auto& name : ref.names()) {
     if (name.rfind("grad.", 0) != 0) continue;
     const auto gname = cover(name.substr(5));
@@ -94,8 +106,10 @@ TEST_P(HfParity, LogitsLossAndEveryGradientMatchTransformersFp32) {
     EXPECT_TRUE(rel < 1e-4 || (g - r).norm().item<double>() < 1e-8)
         << "gradient of " << gname << " (relative L2 difference; |ref| " << r.norm().item<double>()
         << ", |gmod| " << g.norm().item<double>() << ", worst row " << worst << ")";
+    if (rel > worst_rel && (g - r).norm().item<double>() >= 1e-8) worst_rel = rel, worst_name = gname;
     ++compared;
   }
+  RecordProperty("worst_relative_gradient_diff", sci(worst_rel) + " " + worst_name);
   for (const auto& hf : meta.at("no_grad")) {
     const auto gname = cover(hf.get<std::string>());
     if (gname.empty()) continue;
@@ -130,7 +144,10 @@ TEST_P(HfParity, Bf16LogitsTrackTransformersBf16) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity,
                          ::testing::Values("llama_untied_gqa", "llama_tied", "llava_layer_m2",
                                            "llama_mha_headdim", "llama_gqa_theta1e5", "llava_full_m1",
-                                           "llava_336"));
+                                           "llava_336",
+                                           // tests/fixtures/make_llm_family_fixtures.py (test_llm_families.cpp)
+                                           "llama31_rope", "llama_rope_linear", "qwen2_tied", "mistral_window",
+                                           "llava_qwen2"));
 
 // What the fixtures are meant to exercise is really in them (a regenerated fixture cannot quietly lose a
 // case).

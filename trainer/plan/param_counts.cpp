@@ -34,8 +34,9 @@ ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layer
   const LlamaConfig& t = c.text;
   const int64_t D = t.hidden_size, I = t.intermediate_size, Dh = t.dim_per_head();
   const int64_t qd = int64_t(t.num_attention_heads) * Dh, kvd = int64_t(t.num_key_value_heads) * Dh;
-  const int64_t ab = t.attention_bias ? 1 : 0, mb = t.mlp_bias ? 1 : 0;
-  const int64_t attn = D * qd + 2 * D * kvd + qd * D + ab * (qd + 2 * kvd + D);
+  const int64_t qkvb = t.attention_bias || t.qkv_bias ? 1 : 0, ob = t.attention_bias ? 1 : 0;
+  const int64_t mb = t.mlp_bias ? 1 : 0;
+  const int64_t attn = D * qd + 2 * D * kvd + qd * D + qkvb * (qd + 2 * kvd) + ob * D;
   const int64_t mlp = 3 * D * I + mb * (2 * I + D);
   const std::set<int> mods(mod_layers.begin(), mod_layers.end());
   p.embed = int64_t(t.vocab_size) * D;
