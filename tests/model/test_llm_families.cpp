@@ -1,12 +1,14 @@
 // The LLM families beyond LLaMA-1/2 (model/config.h LlmFamily): how their published config.json files read,
 // which of their options are refused by name, that an export writes back what was read, and that the parity
-// fixtures (tests/fixtures/make_llm_family_fixtures.py; compared in test_hf_parity.cpp) really exercise what they
-// claim: all three llama3 RoPE bands, Qwen2's biases, a Mistral window shorter than the rows.
+// fixtures (tests/fixtures/make_llm_family_fixtures.py; compared in test_hf_parity.cpp) really exercise what
+// they claim: all three llama3 RoPE bands, Qwen2's biases, a Mistral window shorter than the rows; and LLaVA
+// composed from parts on a Qwen2 LLM.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "model/compose.h"
 #include "model/config.h"
 #include "model/layers.h"
 #include "model/safetensors.h"
@@ -30,7 +32,8 @@ bool has(const std::string& msg, const std::string& part) { return msg.find(part
 
 // The fields of the published meta-llama/Llama-3.1-8B config.json (transformers 4.43 layout).
 json llama31_8b() {
-  return json::parse(R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false, "bos_token_id": 128000,
+  return json::parse(
+      R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false, "bos_token_id": 128000,
     "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
     "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32,
     "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
@@ -41,7 +44,8 @@ json llama31_8b() {
 
 // Qwen/Qwen2.5-7B-Instruct's config.json.
 json qwen25_7b() {
-  return json::parse(R"({"architectures": ["Qwen2ForCausalLM"], "bos_token_id": 151643, "eos_token_id": 151645,
+  return json::parse(
+      R"({"architectures": ["Qwen2ForCausalLM"], "bos_token_id": 151643, "eos_token_id": 151645,
     "hidden_act": "silu", "hidden_size": 3584, "intermediate_size": 18944, "max_position_embeddings": 32768,
     "max_window_layers": 28, "model_type": "qwen2", "num_attention_heads": 28, "num_hidden_layers": 28,
     "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 131072,
@@ -97,7 +101,8 @@ TEST(LlmFamilyConfig, UnsupportedOptionsAreRefusedByName) {
   j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
   EXPECT_TRUE(has(error_of(j), "cfg.json: rope_scaling: rope type 'dynamic' (dynamic NTK scaling"));
   j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};  // the older key
-  EXPECT_TRUE(has(error_of(j), "cfg.json: rope_scaling: rope type 'yarn' is not supported (default, linear, llama3)"));
+  EXPECT_TRUE(has(error_of(j),
+                  "cfg.json: rope_scaling: rope type 'yarn' is not supported (default, linear, llama3)"));
   j = llama31_8b();
   j["rope_scaling"].erase("original_max_position_embeddings");
   j["rope_scaling"].erase("low_freq_factor");
@@ -138,7 +143,8 @@ TEST(LlmFamilyConfig, ExportWritesBackWhatWasRead) {
     EXPECT_EQ(b.rope_scaling.factor, a.rope_scaling.factor);
     EXPECT_EQ(b.rope_scaling.low_freq_factor, a.rope_scaling.low_freq_factor);
     EXPECT_EQ(b.rope_scaling.high_freq_factor, a.rope_scaling.high_freq_factor);
-    EXPECT_EQ(b.rope_scaling.original_max_position_embeddings, a.rope_scaling.original_max_position_embeddings);
+    EXPECT_EQ(b.rope_scaling.original_max_position_embeddings,
+              a.rope_scaling.original_max_position_embeddings);
     EXPECT_EQ(b.qkv_bias, a.qkv_bias);
     EXPECT_EQ(b.attention_bias, a.attention_bias);
     EXPECT_EQ(b.sliding_window, a.sliding_window);
@@ -164,17 +170,21 @@ TEST(SlidingWindow, MaskKeepsTheLastWindowKeysOfEveryQuery) {
 
 TEST(LlmFamilyFixtures, CoverWhatTheyClaim) {
   auto cfg = [](const std::string& name) { return load_model_config(test::fixture("hf/" + name)); };
-  // llama3 RoPE: wavelengths 2π/inv_freq below original/high_freq_factor (kept), above original/low_freq_factor
-  // (divided) and between (smoothed) all occur, computed here in double from the config alone.
+  // llama3 RoPE: wavelengths 2π/inv_freq below original/high_freq_factor (kept), above
+  // original/low_freq_factor (divided) and between (smoothed) all occur, computed here in double from the
+  // config alone.
   const LlamaConfig l = cfg("llama31_rope").text;
   ASSERT_EQ(l.rope_scaling.type, "llama3");
   const double orig = l.rope_scaling.original_max_position_embeddings;
   int kept = 0, divided = 0, smoothed = 0;
   for (int i = 0; i < l.dim_per_head(); i += 2) {
     const double wavelen = 2 * M_PI * std::pow(l.rope_theta, double(i) / l.dim_per_head());
-    if (wavelen < orig / l.rope_scaling.high_freq_factor) ++kept;
-    else if (wavelen > orig / l.rope_scaling.low_freq_factor) ++divided;
-    else ++smoothed;
+    if (wavelen < orig / l.rope_scaling.high_freq_factor)
+      ++kept;
+    else if (wavelen > orig / l.rope_scaling.low_freq_factor)
+      ++divided;
+    else
+      ++smoothed;
   }
   EXPECT_GT(kept, 0);
   EXPECT_GT(divided, 0);
@@ -195,6 +205,41 @@ TEST(LlmFamilyFixtures, CoverWhatTheyClaim) {
   auto mask = ref.tensor("input.attention_mask");
   EXPECT_GT(mask.sum(1).max().item<int64_t>(), 2 * m.sliding_window) << "rows longer than twice the window";
   EXPECT_EQ(mask.select(1, 0).min().item<int64_t>(), 0) << "a left-padded row";
+}
+
+// LLaVA's stage 2 composed from parts on a Qwen2 LLM (model.llm = a Qwen2ForCausalLM directory): the LLM is
+// loaded bit-exactly (text rows give transformers' Qwen2 logits), and a row with an image trains the
+// projector.
+TEST(LlmFamilyCompose, LlavaFromPartsOnQwen2) {
+  ModelParts parts;
+  parts.llm = test::fixture("hf/qwen2_tied");
+  parts.vision = test::fixture("parts/vision");
+  auto model = load_composed(parts);
+  ASSERT_EQ(model->config.text.family, LlmFamily::kQwen2);
+  SafetensorsFile ref(test::fixture("hf/qwen2_tied/reference.safetensors"));
+  ModelInputs text;
+  text.input_ids = ref.tensor("input.input_ids").clone();
+  text.attention_mask = ref.tensor("input.attention_mask").to(at::kBool);
+  {
+    at::NoGradGuard ng;
+    auto logits = model->forward(text).logits;
+    auto valid = text.attention_mask.unsqueeze(-1).expand_as(logits);
+    EXPECT_LT((logits - ref.tensor("logits")).abs().masked_select(valid).max().item<double>(), 1e-5);
+  }
+  const int64_t n = model->config.image_seq_length(), image_id = model->config.image_token_id;
+  std::vector<int64_t> row = {1, 5, 6};
+  row.insert(row.end(), n, image_id);
+  row.insert(row.end(), {7, 8, 9, 10});
+  ModelInputs in;
+  in.input_ids = at::tensor(row, at::kLong).unsqueeze(0);
+  in.labels = in.input_ids.masked_fill(in.input_ids == image_id, -100);
+  in.pixel_values = at::randn({1, 3, model->config.image_input_size(), model->config.image_input_size()});
+  auto out = model->forward(in);
+  ASSERT_TRUE(std::isfinite(out.lm_loss.item<double>()));
+  out.lm_loss.backward();
+  auto g = model->projector->linear_1->weight.grad();
+  ASSERT_TRUE(g.defined());
+  EXPECT_GT(g.abs().max().item<double>(), 0.0);
 }
 
 }  // namespace
