@@ -28,6 +28,8 @@ options() {
     plan) echo "--world --gpu-mem --reserve-gb --checkpointing --checkpoint-every --model --images --mod-kept --set
                 --json" ;;
     plot) echo "--metrics --out --gnuplot" ;;
+    serve) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template --host --port
+                 --max-batch --max-queue --max-new-tokens --api-key --name --max-image-pixels --max-images" ;;
     train) echo "--config --set --threads --dry-run!" ;;
     *) return 1 ;;
   esac

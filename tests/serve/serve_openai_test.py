@@ -53,7 +53,8 @@ def generate(args, prompt, image=None):
     if out.returncode != 0:
         fail(f"gmod generate failed: {out.stderr}")
     text = out.stdout.split("output: ", 1)[1]
-    return text.split("\nskip ratio: ", 1)[0][:-1] if "\nskip ratio: " in text else text[:-1]
+    # The line ends with "\n"; for γ-MoD models the skip-ratio report follows.
+    return text.split("\nskip ratio: ", 1)[0] if "\nskip ratio: " in text else text[:-1]
 
 
 def png(width, height):

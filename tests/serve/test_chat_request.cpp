@@ -49,7 +49,9 @@ void expect_400(const std::string& body, const std::string& needle, const std::s
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status, 400) << body;
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    if (!param.empty()) EXPECT_EQ(e.param, param) << e.what();
+    if (!param.empty()) {
+      EXPECT_EQ(e.param, param) << e.what();
+    }
     EXPECT_NE(e.to_json().find("\"invalid_request_error\""), std::string::npos);
   }
 }
