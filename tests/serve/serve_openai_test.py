@@ -137,7 +137,8 @@ def main():
     ap.add_argument("model_args", nargs="+")
     args = ap.parse_args()
 
-    prompts = ["Hello there", "Name a colour.", "Count to three."]
+    # Different lengths, so that batches are padded.
+    prompts = ["Hello there", "Name a colour of the rainbow, and say in a few words why you like it.", "Count."]
     want = {p: generate(args, p) for p in prompts}
     image_prompt = "What colour is the circle?"
     want_image = generate(args, image_prompt, args.image)
@@ -160,19 +161,23 @@ def main():
 
         with open(args.image, "rb") as f:
             img = f.read()
-        r = client.chat.completions.create(model=model, max_tokens=MAX_NEW, messages=[{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": data_url(img)}}, {"type": "text", "text": image_prompt}]}])
+
+        def image_chat(prompt):
+            return client.chat.completions.create(model=model, max_tokens=MAX_NEW, messages=[{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": data_url(img)}}, {"type": "text", "text": prompt}]}])
+        r = image_chat(image_prompt)
         check(r.choices[0].message.content == want_image,
               f"image completion equals gmod generate --image ({r.choices[0].message.content!r})")
 
         text = "".join(c.choices[0].delta.content or "" for c in chat(prompts[1], stream=True))
         check(text == want[prompts[1]], f"stream=True gives the same text ({text!r})")
 
-        # Concurrent: as many as the queue holds, every answer correct.
-        order = [prompts[i % 3] for i in range(4)]
+        # Concurrent: as many as the queue holds (texts of different lengths and an image), every answer correct.
+        order = [*prompts, image_prompt]
         with cf.ThreadPoolExecutor(len(order)) as ex:
-            got = list(ex.map(lambda p: chat(p).choices[0].message.content, order))
-        check(got == [want[p] for p in order], f"{len(order)} concurrent requests all answered correctly")
+            got = list(ex.map(lambda p: (image_chat(p) if p == image_prompt else chat(p)).choices[0].message.content,
+                              order))
+        check(got == [want[p] for p in prompts] + [want_image], f"{len(order)} concurrent requests all answered correctly")
 
         # Bad input: OpenAI's error shape, the right code; the server keeps serving.
         expect_error(server, b"{\"messages\": [", 400, "not valid JSON")
@@ -218,6 +223,7 @@ def main():
         check(status == 200 and re.search(r"gmod_requests_completed_total [1-9]", metrics) and
               "gmod_mod_skip_ratio" in metrics and "gmod_queue_length 0" in metrics, "metrics")
         print(metrics, flush=True)
+        check(int(re.search(r"gmod_max_batch_size (\d+)", metrics).group(1)) >= 2, "requests were decoded in batches")
         check(server.proc.poll() is None, "the server is still running after the bad input")
     finally:
         server.close()
