@@ -10,7 +10,8 @@ PYVER="$(python3 -c 'import sys;print(f"{sys.version_info[0]}.{sys.version_info[
 VENV="$CACHE/venv-torch-$TORCH_VERSION-py$PYVER"
 
 PKGS=(libopenmpi-dev openmpi-bin libhdf5-dev hdf5-helpers nlohmann-json3-dev libsentencepiece-dev
-      libgtest-dev libgmock-dev libpcre2-dev libjpeg-dev libpng-dev ccache gnuplot-nox libcli11-dev)
+      libgtest-dev libgmock-dev libpcre2-dev libjpeg-dev libpng-dev ccache gnuplot-nox libcli11-dev
+      libcpp-httplib-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -40,5 +41,12 @@ if [ ! -f "$VENV/.transformers-$TRANSFORMERS_VERSION" ]; then
   echo "[setup] installing transformers==$TRANSFORMERS_VERSION into $VENV (for tests)" >&2
   "$VENV/bin/pip" install -q "transformers==$TRANSFORMERS_VERSION" >&2
   touch "$VENV/.transformers-$TRANSFORMERS_VERSION"
+fi
+# The official openai client for the `gmod serve` tests (tests/serve/): pinned, its own marker as above.
+OPENAI_VERSION="${GMOD_OPENAI_VERSION:-3.51.0}"
+if [ ! -f "$VENV/.openai-$OPENAI_VERSION" ]; then
+  echo "[setup] installing openai==$OPENAI_VERSION into $VENV (for tests)" >&2
+  "$VENV/bin/pip" install -q "openai==$OPENAI_VERSION" >&2
+  touch "$VENV/.openai-$OPENAI_VERSION"
 fi
 echo "$VENV"

@@ -32,6 +32,8 @@ options() {
                 --json" ;;
     plot) echo "--metrics --out --gnuplot" ;;
     score) echo "--answers --annotations --questions --split --json --allow-problems! --show" ;;
+    serve) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template --host --port
+                 --max-batch --max-queue --max-new-tokens --api-key --name --max-image-pixels --max-images" ;;
     train) echo "--config --set --threads --dry-run!" ;;
     *) return 1 ;;
   esac

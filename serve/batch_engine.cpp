@@ -1,0 +1,181 @@
+#include "serve/batch_engine.h"
+
+#include <chrono>
+
+#include "mod/generate.h"
+
+namespace gmod::serve {
+
+bool apply_stop(std::string& text, const std::vector<std::string>& stop) {
+  size_t cut = std::string::npos;
+  for (const auto& s : stop) cut = std::min(cut, text.find(s));
+  if (cut == std::string::npos) return false;
+  text.resize(cut);
+  return true;
+}
+
+BatchEngine::BatchEngine(std::shared_ptr<MultimodalLM> model, EngineOptions options)
+    : model_(std::move(model)), opt_(std::move(options)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+BatchEngine::~BatchEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (Job& j : queue_)
+    j.done.set_exception(
+        std::make_exception_ptr(ApiError(503, "server_error", "the server is shutting down")));
+}
+
+std::future<Completion> BatchEngine::submit(PreparedPrompt prompt, const ChatRequest& request,
+                                            std::shared_ptr<const Tokenizer> tokenizer) {
+  Job job;
+  job.max_tokens = std::min(request.max_tokens.value_or(opt_.max_new_tokens), opt_.max_new_tokens);
+  const int64_t need = int64_t(prompt.ids.size()) + job.max_tokens;
+  if (need > opt_.context)
+    throw ApiError(400, "invalid_request_error",
+                   "the prompt (" + std::to_string(prompt.ids.size()) +
+                       " tokens with its image tokens) plus " + std::to_string(job.max_tokens) +
+                       " new tokens is " + std::to_string(need) + ", over the model's context of " +
+                       std::to_string(opt_.context) + " tokens",
+                   "messages", "context_length_exceeded");
+  // As gmod generate: temperature or top_p given -> sampling (temperature 0 -> greedy).
+  if ((request.temperature || request.top_p) && request.temperature.value_or(1.0) > 0) {
+    job.sampling.greedy = false;
+    job.sampling.temperature = request.temperature.value_or(1.0);
+    job.sampling.top_p = request.top_p.value_or(1.0);
+    job.sampling.seed = request.seed;
+  }
+  job.stop = request.stop;
+  job.prompt = std::move(prompt);
+  job.tokenizer = std::move(tokenizer);
+  std::future<Completion> f = job.done.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.size() >= opt_.max_queue)
+      throw ApiError(429, "rate_limit_error",
+                     "the server's queue is full (" + std::to_string(opt_.max_queue) +
+                         " waiting requests); retry later");
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+  return f;
+}
+
+EngineMetrics BatchEngine::metrics() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineMetrics m = metrics_;
+  m.queue_length = queue_.size();
+  return m;
+}
+
+void BatchEngine::loop() {
+  for (;;) {
+    std::vector<Job> jobs;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      const Sampling key = queue_.front().sampling;
+      for (auto it = queue_.begin(); it != queue_.end() && int(jobs.size()) < opt_.max_batch;) {
+        if (it->sampling == key) {
+          jobs.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    try {
+      run_batch(jobs);
+    } catch (const std::exception& e) {
+      for (Job& j : jobs)
+        j.done.set_exception(std::make_exception_ptr(
+            ApiError(500, "server_error", std::string("decoding failed: ") + e.what())));
+    }
+  }
+}
+
+void BatchEngine::run_batch(std::vector<Job>& jobs) {
+  const int64_t B = int64_t(jobs.size());
+  int64_t L = 0, max_tokens = 0;
+  std::vector<at::Tensor> pixels;
+  for (const Job& j : jobs) {
+    L = std::max<int64_t>(L, int64_t(j.prompt.ids.size()));
+    max_tokens = std::max(max_tokens, j.max_tokens);
+    if (j.prompt.pixels.defined()) pixels.push_back(j.prompt.pixels);
+  }
+  ModelInputs in;
+  in.input_ids = at::full({B, L}, opt_.pad_id, at::kLong);
+  in.token_roles = at::zeros({B, L}, at::kChar);  // TokenRole::kPad
+  in.attention_mask = at::zeros({B, L}, at::kBool);
+  for (int64_t b = 0; b < B; ++b) {
+    const PreparedPrompt& p = jobs[size_t(b)].prompt;
+    const int64_t n = int64_t(p.ids.size());
+    in.input_ids[b].narrow(0, 0, n).copy_(at::from_blob(const_cast<int64_t*>(p.ids.data()), {n}, at::kLong));
+    in.token_roles[b].narrow(0, 0, n).copy_(
+        at::from_blob(const_cast<int8_t*>(p.roles.data()), {n}, at::kChar));
+    in.attention_mask[b].narrow(0, 0, n).fill_(true);
+  }
+  if (!pixels.empty()) in.pixel_values = at::cat(pixels).to(opt_.device, opt_.dtype);
+  in.input_ids = in.input_ids.to(opt_.device);
+  in.token_roles = in.token_roles.to(opt_.device);
+  in.attention_mask = in.attention_mask.to(opt_.device);
+
+  GenerateOptions g;
+  g.max_new_tokens = max_tokens;
+  g.greedy = jobs[0].sampling.greedy;
+  g.temperature = jobs[0].sampling.temperature;
+  g.top_p = jobs[0].sampling.top_p;
+  g.seed = jobs[0].sampling.seed;
+  g.eos_token_id = opt_.eos_id;
+  g.pad_token_id = opt_.pad_id;
+  const auto t0 = std::chrono::steady_clock::now();
+  const GenerateResult r = generate(*model_, in, g);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  const at::Tensor tokens = r.tokens.cpu();
+  const at::Tensor lengths = r.lengths.cpu();
+  std::vector<Completion> out(jobs.size());
+  int64_t generated = 0, prompt_tokens = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    Job& j = jobs[size_t(b)];
+    Completion& c = out[size_t(b)];
+    const int64_t n = std::min(lengths[b].item<int64_t>(), j.max_tokens);
+    std::vector<int32_t> ids;
+    bool eos = false;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t id = tokens[b][i].item<int64_t>();
+      if (opt_.eos_id >= 0 && id == opt_.eos_id) {
+        eos = true;
+        break;
+      }
+      ids.push_back(static_cast<int32_t>(id));
+    }
+    c.text = j.tokenizer->decode(ids);
+    const bool stopped = apply_stop(c.text, j.stop);
+    c.finish_reason = eos || stopped ? "stop" : "length";
+    c.prompt_tokens = int64_t(j.prompt.ids.size());
+    c.completion_tokens = eos ? int64_t(ids.size()) + 1 : n;
+    generated += c.completion_tokens;
+    prompt_tokens += c.prompt_tokens;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.requests += B;
+    metrics_.batches += 1;
+    metrics_.prompt_tokens += prompt_tokens;
+    metrics_.completion_tokens += generated;
+    metrics_.decode_seconds += seconds;
+    metrics_.mod_processed += r.compute.mod_processed;
+    metrics_.mod_total += r.compute.mod_total;
+    metrics_.max_batch_seen = std::max(metrics_.max_batch_seen, B);
+  }
+  for (size_t b = 0; b < jobs.size(); ++b) jobs[b].done.set_value(std::move(out[b]));
+}
+
+}  // namespace gmod::serve

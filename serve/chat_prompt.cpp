@@ -1,0 +1,85 @@
+#include "serve/chat_prompt.h"
+
+#include <cstring>
+
+#include "data/clip_preprocess.h"
+#include "data/image.h"
+
+namespace gmod::serve {
+
+namespace {
+ApiError bad(const std::string& message, const std::string& param = "messages") {
+  return ApiError(400, "invalid_request_error", message, param);
+}
+}  // namespace
+
+PreparedPrompt prepare_prompt(const ChatRequest& req, const ConversationEncoder& encoder,
+                              const DatasetConfig& dc, bool has_vision, int64_t max_image_pixels) {
+  Record r;
+  r.id = "request";
+  r.images.assign(req.images.size(), "image");
+  ConversationConfig cc = encoder.config();
+  bool system = false;
+  size_t placeholders = 0;
+  for (size_t i = 0; i < req.messages.size(); ++i) {
+    const ChatMessage& m = req.messages[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    for (size_t p = m.text.find("<image>"); p != std::string::npos; p = m.text.find("<image>", p + 1))
+      ++placeholders;
+    if (m.role == "system") {
+      if (i != 0) throw bad(where + ": a system message is served only as the first message", where);
+      cc.system_prompt = m.text;
+      system = true;
+      continue;
+    }
+    const bool human = m.role == "user";
+    const bool want_human = r.conversations.empty() || r.conversations.back().from == "gpt";
+    if (human != want_human)
+      throw bad(where + ": messages must alternate user and assistant, starting with user", where);
+    r.conversations.push_back({human ? "human" : "gpt", m.text});
+  }
+  if (r.conversations.empty() || r.conversations.back().from != "human")
+    throw bad("the last message must be a user message");
+  if (placeholders != req.images.size())
+    throw bad("the text holds " + std::to_string(placeholders) + " <image> markers for " +
+              std::to_string(req.images.size()) + " image parts (images go in image_url parts only)");
+  if (!req.images.empty() && !has_vision) throw bad("the served model has no vision tower: send text only");
+  r.conversations.push_back({"gpt", "x"});  // a placeholder answer: the prompt ends where it starts
+
+  EncodedConversation e;
+  try {
+    e = system ? ConversationEncoder(
+                     std::shared_ptr<const Tokenizer>(&encoder.tokenizer(), [](const Tokenizer*) {}), cc)
+                     .encode(r, "request")
+               : encoder.encode(r, "request");
+  } catch (const std::exception& ex) {
+    throw bad(std::string("the conversation does not encode: ") + ex.what());
+  }
+  // The start of the last supervised span: the placeholder answer.
+  size_t start = e.labels.size();
+  while (start > 0 && e.labels[start - 1] == kIgnoreIndex) --start;  // past the last supervised token
+  if (start == 0) throw bad("the conversation was truncated before the answer (too long)");
+  while (start > 0 && e.labels[start - 1] != kIgnoreIndex) --start;  // to the first token of its span
+  PreparedPrompt p;
+  p.ids.assign(e.ids.begin(), e.ids.begin() + static_cast<std::ptrdiff_t>(start));
+  for (size_t i = 0; i < start; ++i) p.roles.push_back(static_cast<int8_t>(e.roles[i]));
+
+  if (!req.images.empty()) {
+    const int S = dc.image.crop;
+    p.pixels = at::empty({int64_t(req.images.size()), 3, S, S}, at::kFloat);
+    for (size_t i = 0; i < req.images.size(); ++i) {
+      const ChatImage& img = req.images[i];
+      std::vector<float> px;
+      try {
+        px = clip_preprocess(
+            decode_image_memory(img.bytes.data(), img.bytes.size(), img.where, max_image_pixels), dc.image);
+      } catch (const std::exception& ex) {
+        throw bad(ex.what(), img.where + ".image_url");
+      }
+      std::memcpy(p.pixels[int64_t(i)].data_ptr<float>(), px.data(), px.size() * sizeof(float));
+    }
+  }
+  return p;
+}
+
+}  // namespace gmod::serve

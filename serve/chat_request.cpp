@@ -1,0 +1,214 @@
+#include "serve/chat_request.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace gmod::serve {
+
+using nlohmann::json;
+
+std::string ApiError::to_json() const {
+  json e = {{"message", what()}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return json{{"error", e}}.dump();
+}
+
+namespace {
+
+ApiError bad(const std::string& message, const std::string& param = {}) {
+  return ApiError(400, "invalid_request_error", message, param);
+}
+
+// The body's fields gmod reads; anything else is refused rather than silently ignored.
+const std::set<std::string> kKnownFields = {"model",       "messages", "max_tokens", "max_completion_tokens",
+                                            "temperature", "top_p",    "stop",       "seed",
+                                            "stream",      "n"};
+
+double number(const json& v, const std::string& name) {
+  if (!v.is_number()) throw bad("'" + name + "' must be a number, not " + v.dump(), name);
+  const double x = v.get<double>();
+  if (!std::isfinite(x)) throw bad("'" + name + "' must be finite", name);
+  return x;
+}
+
+int64_t integer(const json& v, const std::string& name) {
+  if (!v.is_number_integer()) throw bad("'" + name + "' must be an integer, not " + v.dump(), name);
+  return v.get<int64_t>();
+}
+
+// "data:image/png;base64,...." -> the decoded bytes.
+ChatImage image_part(const json& part, const std::string& where, const RequestLimits& limits) {
+  const std::string param = where + ".image_url";
+  if (!part.contains("image_url")) throw bad("an image_url part needs 'image_url'", param);
+  const json& iu = part["image_url"];
+  std::string url;
+  if (iu.is_string()) {
+    url = iu.get<std::string>();
+  } else if (iu.is_object() && iu.contains("url") && iu["url"].is_string()) {
+    for (const auto& [k, _] : iu.items())
+      if (k != "url" && k != "detail") throw bad("unknown field '" + k + "' in image_url", param);
+    url = iu["url"].get<std::string>();
+  } else {
+    throw bad("'image_url' must be {\"url\": \"data:image/...;base64,...\"}", param);
+  }
+  const size_t comma = url.find(',');
+  if (url.rfind("data:image/", 0) != 0 || comma == std::string::npos ||
+      url.compare(comma - 7, 7, ";base64") != 0)
+    throw bad(
+        "only base64 data URLs (data:image/png;base64,... or data:image/jpeg;base64,...) are served; got '" +
+            url.substr(0, 40) + (url.size() > 40 ? "...'" : "'"),
+        param);
+  if ((url.size() - comma - 1) / 4 * 3 > limits.max_image_bytes)
+    throw bad("image of about " + std::to_string((url.size() - comma - 1) / 4 * 3) +
+                  " bytes is over the server's limit of " + std::to_string(limits.max_image_bytes) + " bytes",
+              param);
+  ChatImage img;
+  img.where = where;
+  try {
+    img.bytes = decode_base64(url.substr(comma + 1));
+  } catch (const std::invalid_argument& e) {
+    throw bad(std::string("image data URL: ") + e.what(), param);
+  }
+  return img;
+}
+
+ChatMessage message(const json& m, size_t i, ChatRequest& req, const RequestLimits& limits) {
+  const std::string where = "messages[" + std::to_string(i) + "]";
+  if (!m.is_object()) throw bad(where + " must be an object", where);
+  for (const auto& [k, _] : m.items())
+    if (k != "role" && k != "content" && k != "name")
+      throw bad("unknown field '" + k + "' in " + where, where);
+  if (!m.contains("role") || !m["role"].is_string())
+    throw bad(where + " needs a string 'role'", where + ".role");
+  ChatMessage out;
+  out.role = m["role"].get<std::string>();
+  if (out.role == "developer") out.role = "system";
+  if (out.role != "system" && out.role != "user" && out.role != "assistant")
+    throw bad(where + ": role '" + out.role + "' is not served (system, user, assistant)", where + ".role");
+  if (!m.contains("content")) throw bad(where + " needs 'content'", where + ".content");
+  const json& c = m["content"];
+  if (c.is_string()) {
+    out.text = c.get<std::string>();
+    return out;
+  }
+  if (!c.is_array()) throw bad(where + ".content must be a string or a list of parts", where + ".content");
+  bool last_text = false;
+  for (size_t j = 0; j < c.size(); ++j) {
+    const std::string pw = where + ".content[" + std::to_string(j) + "]";
+    const json& part = c[j];
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+      throw bad(pw + " must be an object with a 'type'", pw);
+    const std::string type = part["type"].get<std::string>();
+    for (const auto& [k, _] : part.items())
+      if (k != "type" && k != type) throw bad("unknown field '" + k + "' in " + pw, pw);
+    if (type == "text") {
+      if (!part.contains("text") || !part["text"].is_string()) throw bad(pw + " needs a string 'text'", pw);
+      out.text += (last_text ? "\n" : "") + part["text"].get<std::string>();
+      last_text = true;
+    } else if (type == "image_url") {
+      if (out.role != "user") throw bad(pw + ": images are served in user messages only", pw);
+      if (req.images.size() >= limits.max_images)
+        throw bad("more than " + std::to_string(limits.max_images) + " images in one request", pw);
+      req.images.push_back(image_part(part, pw, limits));
+      out.text += "<image>\n";
+      last_text = false;
+    } else {
+      throw bad(pw + ": content part type '" + type + "' is not served (text, image_url)", pw);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> decode_base64(const std::string& text) {
+  static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::vector<uint8_t> out;
+  out.reserve(text.size() / 4 * 3);
+  uint32_t acc = 0;
+  int bits = 0;
+  size_t end = text.size();
+  while (end > 0 && text[end - 1] == '=') --end;
+  if (text.size() - end > 2) throw std::invalid_argument("bad base64 padding");
+  for (size_t i = 0; i < end; ++i) {
+    const size_t v = kAlphabet.find(text[i]);
+    if (v == std::string::npos)
+      throw std::invalid_argument("bad base64 character at offset " + std::to_string(i));
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<uint8_t>((acc >> bits) & 0xff));
+    }
+  }
+  if (bits >= 6) throw std::invalid_argument("truncated base64 (length " + std::to_string(end) + ")");
+  return out;
+}
+
+ChatRequest parse_chat_request(const std::string& body, const RequestLimits& limits) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    throw bad(std::string("the body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw bad("the body must be a JSON object");
+  for (const auto& [k, _] : j.items())
+    if (!kKnownFields.count(k)) throw bad("unknown field '" + k + "'", k);
+  ChatRequest r;
+  if (j.contains("model")) {
+    if (!j["model"].is_string()) throw bad("'model' must be a string", "model");
+    r.model = j["model"].get<std::string>();
+  }
+  if (!j.contains("messages")) throw bad("'messages' is required", "messages");
+  const json& ms = j["messages"];
+  if (!ms.is_array() || ms.empty()) throw bad("'messages' must be a non-empty list", "messages");
+  for (size_t i = 0; i < ms.size(); ++i) r.messages.push_back(message(ms[i], i, r, limits));
+  for (const char* f : {"max_tokens", "max_completion_tokens"})
+    if (j.contains(f) && !j[f].is_null()) {
+      r.max_tokens = integer(j[f], f);
+      if (*r.max_tokens < 1) throw bad(std::string("'") + f + "' must be >= 1", f);
+    }
+  if (j.contains("temperature") && !j["temperature"].is_null()) {
+    r.temperature = number(j["temperature"], "temperature");
+    if (*r.temperature < 0 || *r.temperature > 2) throw bad("'temperature' must be in [0, 2]", "temperature");
+  }
+  if (j.contains("top_p") && !j["top_p"].is_null()) {
+    r.top_p = number(j["top_p"], "top_p");
+    if (!(*r.top_p > 0) || *r.top_p > 1) throw bad("'top_p' must be in (0, 1]", "top_p");
+  }
+  if (j.contains("stop") && !j["stop"].is_null()) {
+    const json& s = j["stop"];
+    if (s.is_string()) {
+      r.stop.push_back(s.get<std::string>());
+    } else if (s.is_array() && s.size() <= 4) {
+      for (const json& x : s) {
+        if (!x.is_string()) throw bad("'stop' must hold strings", "stop");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      throw bad("'stop' must be a string or a list of at most 4 strings", "stop");
+    }
+    for (const auto& x : r.stop)
+      if (x.empty()) throw bad("'stop' strings must not be empty", "stop");
+  }
+  if (j.contains("seed") && !j["seed"].is_null()) {
+    const int64_t s = integer(j["seed"], "seed");
+    if (s < 0) throw bad("'seed' must be >= 0", "seed");
+    r.seed = static_cast<uint64_t>(s);
+  }
+  if (j.contains("stream") && !j["stream"].is_null()) {
+    if (!j["stream"].is_boolean()) throw bad("'stream' must be true or false", "stream");
+    r.stream = j["stream"].get<bool>();
+  }
+  if (j.contains("n") && !j["n"].is_null() && !(j["n"].is_number_integer() && j["n"].get<int64_t>() == 1))
+    throw bad("'n' must be 1 (one choice per request)", "n");
+  bool user = false;
+  for (const auto& m : r.messages) user = user || m.role == "user";
+  if (!user) throw bad("'messages' needs at least one user message", "messages");
+  return r;
+}
+
+}  // namespace gmod::serve
