@@ -115,9 +115,8 @@ int64_t clip_layer_saved(int64_t NT, int64_t Dv, int64_t Iv, int64_t heads, int6
 
 std::set<int> layer_set(const std::vector<int>& v) { return std::set<int>(v.begin(), v.end()); }
 
-// LLaVA-HR's ConvNeXt (model/convnext.h) and adapters (model/mr_adapters.h), parameter counts.
-int64_t multipath_extra_params(const MultipathConfig& m, int64_t d) {
-  const auto& c = m.slow;
+// A timm ConvNeXt's stem and stages (model/convnext.h), parameter count.
+int64_t convnext_params(const ConvNextConfig& c) {
   const int64_t k2 = int64_t(c.kernel_size) * c.kernel_size, r = c.mlp_ratio;
   int64_t n = int64_t(c.dims[0]) * c.in_chans * c.patch_size * c.patch_size + 3 * int64_t(c.dims[0]);
   for (size_t i = 0; i < c.dims.size(); ++i) {
@@ -125,9 +124,49 @@ int64_t multipath_extra_params(const MultipathConfig& m, int64_t d) {
     if (i > 0) n += 2 * int64_t(c.dims[i - 1]) + C * c.dims[i - 1] * 4 + C;
     n += c.depths[i] * (C * k2 + C + 2 * C + 2 * r * C * C + r * C + C + (c.ls_init_value > 0 ? C : 0));
   }
-  const int64_t s = c.dims.back();
+  return n;
+}
+
+// LLaVA-HR's ConvNeXt and adapters (model/mr_adapters.h), parameter counts.
+int64_t multipath_extra_params(const MultipathConfig& m, int64_t d) {
+  int64_t n = convnext_params(m.slow);
+  const int64_t s = m.slow.dims.back();
   if (m.stitch) n += 3 * ((s * s + s) + (d * s + d) + (d * 49 + d) + (d * d + d) + (2 * d * (d / 2) + d / 2) + (d / 2 + 1));
   return n + (d * d + d) + (d * s + d);
+}
+
+// MGM's patch info mining projectors (model/patch_info_mining.h): LayerNorm + Linear for the query (D -> D), the
+// keys and the values (C_aux -> D). They train whenever the projector does, also with frozen towers.
+int64_t mgm_mining_params(const MgmConfig& m, int64_t d) {
+  const int64_t a = m.aux_channels();
+  return (2 * d + d * d + d) + 2 * (2 * a + a * d + d);
+}
+
+// MGM's mining, saved activations per batch (images x T tokens, each mining p x p high-resolution pixels): the
+// regions (the keys' and values' LayerNorm input), both LayerNorm outputs, the scaled keys and the values, the
+// softmax output; with trained towers also the CLIP layers on every crop and the ConvNeXt at image_size_aux (the
+// LLaVA-HR estimate of 12 C per pixel per block), or with tower checkpointing their unit inputs.
+int64_t mgm_saved(const LlavaConfig& c, int64_t images, int64_t e, bool train_towers, bool ckpt) {
+  const auto& m = *c.mgm;
+  const auto& v = *c.vision;
+  const int64_t T = c.image_seq_length(), Dv = v.hidden_size, a = m.aux_channels();
+  const int64_t region = m.image_size_aux / m.aux.patch_size / m.image_grid / (v.image_size / v.patch_size);
+  const int64_t pp = region * region;
+  int64_t n = e * images * T * pp * (3 * a + 2 * Dv + 1) + e * images * T * 4 * Dv;
+  if (!train_towers) return n;
+  const int64_t crops = images * m.clip_images(), Tc = v.num_patches() + 1;
+  const int64_t clip_layer = clip_layer_saved(crops * Tc, Dv, v.intermediate_size, v.num_attention_heads, e);
+  int64_t full = int64_t(v.num_hidden_layers) * clip_layer, kept = int64_t(v.num_hidden_layers) * e * crops * Tc * Dv;
+  int64_t unit_max = clip_layer, side = m.image_size_aux / m.aux.patch_size;
+  for (size_t i = 0; i < m.aux.dims.size(); ++i) {
+    if (i > 0) side /= 2;
+    const int64_t px = images * side * side, C = m.aux.dims[i];
+    const int64_t stage = e * px * C * (12 * m.aux.depths[i] + (i > 0 ? 2 : 0));
+    full += stage;
+    kept += e * px * C;
+    unit_max = std::max(unit_max, stage);
+  }
+  return n + (ckpt ? kept + unit_max : full);
 }
 
 // LLaVA-HR trained towers, saved activations (an estimate, not validated against a measurement yet): per ConvNeXt
@@ -194,6 +233,7 @@ ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layer
     if (c.multipath) {  // LLaVA-HR: all CLIP layers run, plus the ConvNeXt and the adapters
       p.vision += multipath_extra_params(*c.multipath, Dv);
     }
+    if (c.mgm) p.vision += convnext_params(c.mgm->aux) + mgm_mining_params(*c.mgm, Dv);  // MGM
   }
   return p;
 }
@@ -233,6 +273,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const std::set<int> frozen_layers = layer_set(in.frozen_llm_layers);
   int64_t trainable = 0;
   if (in.train_vision) trainable += pc.vision;
+  // MGM's mining projectors train with frozen towers too (VisionTower::is_adapter; the optimize_vision_tower(_aux)
+  // parts are not counted here).
+  if (!in.train_vision && in.model.mgm && in.model.vision)
+    trainable += mgm_mining_params(*in.model.mgm, in.model.vision->hidden_size);
   if (in.train_projector) trainable += pc.projector;
   if (in.train_llm) {
     trainable += pc.llm;
@@ -280,7 +324,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
 
   // ---- activations saved for backward (model/, mod/) ----
   const bool embed_trained = in.train_llm;
-  const bool proj_rg = images > 0 && (in.train_projector || in.train_vision);
+  const bool proj_rg = images > 0 && (in.train_projector || in.train_vision || in.model.mgm);
   bool rg = embed_trained || proj_rg;  // does the decoder input require grad
   int64_t act = 0;
   act += 2 * s.e * s.B * s.L * s.Dh;  // rope cos/sin [B,L,Dh] (ForwardState, saved by apply_rotary)
@@ -290,6 +334,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     const int64_t T = in.model.image_seq_length(), Dv = v.hidden_size;
     if (in.train_vision && in.model.multipath) {
       act += multipath_saved(in.model, images, s.e, in.checkpointing != "none");
+    } else if (in.model.mgm) {
+      act += mgm_saved(in.model, images, s.e, in.train_vision, in.checkpointing != "none");
     } else if (in.train_vision) {
       const int run = in.model.vision_feature_layer >= 0
                           ? in.model.vision_feature_layer
