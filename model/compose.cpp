@@ -396,7 +396,8 @@ std::shared_ptr<MultimodalLM> load_composed(const ModelParts& parts, at::ScalarT
           std::none_of(c.projector.begin(), c.projector.end(), [&](const auto& x) { return x.first == p.key(); }))
         adapters_missing.push_back(p.key());
     if (!adapters_missing.empty())
-      problems.push_back("model.projector: " + parts.projector + " holds LLaVA-HR adapters or MGM projectors but lacks " +
+      problems.push_back("model.projector: " + parts.projector +
+                         " holds LLaVA-HR adapters or MGM projectors but lacks " +
                          first_names(adapters_missing));
     for (auto& [name, t] : c.projector) {
       if (!params.contains(name)) {

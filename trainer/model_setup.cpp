@@ -23,6 +23,12 @@ ModelParts parts_of(const ModelSection& m) {
   p.vision_slow = m.vision_slow;
   p.input_image_size = m.input_image_size;
   p.freeze_vision = m.freeze_vision;
+  p.vision_aux = m.vision_aux;
+  p.image_size_aux = m.image_size_aux;
+  p.image_grid = m.image_grid;
+  p.image_global = m.image_global;
+  p.optimize_vision_tower = m.optimize_vision_tower;
+  p.optimize_vision_tower_aux = m.optimize_vision_tower_aux;
   return p;
 }
 
@@ -64,6 +70,7 @@ std::string describe_model_source(const ModelSection& m) {
   if (m.llm.empty()) return m.path;
   return "llm=" + m.llm + (m.vision.empty() ? "" : " vision=" + m.vision) +
          (m.vision_slow.empty() ? "" : " vision_slow=" + m.vision_slow) +
+         (m.vision_aux.empty() ? "" : " vision_aux=" + m.vision_aux) +
          (m.projector.empty() ? "" : " projector=" + m.projector);
 }
 

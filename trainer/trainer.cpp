@@ -312,8 +312,9 @@ void Trainer::setup_data() {
   } else if (model_->config.vision) {
     dc.image.size = dc.image.crop = model_->config.image_input_size();
   }
-  // LLaVA-HR preprocesses at input_image_size with CLIP's mean/std (its ConvNeXt tower's CLIPImageProcessor).
-  if (model_->config.multipath) dc.image.size = dc.image.crop = model_->config.image_input_size();
+  // LLaVA-HR preprocesses at input_image_size with CLIP's mean/std (its ConvNeXt tower's CLIPImageProcessor), MGM
+  // at image_size_aux (CLIP's processor with its size and crop set to it; the tower cuts the CLIP crops itself).
+  if (model_->config.multipath || model_->config.mgm) dc.image.size = dc.image.crop = model_->config.image_input_size();
   train_set_ = std::make_unique<Dataset>(dc, tokenizer_);
   if (!cfg_.eval.data.empty()) {
     DatasetConfig ec = dc;

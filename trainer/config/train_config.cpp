@@ -46,7 +46,11 @@ json to_json(const TrainConfig& c) {
         {"vision_feature_layer", c.model.vision_feature_layer},
         {"vision_feature_select_strategy", c.model.vision_feature_select_strategy},
         {"vision_slow", c.model.vision_slow}, {"input_image_size", c.model.input_image_size},
-        {"freeze_vision", c.model.freeze_vision}, {"dtype", c.model.dtype}, {"device", c.model.device}, {"init", c.model.init},
+        {"freeze_vision", c.model.freeze_vision}, {"vision_aux", c.model.vision_aux},
+        {"image_size_aux", c.model.image_size_aux}, {"image_grid", c.model.image_grid},
+        {"image_global", c.model.image_global}, {"optimize_vision_tower", c.model.optimize_vision_tower},
+        {"optimize_vision_tower_aux", c.model.optimize_vision_tower_aux}, {"dtype", c.model.dtype},
+        {"device", c.model.device}, {"init", c.model.init},
         {"init_seed", c.model.init_seed}, {"activation_checkpointing", c.model.activation_checkpointing}}},
       {"data",
        {{"train", c.data.train}, {"image_folder", c.data.image_folder}, {"tokenizer", c.data.tokenizer},
@@ -116,6 +120,10 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(m, "vision_feature_select_strategy", c.model.vision_feature_select_strategy);
       get(m, "vision_slow", c.model.vision_slow), get(m, "input_image_size", c.model.input_image_size);
       get(m, "freeze_vision", c.model.freeze_vision);
+      get(m, "vision_aux", c.model.vision_aux), get(m, "image_size_aux", c.model.image_size_aux);
+      get(m, "image_grid", c.model.image_grid), get(m, "image_global", c.model.image_global);
+      get(m, "optimize_vision_tower", c.model.optimize_vision_tower);
+      get(m, "optimize_vision_tower_aux", c.model.optimize_vision_tower_aux);
       get(m, "activation_checkpointing", c.model.activation_checkpointing);
       get(d, "train", c.data.train), get(d, "image_folder", c.data.image_folder);
       get(d, "tokenizer", c.data.tokenizer), get(d, "template", c.data.template_name);
@@ -349,9 +357,10 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
   } else if (!c.model.path.empty()) {
     if (!fs::exists(fs::path(c.model.path) / "config.json"))
       e.push_back("model.path: " + c.model.path + "/config.json does not exist");
-    if (!c.model.vision.empty() || !c.model.projector.empty() || !c.model.vision_slow.empty())
-      e.push_back("model.vision / model.vision_slow / model.projector: only with model.llm (parts), not with "
-                  "model.path");
+    if (!c.model.vision.empty() || !c.model.projector.empty() || !c.model.vision_slow.empty() ||
+        !c.model.vision_aux.empty())
+      e.push_back("model.vision / model.vision_slow / model.vision_aux / model.projector: only with model.llm "
+                  "(parts), not with model.path");
   } else {
     for (auto [key, dir] : {std::pair<const char*, const std::string*>{"model.llm", &c.model.llm},
                             {"model.vision", &c.model.vision}})

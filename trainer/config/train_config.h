@@ -33,6 +33,15 @@ struct ModelSection {
   std::string vision_slow;
   int input_image_size = 1024;
   bool freeze_vision = true;
+  // Parts only, Mini-Gemini (model/mgm_tower.h): the OpenCLIP ConvNeXt directory of the high-resolution path
+  // makes `vision` MGM's low-resolution CLIP; MGM's image_size_aux, image_grid, image_global and its
+  // optimize_vision_tower(_aux) flags (what trains with freeze.vision true, besides the mining projectors).
+  std::string vision_aux;
+  int image_size_aux = 768;
+  int image_grid = 1;
+  bool image_global = false;
+  bool optimize_vision_tower = false;
+  bool optimize_vision_tower_aux = false;
   std::string dtype = "fp32";    // compute/parameter dtype: "fp32" or "bf16" (optimizer keeps fp32 master weights)
   // "cpu", "cuda" (each rank takes GPU local_rank % device_count) or "cuda:N" (only with one rank per node)
   std::string device = "cpu";

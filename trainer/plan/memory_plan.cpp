@@ -160,6 +160,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const std::set<int> frozen_layers = layer_set(in.frozen_llm_layers);
   int64_t trainable = 0;
   if (in.train_vision) trainable += pc.vision;
+  // MGM's mining projectors train with frozen towers too (VisionTower::is_adapter; the optimize_vision_tower(_aux)
+  // parts are not counted here).
+  if (!in.train_vision && in.model.mgm && in.model.vision)
+    trainable += mgm_mining_params(*in.model.mgm, in.model.vision->hidden_size);
   if (in.train_projector) trainable += pc.projector;
   if (in.train_llm) {
     trainable += pc.llm;
@@ -230,7 +234,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
 
   // ---- activations saved for backward (model/, mod/) ----
   const bool embed_trained = in.train_llm;
-  const bool proj_rg = images > 0 && (in.train_projector || in.train_vision);
+  const bool proj_rg = images > 0 && (in.train_projector || in.train_vision || in.model.mgm);
   bool rg = embed_trained || proj_rg;  // does the decoder input require grad
   int64_t act = 0;
   TowerActivations tower;             // trained LLaVA-HR towers (tower_activation_plan.h)
@@ -243,6 +247,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
       tower =
           multipath_tower_activations(in.model, images, s.e, in.checkpointing != "none", in.device == "cpu");
       act += tower.saved;
+    } else if (in.model.mgm) {
+      act += mgm_tower_activations(in.model, images, s.e, in.train_vision, in.checkpointing != "none");
     } else if (in.train_vision) {
       const int run = in.model.vision_feature_layer >= 0
                           ? in.model.vision_feature_layer

@@ -104,10 +104,14 @@ struct ParamCounts {
   int64_t vision = 0, projector = 0, llm = 0;  // llm: embeddings, layers, norm, lm_head, MoD routers
   std::vector<int64_t> llm_layer;              // per decoder layer (inside `llm`)
   int64_t embed = 0, lm_head = 0;
-  int64_t vision_unit = 0;    // the largest vision block (a CLIP layer or a ConvNeXt block): a ZeRO-3 unit
+  int64_t vision_unit = 0;    // the largest vision unit (a CLIP layer or a ConvNeXt stage): a ZeRO-3 unit
   int64_t shared_router = 0;  // γ-MoD's shared router (inside `llm`), used by every MoD layer
   int64_t total() const { return vision + projector + llm; }
 };
+// MGM's patch info mining projectors (model/patch_info_mining.h): LayerNorm + Linear for the query (D -> D),
+// the keys and the values (C_aux -> D). They train whenever the projector does, also with frozen towers.
+int64_t mgm_mining_params(const MgmConfig& m, int64_t d);
+
 ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layers,
                          const std::string& mod_router);
 

@@ -9,24 +9,36 @@
 namespace gmod {
 namespace {
 
-// LLaVA-HR's ConvNeXt (model/convnext.h) and adapters (model/mr_adapters.h), parameter counts.
-int64_t multipath_extra_params(const MultipathConfig& m, int64_t d) {
-  const auto& c = m.slow;
+// A timm ConvNeXt's stem and stages (model/convnext.h), parameter count; `largest_stage`: the largest stage
+// (downsampling + blocks), a ZeRO-3 unit (trainer/zero3_driver.h hooks ConvNeXt stages).
+int64_t convnext_params(const ConvNextConfig& c, int64_t* largest_stage = nullptr) {
   const int64_t k2 = int64_t(c.kernel_size) * c.kernel_size, r = c.mlp_ratio;
   int64_t n = int64_t(c.dims[0]) * c.in_chans * c.patch_size * c.patch_size + 3 * int64_t(c.dims[0]);
   for (size_t i = 0; i < c.dims.size(); ++i) {
     const int64_t C = c.dims[i];
-    if (i > 0) n += 2 * int64_t(c.dims[i - 1]) + C * c.dims[i - 1] * 4 + C;
-    n += c.depths[i] * (C * k2 + C + 2 * C + 2 * r * C * C + r * C + C + (c.ls_init_value > 0 ? C : 0));
+    int64_t stage = i > 0 ? 2 * int64_t(c.dims[i - 1]) + C * c.dims[i - 1] * 4 + C : 0;
+    stage += c.depths[i] * (C * k2 + C + 2 * C + 2 * r * C * C + r * C + C + (c.ls_init_value > 0 ? C : 0));
+    n += stage;
+    if (largest_stage) *largest_stage = std::max(*largest_stage, stage);
   }
-  const int64_t s = c.dims.back();
+  return n;
+}
+
+// LLaVA-HR's ConvNeXt and adapters (model/mr_adapters.h), parameter counts.
+int64_t multipath_extra_params(const MultipathConfig& m, int64_t d) {
+  int64_t n = convnext_params(m.slow);
+  const int64_t s = m.slow.dims.back();
   if (m.stitch)
-    n += 3 *
-         ((s * s + s) + (d * s + d) + (d * 49 + d) + (d * d + d) + (2 * d * (d / 2) + d / 2) + (d / 2 + 1));
+    n += 3 * ((s * s + s) + (d * s + d) + (d * 49 + d) + (d * d + d) + (2 * d * (d / 2) + d / 2) + (d / 2 + 1));
   return n + (d * d + d) + (d * s + d);
 }
 
 }  // namespace
+
+int64_t mgm_mining_params(const MgmConfig& m, int64_t d) {
+  const int64_t a = m.aux_channels();
+  return (2 * d + d * d + d) + 2 * (2 * a + a * d + d);
+}
 
 ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layers,
                          const std::string& mod_router) {
@@ -62,11 +74,10 @@ ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layer
     p.vision_unit = layer;
     if (c.multipath) {  // LLaVA-HR: all CLIP layers run, plus the ConvNeXt and the adapters
       p.vision += multipath_extra_params(*c.multipath, Dv);
-      // The largest ConvNeXt block: depthwise conv, LayerNorm, two pointwise linears (r C each way), layer
-      // scale.
-      const auto& cn = c.multipath->slow;
-      const int64_t C = cn.dims.back(), k2 = int64_t(cn.kernel_size) * cn.kernel_size, r = cn.mlp_ratio;
-      p.vision_unit = std::max(p.vision_unit, C * k2 + C + 2 * C + 2 * r * C * C + r * C + C + C);
+      convnext_params(c.multipath->slow, &p.vision_unit);
+    }
+    if (c.mgm) {  // MGM: the aux ConvNeXt and the patch info mining projectors
+      p.vision += convnext_params(c.mgm->aux, &p.vision_unit) + mgm_mining_params(*c.mgm, Dv);
     }
   }
   return p;
@@ -81,7 +92,7 @@ Zero3Units zero3_units(const ParamCounts& pc, const LlavaConfig& c, const Memory
   };
   if (in.train_vision) {
     const int blocks = c.vision ? c.vision->num_hidden_layers : 0;
-    for (int b = 0; b < blocks; ++b) unit(pc.vision_unit);  // (the ConvNeXt stages add units no larger)
+    for (int b = 0; b < blocks; ++b) unit(pc.vision_unit);  // upper bound: every vision unit as the largest
   }
   if (in.train_projector) unit(pc.projector);
   if (in.train_llm) {

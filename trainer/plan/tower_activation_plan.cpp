@@ -73,4 +73,29 @@ TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t N, in
   return a;
 }
 
+int64_t mgm_tower_activations(const LlavaConfig& c, int64_t images, int64_t e, bool train_towers,
+                              bool checkpointing) {
+  const auto& m = *c.mgm;
+  const auto& v = *c.vision;
+  const int64_t T = c.image_seq_length(), Dv = v.hidden_size, a = m.aux_channels();
+  const int64_t region = m.image_size_aux / m.aux.patch_size / m.image_grid / (v.image_size / v.patch_size);
+  const int64_t pp = region * region;
+  const int64_t n = e * images * T * pp * (3 * a + 2 * Dv + 1) + e * images * T * 4 * Dv;
+  if (!train_towers) return n;
+  const int64_t crops = images * m.clip_images(), Tc = v.num_patches() + 1;
+  const int64_t clip_layer = clip_layer_activations(crops * Tc, Dv, v.intermediate_size, v.num_attention_heads, e);
+  int64_t full = int64_t(v.num_hidden_layers) * clip_layer;
+  int64_t kept = int64_t(v.num_hidden_layers) * e * crops * Tc * Dv;
+  int64_t unit_max = clip_layer, side = m.image_size_aux / m.aux.patch_size;
+  for (size_t i = 0; i < m.aux.dims.size(); ++i) {
+    if (i > 0) side /= 2;
+    const int64_t px = images * side * side, C = m.aux.dims[i];
+    const int64_t stage = e * px * C * (12 * m.aux.depths[i] + (i > 0 ? 2 : 0));
+    full += stage;
+    kept += e * px * C;
+    unit_max = std::max(unit_max, stage);
+  }
+  return n + (checkpointing ? kept + unit_max : full);
+}
+
 }  // namespace gmod

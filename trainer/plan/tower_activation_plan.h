@@ -33,4 +33,11 @@ struct TowerActivations {
 TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t images, int64_t e,
                                              bool checkpointing, bool cpu);
 
+// Mini-Gemini (c.mgm): the patch info mining's saved tensors on `images` images (the regions, both LayerNorm
+// outputs, the scaled keys and the values, the softmax), and with trained towers the CLIP layers on every crop and
+// the aux ConvNeXt at image_size_aux (LLaVA-HR's 12 C per pixel per block), or with checkpointing their unit
+// inputs plus the largest unit. An estimate from the code, not yet checked against a measured peak.
+int64_t mgm_tower_activations(const LlavaConfig& c, int64_t images, int64_t e, bool train_towers,
+                              bool checkpointing);
+
 }  // namespace gmod
