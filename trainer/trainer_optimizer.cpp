@@ -40,7 +40,7 @@ void Trainer::setup_optimizer() {
     z3_ = std::make_unique<Zero3Driver>(*model_, trainable_, comm_, o, c.zero3_prefetch);
     print("optimizer: ZeRO-3, " + std::to_string(z3_->num_units()) + " parameter units (" +
           std::to_string(z3_->num_hooked_units()) +
-           gathered around their forward and backward), prefetch " + std::to_string(c.zero3_prefetch) +
+          " gathered around their forward and backward), prefetch " + std::to_string(c.zero3_prefetch) +
           (o.offload ? "; fp32 master + moments offloaded to host memory" : ""));
   } else {
     opt_ = std::make_unique<DataParallelOptimizer>(trainable_, comm_, o);
