@@ -81,14 +81,14 @@ void check_positive(std::vector<std::string>& errors, const std::string& where, 
   if (!(v > 0)) errors.push_back(where + "'" + name + "' must be positive, got " + num(v));
 }
 
-// model_type -> family. Original LLaVA's top-level configs name the LLM inside theirs (llava, llava_llama,
-// llava_mistral, llava_qwen).
+// model_type -> family. Original LLaVA's and Mini-Gemini's top-level configs name the LLM inside theirs (llava,
+// llava_llama, llava_mistral, llava_qwen; mgm = MGMLlamaForCausalLM, mgm_mistral).
 LlmFamily parse_family(const nlohmann::json& j, const std::string& where, std::vector<std::string>& errors) {
   std::string type = "llama";
   Reader{j, where, errors}.optional("model_type", type);
   if (type == "qwen2" || type == "llava_qwen" || type == "llava_qwen2") return LlmFamily::kQwen2;
-  if (type == "mistral" || type == "llava_mistral") return LlmFamily::kMistral;
-  if (type != "llama" && type.rfind("llava", 0) != 0)
+  if (type == "mistral" || type == "llava_mistral" || type == "mgm_mistral") return LlmFamily::kMistral;
+  if (type != "llama" && type != "mgm" && type.rfind("llava", 0) != 0)
     errors.push_back(where + "model_type '" + type + "' is not supported (llama, qwen2, mistral)");
   return LlmFamily::kLlama;
 }
