@@ -95,7 +95,7 @@ def cases(ctx):
               ["batch.global_batch=0", "batch.micro_batch=65536", "batch.grad_accum=65536"],
               r"batch\.grad_accum: .*samples per step is out of range")
     train_set("set_keep_last_one", ["checkpoint.keep_last=1"], r"checkpoint\.keep_last: 1")
-    train_set("set_zero_stage_4", ["optimizer.zero_stage=4"], r"optimizer\.zero_stage: 4, expected 0, 1, 2 or 3"),
+    train_set("set_zero_stage_4", ["optimizer.zero_stage=4"], r"optimizer\.zero_stage: 4, expected 0, 1, 2 or 3")
 
     # --- model.device: cpu, cuda or cuda:N only.
     train_set("set_device_gpu", ["model.device=gpu"], r'model\.device: "gpu", expected cpu, cuda or cuda:N')
