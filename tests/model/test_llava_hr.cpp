@@ -19,6 +19,7 @@
 #include "model/pretrained.h"
 #include "model/safetensors.h"
 #include "tests/common/paths.h"
+#include "tests/model/fixture_dir_edit.h"
 
 using namespace gmod;
 namespace fs = std::filesystem;
@@ -199,32 +200,12 @@ TEST(LlavaHrConfig, EveryProblemIsNamedInOneError) {
   EXPECT_NE(m.find("3 problems"), std::string::npos) << m;
 }
 
-// A copy of a fixture directory whose checkpoint keeps only the tensors `keep` accepts, with `edit` applied
-// to its config.json.
 std::string copy_fixture(const test::TempDir& tmp, const std::function<bool(const std::string&)>& keep,
                          const std::function<void(nlohmann::json&)>& edit) {
-  const auto src = test::fixture("llava_hr/hr768_trained");
-  const auto dst = (tmp.path / "hr").string();
-  fs::create_directories(dst);
-  auto j = read_json(src + "/config.json");
-  edit(j);
-  std::ofstream(dst + "/config.json") << j.dump();
-  SafetensorsFile f(src + "/model.safetensors");
-  std::vector<std::pair<std::string, at::Tensor>> t;
-  for (const auto& n : f.names())
-    if (keep(n)) t.emplace_back(n, f.tensor(n));
-  save_safetensors(dst + "/model.safetensors", t);
-  return dst;
+  return test::copy_fixture_dir(tmp, "llava_hr/hr768_trained", "hr", keep, edit);
 }
 
-std::string load_error(const std::string& dir) {
-  try {
-    load_pretrained(dir);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::load_error;
 
 TEST(LlavaHrLoad, MissingConvNextWeightsAreNamed) {
   test::TempDir tmp;
