@@ -20,6 +20,7 @@
 #include "eval/records.h"
 #include "launch/cli_model.h"
 #include "launch/cli_prompt.h"
+#include "launch/cli_sampling.h"
 #include "mod/accounting.h"
 #include "mod/generate.h"
 #include "parallel/host_gather.h"
@@ -233,16 +234,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     qs.push_back(std::move(q));
   }
 
-  GenerateOptions g;
-  g.max_new_tokens = o.max_new_tokens;
-  if (o.top_p || o.temperature) {
-    g.greedy = false;
-    g.top_p = o.top_p.value_or(1.0);
-    g.temperature = o.temperature.value_or(1.0);
-  }
-  g.seed = o.seed;
-  if (auto eos = tok->eos_id()) g.eos_token_id = *eos;
-  g.pad_token_id = enc.pad_id();
+  const GenerateOptions g = cli::sampling_options(o, tok->eos_id(), enc.pad_id());
 
   ComputeReport& compute = res.compute;
   int64_t& generated = res.generated;

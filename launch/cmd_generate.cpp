@@ -11,6 +11,7 @@
 #include "data/image.h"
 #include "launch/cli_model.h"
 #include "launch/cli_prompt.h"
+#include "launch/cli_sampling.h"
 #include "mod/accounting.h"
 #include "mod/generate.h"
 
@@ -64,16 +65,7 @@ int run_generate(const GenerateCliOptions& o) {
   in.input_ids = in.input_ids.to(m.device);
   in.token_roles = in.token_roles.to(m.device);
 
-  GenerateOptions g;
-  g.max_new_tokens = o.max_new_tokens;
-  if (o.top_p || o.temperature) {
-    g.greedy = false;
-    g.top_p = o.top_p.value_or(1.0);
-    g.temperature = o.temperature.value_or(1.0);
-  }
-  g.seed = o.seed;
-  if (auto eos = tok->eos_id()) g.eos_token_id = *eos;
-  g.pad_token_id = enc.pad_id();
+  const GenerateOptions g = cli::sampling_options(o, tok->eos_id(), enc.pad_id());
   const GenerateResult r = generate(*m.model, in, g);
 
   const at::Tensor out = r.tokens.cpu()[0];
