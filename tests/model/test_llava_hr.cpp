@@ -20,6 +20,7 @@
 #include "model/safetensors.h"
 #include "tests/common/paths.h"
 #include "tests/model/fixture_dir_edit.h"
+#include "tests/model/tower_parity.h"
 
 using namespace gmod;
 namespace fs = std::filesystem;
@@ -27,28 +28,7 @@ namespace fs = std::filesystem;
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error(path + ": missing (re-run make_llava_hr_fixtures.py)");
-  nlohmann::json j;
-  f >> j;
-  return j;
-}
-
-ModelInputs hr_inputs(const SafetensorsFile& ref, int repeat) {
-  ModelInputs in;
-  in.input_ids = ref.tensor("input.input_ids").clone();
-  in.attention_mask = ref.tensor("input.attention_mask").to(at::kBool);
-  in.labels = ref.tensor("input.labels").clone();
-  in.pixel_values =
-      ref.tensor("input.pixels_lowres").repeat_interleave(repeat, 2).repeat_interleave(repeat, 3);
-  return in;
-}
-
-// Frozen towers as LLaVA-HR freezes them: everything under vision. but the adapters.
-void freeze_towers(MultimodalLM& m) {
-  for (auto& p : m.named_parameters())
-    if (p.key().rfind("vision.", 0) == 0 && !m.vision->is_adapter(p.key().substr(7)))
-      p.value().requires_grad_(false);
+  return test::read_fixture_json(path, "make_llava_hr_fixtures.py");
 }
 
 class LlavaHrParity : public ::testing::TestWithParam<std::string> {};
@@ -59,81 +39,16 @@ TEST_P(LlavaHrParity, LogitsLossAndEveryGradientMatchTheOriginal) {
   auto model = load_pretrained(dir);
   ASSERT_TRUE(model->config.multipath);
   EXPECT_EQ(model->config.image_seq_length(), meta.at("tokens_per_image").get<int>());
-  if (meta.at("freeze_vision").get<bool>()) freeze_towers(*model);
+  if (meta.at("freeze_vision").get<bool>()) test::freeze_towers(*model);
   SafetensorsFile ref(dir + "/reference.safetensors");
-  auto in = hr_inputs(ref, meta.at("pixel_repeat").get<int>());
-  auto out = model->forward(in);
-  auto valid = in.attention_mask.unsqueeze(-1).expand_as(out.logits);
-  const double logit_err =
-      (out.logits - ref.tensor("logits")).abs().masked_select(valid).max().item<double>();
-  EXPECT_LT(logit_err, 1e-5) << "max abs logit difference";
-  EXPECT_NEAR(out.lm_loss.item<double>(), ref.tensor("loss").item<double>(), 1e-5);
-  out.lm_loss.backward();
-
-  auto params = model->named_parameters();
-  std::map<std::string, bool> covered;
-  for (const auto& p : params) covered[p.key()] = false;
-  int compared = 0;
-  double worst = 0;
-  std::string worst_name;
-  for (const auto& name : ref.names()) {
-    if (name.rfind("grad.", 0) != 0) continue;
-    const auto g = hf_to_gmod(name.substr(5));
-    if (!g || !params.contains(*g)) {
-      ADD_FAILURE() << "reference parameter " << name.substr(5) << " has no gmod parameter";
-      continue;
-    }
-    covered[*g] = true;
-    const auto& grad = params[*g].grad();
-    if (!grad.defined()) {
-      ADD_FAILURE() << *g << " has no gradient in gmod but has one in the original";
-      continue;
-    }
-    const auto r = ref.tensor(name);
-    const double diff = (grad - r).norm().item<double>(),
-                 rel = diff / std::max(r.norm().item<double>(), 1e-30);
-    // Softmax attention's key-projection biases have an exactly-zero true gradient (a per-query constant
-    // shift of the scores); both sides return rounding noise there, so those alone get an absolute floor.
-    const bool zero_true_grad = g->find("k_proj.bias") != std::string::npos;
-    EXPECT_TRUE(rel < 1e-5 || (zero_true_grad && diff < 1e-9))
-        << "gradient of " << *g << ": relative L2 difference " << rel << " (|ref| " << r.norm().item<double>()
-        << ")";
-    if (!zero_true_grad && rel > worst) worst = rel, worst_name = *g;
-    ++compared;
-  }
-  for (const auto& hf : meta.at("no_grad")) {
-    const std::string n = hf.get<std::string>();
-    if (hf_unused(n)) continue;  // the ConvNeXt classifier head: not held by gmod
-    const auto g = hf_to_gmod(n);
-    ASSERT_TRUE(g && params.contains(*g)) << n;
-    covered[*g] = true;
-    const auto& grad = params[*g].grad();
-    EXPECT_TRUE(!grad.defined() || grad.abs().max().item<double>() == 0.0)
-        << *g << " has no gradient in the original but has one in gmod";
-  }
-  for (const auto& [g, seen] : covered) EXPECT_TRUE(seen) << "gmod parameter " << g << " has no reference";
-  EXPECT_EQ(compared, meta.at("gradients").get<int>());
-  std::cout << GetParam() << ": max logit diff " << logit_err << ", worst relative gradient diff " << worst
-            << " (" << worst_name << ")\n";
+  auto in = test::tower_fixture_inputs(ref, meta.at("pixel_repeat").get<int>());
+  test::expect_fixture_parity(*model, in, ref, meta, {"k_proj.bias"}, GetParam());
 }
 
 TEST_P(LlavaHrParity, Bf16LogitsTrackTheOriginalBf16) {
-  // As for LLaVA-1.5 (test_hf_parity.cpp): gmod in bf16 must be as close to the fp32 truth as the original in bf16.
   const auto dir = test::fixture("llava_hr/" + GetParam());
-  const auto meta = read_json(dir + "/reference.json");
-  auto model = load_pretrained(dir, at::kBFloat16);
-  SafetensorsFile ref(dir + "/reference.safetensors"), ref16(dir + "/reference_bf16.safetensors");
-  auto in = hr_inputs(ref, meta.at("pixel_repeat").get<int>());
-  in.pixel_values = in.pixel_values.to(at::kBFloat16);
-  at::NoGradGuard ng;
-  auto out = model->forward(in);
-  auto valid = in.attention_mask.unsqueeze(-1).expand_as(out.logits);
-  auto err = [&](const at::Tensor& a) {
-    return (a - ref.tensor("logits")).abs().masked_select(valid).max().item<double>();
-  };
-  const double ours = err(out.logits), theirs = err(ref16.tensor("logits").to(at::kFloat));
-  EXPECT_LT(ours, 2.0 * theirs + 1e-3) << "gmod bf16 error " << ours << " vs the original's bf16 error " << theirs;
-  std::cout << GetParam() << ": bf16 max logit error gmod " << ours << ", original " << theirs << "\n";
+  test::expect_bf16_tracks_original(dir, read_json(dir + "/reference.json").at("pixel_repeat").get<int>(),
+                                    GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlavaHrParity,
@@ -146,7 +61,7 @@ TEST(LlavaHr, TowerCheckpointingGivesBitwiseTheSameGradients) {
   for (int ck = 0; ck < 2; ++ck) {
     auto model = load_pretrained(dir);
     model->vision->set_activation_checkpointing(ck == 1);
-    ModelInputs in = hr_inputs(ref, 8);
+    ModelInputs in = test::tower_fixture_inputs(ref, 8);
     model->forward(in).lm_loss.backward();
     for (const auto& p : model->named_parameters())
       if (p.key().rfind("vision.", 0) == 0 && p.value().grad().defined())
