@@ -2,7 +2,8 @@
 // (trainer/plan/memory_plan.h): bytes of weights, gradients, optimizer state, activations and transients at the
 // step's peak, every phase's total, the bytes communicated per optimizer step, and whether it fits a per-GPU
 // budget. Prints a table, and the same as JSON with --json FILE ("-" = stdout). Nothing is allocated: it runs
-// on a laptop for a 13B model.
+// on a laptop for a 13B model (with optimizer.groups the model is built without weights to match their patterns
+// against its parameter names: address space, no memory; trainer/plan/param_group_counts.h).
 #include <fstream>
 #include <optional>
 #include <iostream>
@@ -10,7 +11,9 @@
 
 #include "launch/args.h"
 #include "model/config.h"
+#include "trainer/config/param_groups.h"
 #include "trainer/plan/memory_plan.h"
+#include "trainer/plan/param_group_counts.h"
 #include "trainer/model_setup.h"
 #include "trainer/config/train_config.h"
 
@@ -87,6 +90,17 @@ int run_plan(const PlanOptions& o) {
   } else if (o.reserve_gb) {
     in.reserve_bytes = *o.reserve_gb * GB;
   }
+  // optimizer.groups: resolved against the model's parameter names (built without weights), as gmod train does.
+  std::optional<PlanParamGroups> groups;
+  if (!effective_param_groups(cfg.optimizer).empty()) {
+    if (const auto errs = check_param_groups(cfg.optimizer); !errs.empty()) {
+      std::string msg = path + ": " + std::to_string(errs.size()) + " problem(s):";
+      for (const auto& x : errs) msg += "\n  " + x;
+      throw std::invalid_argument(msg);
+    }
+    groups = plan_param_groups(cfg, model, in.mod_layers);
+    in.frozen_by_groups = groups->frozen_by_groups;
+  }
   const MemoryPlan p = plan_memory(in);
 
   std::cout << "plan: " << path << " (model " << describe_model_source(cfg.model) << "), world " << world << ", ZeRO-"
@@ -104,6 +118,10 @@ int run_plan(const PlanOptions& o) {
             << (in.stage == 3 ? ", prefetch " + std::to_string(in.zero3_prefetch) : "")
             << (in.offload != "none" ? ", optimizer offload " + in.offload : "") << "\n\n"
             << format_plan(p);
+  if (groups) {
+    std::cout << "\n" << format_param_groups(groups->groups);
+    for (const auto& w : groups->problems) std::cout << "warning: " << w << " (gmod train refuses this)\n";
+  }
   if (!o.json.empty()) {
     const std::string* j = &o.json;
     json out = to_json(p);
@@ -124,6 +142,7 @@ int run_plan(const PlanOptions& o) {
                      {"grad_accum", in.grad_accum},
                      {"offload", in.offload},
                      {"zero3_prefetch", in.zero3_prefetch}};
+    if (groups) out["param_groups"] = groups->groups.to_json();
     if (*j == "-") {
       std::cout << out.dump(2) << "\n";
     } else {

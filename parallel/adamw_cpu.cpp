@@ -86,43 +86,50 @@ void apply_plain(float* p, const float* m, const float* s, int64_t n, bool decay
 // Elements per block: the four arrays and the sqrt scratch stay in L2 between the passes (5 x 64 KiB).
 constexpr int64_t kBlock = int64_t(1) << 14;
 
-// One block [0, n <= kBlock): moments, ATen's sqrt into `scratch`, then the parameter update with decay on
-// the sorted, disjoint [b, e) of `decay` (block coordinates, clipped by the caller).
+// One block [0, n <= kBlock): moments, ATen's sqrt into `scratch`, then the parameter update of each run (block
+// coordinates, clipped by the caller) with its group's coefficients.
 void block(float* p, float* m, float* v, const float* g, float* scratch, int64_t n,
-           const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWCpuCoeffs& c) {
+           const std::vector<AdamWCpuRun>& runs, const std::vector<AdamWCpuCoeffs>& coeffs) {
+  const AdamWCpuCoeffs& c = coeffs.front();
   c.fused ? moments_fused(m, v, g, n, c) : moments_plain(m, v, g, n, c);
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
   at::Tensor out = at::from_blob(scratch, {n}, f32);
   at::sqrt_out(out, at::from_blob(v, {n}, f32));
-  auto run = [&](int64_t lo, int64_t hi, bool d) {
-    if (lo < hi)
-      c.fused ? apply_avx2(p + lo, m + lo, scratch + lo, hi - lo, d, c)
-              : apply_plain(p + lo, m + lo, scratch + lo, hi - lo, d, c);
-  };
-  int64_t i = 0;
-  for (const auto& [lo, hi] : decay) {
-    run(i, lo, false);
-    run(lo, hi, true);
-    i = hi;
+  for (const AdamWCpuRun& r : runs) {
+    const AdamWCpuCoeffs& rc = coeffs[size_t(r.coeffs)];
+    if (r.begin < r.end)
+      c.fused ? apply_avx2(p + r.begin, m + r.begin, scratch + r.begin, r.end - r.begin, r.decay, rc)
+              : apply_plain(p + r.begin, m + r.begin, scratch + r.begin, r.end - r.begin, r.decay, rc);
   }
-  run(i, n, false);
 }
 
-// [b, e) of the arrays, block by block; decay in the arrays' coordinates (sorted, disjoint).
+// [b, e) of the arrays, block by block; runs in the arrays' coordinates (sorted, disjoint, covering [b, e)).
 void update_range(float* p, float* m, float* v, const float* g, int64_t b, int64_t e,
-                  const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWCpuCoeffs& c) {
+                  const std::vector<AdamWCpuRun>& runs, const std::vector<AdamWCpuCoeffs>& coeffs) {
   std::vector<float> scratch(size_t(std::min(kBlock, e - b)));
-  std::vector<std::pair<int64_t, int64_t>> local;
-  auto it = std::upper_bound(decay.begin(), decay.end(), std::make_pair(b, b),
-                             [](const auto& x, const auto& r) { return x.first < r.second; });
+  std::vector<AdamWCpuRun> local;
+  auto it = std::upper_bound(runs.begin(), runs.end(), b, [](int64_t x, const AdamWCpuRun& r) { return x < r.end; });
   for (int64_t i = b; i < e; i += kBlock) {
     const int64_t j = std::min(e, i + kBlock);
     local.clear();
-    while (it != decay.end() && it->second <= i) ++it;
-    for (auto k = it; k != decay.end() && k->first < j; ++k)
-      local.emplace_back(std::max(k->first, i) - i, std::min(k->second, j) - i);
-    block(p + i, m + i, v + i, g + i, scratch.data(), j - i, local, c);
+    while (it != runs.end() && it->end <= i) ++it;
+    for (auto k = it; k != runs.end() && k->begin < j; ++k)
+      local.push_back({std::max(k->begin, i) - i, std::min(k->end, j) - i, k->coeffs, k->decay});
+    block(p + i, m + i, v + i, g + i, scratch.data(), j - i, local, coeffs);
   }
+}
+
+// Decay ranges (sorted, disjoint) as runs covering [0, n) with one set of coefficients.
+std::vector<AdamWCpuRun> decay_runs(int64_t n, const std::vector<std::pair<int64_t, int64_t>>& decay) {
+  std::vector<AdamWCpuRun> runs;
+  int64_t i = 0;
+  for (const auto& [lo, hi] : decay) {
+    if (i < lo) runs.push_back({i, lo, 0, false});
+    if (lo < hi) runs.push_back({lo, hi, 0, true});
+    i = hi;
+  }
+  if (i < n) runs.push_back({i, n, 0, false});
+  return runs;
 }
 
 void check(const at::Tensor& t, int64_t n, const char* what) {
@@ -185,24 +192,38 @@ bool adamw_cpu_aten_fuses() {
 void adamw_cpu_kernel(float* p, float* m, float* v, const float* g, int64_t n, bool decay,
                       const AdamWCpuCoeffs& c) {
   if (n <= 0) return;
-  std::vector<std::pair<int64_t, int64_t>> all;
-  if (decay) all.emplace_back(0, n);
-  update_range(p, m, v, g, 0, n, all, c);
+  update_range(p, m, v, g, 0, n, {AdamWCpuRun{0, n, 0, decay}}, {c});
 }
 
 void adamw_cpu_update(at::Tensor& master, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, const at::Tensor& grad,
                       const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWCpuCoeffs& c) {
+  adamw_cpu_update(master, exp_avg, exp_avg_sq, grad, decay_runs(master.numel(), decay), {c});
+}
+
+void adamw_cpu_update(at::Tensor& master, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, const at::Tensor& grad,
+                      const std::vector<AdamWCpuRun>& runs, const std::vector<AdamWCpuCoeffs>& coeffs) {
   const int64_t n = master.numel();
   check(master, n, "master");
   check(exp_avg, n, "exp_avg");
   check(exp_avg_sq, n, "exp_avg_sq");
   check(grad, n, "grad");
+  if (coeffs.empty()) throw std::runtime_error("parallel/adamw_cpu: no coefficients");
+  int64_t covered = 0;
+  for (const AdamWCpuRun& r : runs) {
+    if (r.begin != covered || r.end < r.begin || r.coeffs < 0 || r.coeffs >= int(coeffs.size()))
+      throw std::runtime_error("parallel/adamw_cpu: runs must be sorted, disjoint, cover [0, " + std::to_string(n) +
+                               ") and name one of " + std::to_string(coeffs.size()) + " coefficient sets");
+    covered = r.end;
+  }
+  if (covered != n)
+    throw std::runtime_error("parallel/adamw_cpu: runs cover [0, " + std::to_string(covered) + ") of [0, " +
+                             std::to_string(n) + ")");
   float *p = master.data_ptr<float>(), *m = exp_avg.data_ptr<float>(), *v = exp_avg_sq.data_ptr<float>();
   const float* g = grad.data_ptr<float>();
   // 64 Ki elements (1 MiB over the four arrays) per task: large enough to amortise the dispatch, small enough
   // to spread a shard over every thread. ATen calls inside a task (the sqrt) run on the task's thread.
   at::parallel_for(0, n, int64_t(1) << 16,
-                   [&](int64_t b, int64_t e) { update_range(p, m, v, g, b, e, decay, c); });
+                   [&](int64_t b, int64_t e) { update_range(p, m, v, g, b, e, runs, coeffs); });
 }
 
 }  // namespace gmod

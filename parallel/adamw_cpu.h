@@ -41,6 +41,17 @@ bool adamw_cpu_aten_fuses();
 void adamw_cpu_update(at::Tensor& master, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, const at::Tensor& grad,
                       const std::vector<std::pair<int64_t, int64_t>>& decay, const AdamWCpuCoeffs& c);
 
+// Parameter groups (optimizer.groups): [begin, end) in the tensors' own coordinates updated with coeffs[coeffs]
+// (its lr and weight decay; the moment coefficients are those of coeffs[0]), decayed or not. Sorted, disjoint and
+// covering [0, n).
+struct AdamWCpuRun {
+  int64_t begin = 0, end = 0;
+  int coeffs = 0;
+  bool decay = false;
+};
+void adamw_cpu_update(at::Tensor& master, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, const at::Tensor& grad,
+                      const std::vector<AdamWCpuRun>& runs, const std::vector<AdamWCpuCoeffs>& coeffs);
+
 // The update of [0, n) on the calling thread, every element decayed or none (exposed for the test).
 void adamw_cpu_kernel(float* p, float* m, float* v, const float* g, int64_t n, bool decay,
                       const AdamWCpuCoeffs& c);

@@ -127,6 +127,8 @@ DataParallelOptimizer::DataParallelOptimizer(NamedParams params, std::shared_ptr
   AdamWHyper hyper{opts_.beta1, opts_.beta2, opts_.eps, opts_.weight_decay, opts_.offload};
   adam_ = std::make_unique<ShardedAdamW>(begin, end, pflat_.narrow(0, begin, end - begin), hyper);
   if (!opts_.decay.empty()) adam_->set_decay_ranges(decay_ranges(layout_, opts_.decay));
+  set_param_groups(*adam_, layout_, opts_.group, opts_.group_weight_decay, opts_.weight_decay,
+                   "parallel/data_parallel: options.group");
 
   reset_readiness();
   gcomm_ = opts_.overlap_comm ? comm_->duplicate() : comm_;
@@ -396,11 +398,11 @@ size_t DataParallelOptimizer::reductions_in_flight() {
   return inflight_.size();
 }
 
-StepResult DataParallelOptimizer::step(double lr) {
+StepResult DataParallelOptimizer::step(const std::vector<double>& lrs) {
   if (!reduced_) reduce_gradients();
   reduced_ = false;
   // Stage 0 ranks all hold the same full gradient: nothing to sum.
-  const StepResult res = clip_and_step(*adam_, gshard_, opts_.stage > 0 ? comm_.get() : nullptr, opts_.max_grad_norm, lr);
+  const StepResult res = clip_and_step(*adam_, gshard_, opts_.stage > 0 ? comm_.get() : nullptr, opts_.max_grad_norm, lrs);
   if (res.skipped) {
     ++skipped_;
     return res;

@@ -72,6 +72,11 @@ struct DataParallelOptions {
   bool offload = false;
   // Per parameter, in the order passed: true = weight_decay applies to it. Empty = every parameter.
   std::vector<bool> decay;
+  // Parameter groups (torch.optim.AdamW's param_groups; trainer's optimizer.groups): per parameter, in the order
+  // passed, its group (empty = all in group 0), and per group the weight decay of its decay-flagged parameters
+  // (empty = one group with weight_decay). step(lrs) then takes one learning rate per group.
+  std::vector<int> group;
+  std::vector<double> group_weight_decay;
 };
 
 // Bytes of the optimizer's buffers on one rank (see the table at the top of this file); compute params excluded.
@@ -119,8 +124,10 @@ class DataParallelOptimizer {
   // Bucket collectives started and not yet completed (0 after reduce_gradients(), step() and zero_grad()).
   size_t reductions_in_flight();
   // reduce_gradients if needed, global-norm clip, AdamW, refresh compute params on every rank.
-  StepResult step(double lr);
+  StepResult step(double lr) { return step(std::vector<double>{lr}); }
   StepResult step() { return step(opts_.lr); }
+  // The same with a learning rate per parameter group (DataParallelOptions::group).
+  StepResult step(const std::vector<double>& lrs);
   // This rank's averaged fp32 gradient for owned_range() (valid after reduce_gradients()/before the next step's
   // clipping; aliases live state). Stage 2: after the reduction the parameters' .grad are undefined (released).
   const at::Tensor& reduced_gradient() const { return gshard_; }

@@ -70,6 +70,57 @@ ShardedAdamW::ShardedAdamW(int64_t begin, int64_t end, const at::Tensor& master0
     exp_avg_sq_ = at::zeros_like(master_);
   }
   if (end > begin) decay_ = {{begin, end}};
+  group_wd_ = {hyper_.weight_decay};
+  build_segments();
+}
+
+void ShardedAdamW::build_segments() {
+  // Boundaries of the decay ranges and the group ranges, then one segment per piece between two boundaries.
+  std::vector<int64_t> cuts{begin_, end_};
+  for (const auto& [b, e] : decay_) cuts.push_back(b), cuts.push_back(e);
+  for (const GroupRange& g : groups_) cuts.push_back(g.begin), cuts.push_back(g.end);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  segments_.clear();
+  size_t di = 0, gi = 0;
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const int64_t b = cuts[k], e = cuts[k + 1];
+    while (di < decay_.size() && decay_[di].second <= b) ++di;
+    while (gi < groups_.size() && groups_[gi].end <= b) ++gi;
+    Segment s{b, e, 0, di < decay_.size() && decay_[di].first <= b};
+    if (gi < groups_.size() && groups_[gi].begin <= b) s.group = groups_[gi].group;
+    if (!segments_.empty() && segments_.back().group == s.group && segments_.back().decay == s.decay)
+      segments_.back().end = e;  // fewer kernels per step
+    else
+      segments_.push_back(s);
+  }
+}
+
+void ShardedAdamW::set_groups(const std::vector<GroupRange>& ranges, std::vector<double> weight_decay) {
+  if (weight_decay.empty()) throw std::runtime_error("parallel/sharded_adamw: set_groups without group 0");
+  std::vector<GroupRange> out;  // assigned only when every range is valid
+  int64_t last = std::numeric_limits<int64_t>::min();
+  for (GroupRange g : ranges) {
+    if (g.end < g.begin || g.begin < last)
+      throw std::runtime_error("parallel/sharded_adamw: group range [" + std::to_string(g.begin) + ", " +
+                               std::to_string(g.end) +
+                               ") is reversed or starts before the previous one ends (sorted, disjoint ranges)");
+    if (g.group < 0 || g.group >= int(weight_decay.size()))
+      throw std::runtime_error("parallel/sharded_adamw: group range [" + std::to_string(g.begin) + ", " +
+                               std::to_string(g.end) + ") names group " + std::to_string(g.group) + " of " +
+                               std::to_string(weight_decay.size()));
+    last = g.end;
+    g.begin = std::max(g.begin, begin_);
+    g.end = std::min(g.end, end_);
+    if (g.begin >= g.end || g.group == 0) continue;
+    if (!out.empty() && out.back().end == g.begin && out.back().group == g.group)
+      out.back().end = g.end;
+    else
+      out.push_back(g);
+  }
+  groups_ = std::move(out);
+  group_wd_ = std::move(weight_decay);
+  build_segments();
 }
 
 void ShardedAdamW::set_decay_ranges(std::vector<std::pair<int64_t, int64_t>> ranges) {
@@ -89,17 +140,20 @@ void ShardedAdamW::set_decay_ranges(std::vector<std::pair<int64_t, int64_t>> ran
       out.emplace_back(b, e);
   }
   decay_ = std::move(out);
+  build_segments();
 }
 
-void ShardedAdamW::step(const at::Tensor& grad, double lr) {
+void ShardedAdamW::step(const at::Tensor& grad, const std::vector<double>& lrs) {
   check_fp32(grad, end_ - begin_, "grad");
+  if (lrs.size() != group_wd_.size())
+    throw std::runtime_error("parallel/sharded_adamw: step with " + std::to_string(lrs.size()) +
+                             " learning rates for " + std::to_string(group_wd_.size()) + " parameter groups");
   step_ += 1;
   const double bias_correction1 = 1.0 - std::pow(hyper_.beta1, double(step_));
   const double bias_correction2 = 1.0 - std::pow(hyper_.beta2, double(step_));
-  const double step_size = lr / bias_correction1;
   const double bias_correction2_sqrt = std::sqrt(bias_correction2);
   if (!hyper_.offload) {
-    step_aten(grad, lr, step_size, bias_correction2_sqrt);
+    step_aten(grad, lrs, bias_correction1, bias_correction2_sqrt);
     return;
   }
   c10::NoGradGuard no_grad;
@@ -110,34 +164,54 @@ void ShardedAdamW::step(const at::Tensor& grad, double lr) {
     grad_host_.copy_(grad);  // synchronous: the update below reads it
     g = &grad_host_;
   }
-  // Decay ranges in the state's own coordinates.
-  std::vector<std::pair<int64_t, int64_t>> decay;
-  if (hyper_.weight_decay != 0.0)
-    for (const auto& [b, e] : decay_) decay.emplace_back(b - begin_, e - begin_);
-  const AdamWCpuCoeffs c = adamw_cpu_coeffs(lr, hyper_.beta1, hyper_.beta2, hyper_.eps, hyper_.weight_decay,
-                                            bias_correction1, bias_correction2_sqrt);
-  adamw_cpu_update(master_, exp_avg_, exp_avg_sq_, *g, decay, c);
+  // One set of coefficients per group; segments in the state's own coordinates.
+  std::vector<AdamWCpuCoeffs> coeffs;
+  for (size_t k = 0; k < lrs.size(); ++k)
+    coeffs.push_back(adamw_cpu_coeffs(lrs[k], hyper_.beta1, hyper_.beta2, hyper_.eps, group_wd_[k],
+                                      bias_correction1, bias_correction2_sqrt));
+  std::vector<AdamWCpuRun> runs;
+  for (const Segment& s : segments_)
+    runs.push_back({s.begin - begin_, s.end - begin_, s.group, s.decay && group_wd_[size_t(s.group)] != 0.0});
+  adamw_cpu_update(master_, exp_avg_, exp_avg_sq_, *g, runs, coeffs);
 }
 
-void ShardedAdamW::step_aten(const at::Tensor& grad, double lr, double step_size, double bias_correction2_sqrt) {
+void ShardedAdamW::step_aten(const at::Tensor& grad, const std::vector<double>& lrs, double bias_correction1,
+                             double bias_correction2_sqrt) {
   const double b1 = hyper_.beta1, b2 = hyper_.beta2;
   const int64_t n = end_ - begin_;
-  // Same operation sequence as torch.optim.AdamW's single-tensor path.
+  // Same operation sequence as torch.optim.AdamW's single-tensor path, each segment with its group's lr and
+  // weight decay (torch runs it per parameter tensor; every operation is elementwise, so where a tensor is cut
+  // does not change a bit).
   for (int64_t off = 0; off < n; off += kChunk) {
     const int64_t len = std::min(kChunk, n - off);
+    const int64_t c0 = begin_ + off, c1 = c0 + len;
     at::Tensor p = master_.narrow(0, off, len), g = grad.narrow(0, off, len);
     at::Tensor m = exp_avg_.narrow(0, off, len), v = exp_avg_sq_.narrow(0, off, len);
-    if (hyper_.weight_decay != 0.0) {
-      const int64_t c0 = begin_ + off, c1 = c0 + len;
-      for (const auto& [b, e] : decay_) {
-        const int64_t lo = std::max(b, c0), hi = std::min(e, c1);
-        if (lo < hi) p.narrow(0, lo - c0, hi - lo).mul_(1.0 - lr * hyper_.weight_decay);
-      }
+    for (const Segment& s : segments_) {
+      const double lr = lrs[size_t(s.group)], wd = group_wd_[size_t(s.group)];
+      const int64_t lo = std::max(s.begin, c0), hi = std::min(s.end, c1);
+      if (s.decay && wd != 0.0 && lo < hi) p.narrow(0, lo - c0, hi - lo).mul_(1.0 - lr * wd);
     }
     m.lerp_(g, 1.0 - b1);
     v.mul_(b2).addcmul_(g, g, 1.0 - b2);
     at::Tensor denom = (v.sqrt() / bias_correction2_sqrt).add_(hyper_.eps);
-    p.addcdiv_(m, denom, -step_size);
+    // Runs of one group get one addcdiv_ (the decay flag does not matter here).
+    int64_t lo = c0;
+    while (lo < c1) {
+      auto it = std::upper_bound(segments_.begin(), segments_.end(), lo,
+                                 [](int64_t x, const Segment& s) { return x < s.end; });
+      const int group = it == segments_.end() ? 0 : it->group;
+      int64_t hi = c1;
+      for (; it != segments_.end() && it->begin < c1; ++it)
+        if (it->group != group) {
+          hi = std::max(lo, it->begin);
+          break;
+        }
+      const double step_size = lrs[size_t(group)] / bias_correction1;
+      p.narrow(0, lo - c0, hi - lo).addcdiv_(m.narrow(0, lo - c0, hi - lo), denom.narrow(0, lo - c0, hi - lo),
+                                             -step_size);
+      lo = hi;
+    }
   }
 }
 

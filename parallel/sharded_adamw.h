@@ -1,7 +1,8 @@
 // ShardedAdamW: torch.optim.AdamW (decoupled weight decay, bias correction) on one contiguous range of the flat
 // parameter vector, holding fp32 master weights and both moments for that range only (ZeRO-1/2 optimizer state; the
 // whole unpadded vector for stage 0). Weight decay applies only inside the decay ranges (default: the whole range),
-// i.e. torch.optim.AdamW with two parameter groups (weight_decay = wd and 0) and otherwise identical settings.
+// i.e. torch.optim.AdamW with two parameter groups (weight_decay = wd and 0) and otherwise identical settings;
+// set_groups() adds groups of ranges with their own learning rate and weight decay (optimizer.groups).
 // AdamWShardState is its checkpointable form (this rank's range + the layout), and reshard_state rebuilds exactly the
 // state any rank would own at another world size or stage.
 // Offload (AdamWHyper::offload, optimizer.offload: "cpu"): master and moments live in host memory (pinned when the
@@ -50,13 +51,28 @@ class ShardedAdamW {
   // master0: initial fp32 master weights for [begin, end) ([end - begin] elements; copied).
   ShardedAdamW(int64_t begin, int64_t end, const at::Tensor& master0, AdamWHyper hyper);
 
-  // One AdamW update of the range with its fp32 gradient [end - begin]; increments the step count.
-  void step(const at::Tensor& grad, double lr);
+  // One AdamW update of the range with its fp32 gradient [end - begin]; increments the step count. One group only
+  // (see set_groups; throws otherwise).
+  void step(const at::Tensor& grad, double lr) { step(grad, std::vector<double>{lr}); }
 
   // Elements that get weight decay: sorted, disjoint [b, e) in flat coordinates (clipped to [begin, end); the rest
   // of the range is updated without decay). Default: the whole range. Not part of the checkpointed state.
   void set_decay_ranges(std::vector<std::pair<int64_t, int64_t>> ranges);
   const std::vector<std::pair<int64_t, int64_t>>& decay_ranges() const { return decay_; }
+
+  // Parameter groups, as torch.optim.AdamW's param_groups over flat ranges: group g's elements step with lrs[g]
+  // (step(grad, lrs)) and, inside the decay ranges, weight decay weight_decay[g] (group 0 = the elements of no
+  // range; its decay replaces hyper.weight_decay). ranges: sorted, disjoint [b, e) in flat coordinates with their
+  // group (1 <= g < weight_decay.size(); clipped to [begin, end)). Default: one group. Not part of the
+  // checkpointed state (the caller sets it from its config on resume).
+  struct GroupRange {
+    int64_t begin = 0, end = 0;
+    int group = 0;
+  };
+  void set_groups(const std::vector<GroupRange>& ranges, std::vector<double> weight_decay);
+  int num_groups() const { return int(group_wd_.size()); }
+  // One AdamW update with a learning rate per group (lrs.size() == num_groups()).
+  void step(const at::Tensor& grad, const std::vector<double>& lrs);
 
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
@@ -85,10 +101,21 @@ class ShardedAdamW {
   AdamWHyper hyper_;
   at::Tensor master_, exp_avg_, exp_avg_sq_;
   std::vector<std::pair<int64_t, int64_t>> decay_;  // flat coordinates, inside [begin_, end_)
+  std::vector<GroupRange> groups_;                  // non-zero groups, flat coordinates, inside [begin_, end_)
+  std::vector<double> group_wd_;                    // per group; [0] = hyper_.weight_decay by default
+  // [begin_, end_) cut where the group or the decay flag changes (built from decay_ and groups_).
+  struct Segment {
+    int64_t begin = 0, end = 0;
+    int group = 0;
+    bool decay = false;
+  };
+  std::vector<Segment> segments_;
+  void build_segments();
   bool pinned_ = false;   // offloaded state in pinned memory (the initial master was on a CUDA device)
   at::Tensor grad_host_;  // offload with a device gradient: its host copy (pinned), allocated by the first step
   mutable at::Tensor out_host_;  // offload to CUDA with a non-fp32 destination: the converted master (pinned)
-  void step_aten(const at::Tensor& grad, double lr, double step_size, double bias_correction2_sqrt);
+  void step_aten(const at::Tensor& grad, const std::vector<double>& lrs, double bias_correction1,
+                 double bias_correction2_sqrt);
 };
 
 // The state that rank `new_rank` of a `new_world`-rank job at `new_stage` owns, rebuilt exactly from the states

@@ -8,7 +8,7 @@
 namespace gmod {
 
 StepResult clip_and_step(ShardedAdamW& adam, at::Tensor& grad, Comm* sum_over, double max_grad_norm,
-                         double lr) {
+                         const std::vector<double>& lrs) {
   c10::NoGradGuard no_grad;
   StepResult res;
   // [sum of squares, non-finite flag] of our part of the averaged gradient. Padding is zero and adds nothing.
@@ -30,7 +30,7 @@ StepResult clip_and_step(ShardedAdamW& adam, at::Tensor& grad, Comm* sum_over, d
       res.clipped = true;
     }
   }
-  adam.step(grad, lr);
+  adam.step(grad, lrs);
   return res;
 }
 
@@ -45,6 +45,24 @@ std::vector<std::pair<int64_t, int64_t>> decay_ranges(const FlatParamLayout& lay
     if (decay[i] && e.numel > 0) ranges.emplace_back(e.offset, e.offset + e.numel);
   }
   return ranges;
+}
+
+void set_param_groups(ShardedAdamW& adam, const FlatParamLayout& layout, const std::vector<int>& group,
+                      const std::vector<double>& group_weight_decay, double weight_decay, const std::string& who) {
+  if (group.empty() && group_weight_decay.empty()) return;
+  if (!group.empty() && group.size() != layout.entries().size())
+    throw std::runtime_error(who + ": " + std::to_string(group.size()) + " group indices for " +
+                             std::to_string(layout.entries().size()) + " parameters");
+  std::vector<double> wd = group_weight_decay.empty() ? std::vector<double>{weight_decay} : group_weight_decay;
+  std::vector<ShardedAdamW::GroupRange> ranges;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const FlatParamEntry& e = layout.entries()[i];
+    if (group[i] < 0 || group[i] >= int(wd.size()))
+      throw std::runtime_error(who + ": parameter '" + e.name + "' is in group " + std::to_string(group[i]) +
+                               " of " + std::to_string(wd.size()));
+    if (group[i] != 0 && e.numel > 0) ranges.push_back({e.offset, e.offset + e.numel, group[i]});
+  }
+  adam.set_groups(ranges, std::move(wd));
 }
 
 AdamWShardState shard_state(const ShardedAdamW& adam, const FlatParamLayout& layout, int stage, int rank) {

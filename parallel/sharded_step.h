@@ -19,12 +19,18 @@ namespace gmod {
 // norm (summed over `sum_over`; nullptr: this rank holds the whole gradient, stage 0); a non-finite gradient
 // on any rank skips the update everywhere (result.skipped, nothing changed); else grad is scaled by max_norm
 // / (norm + 1e-6) when that is < 1 (max_grad_norm > 0) and adam steps with it.
+// lrs: one learning rate per parameter group of adam (ShardedAdamW::set_groups).
 StepResult clip_and_step(ShardedAdamW& adam, at::Tensor& grad, Comm* sum_over, double max_grad_norm,
-                         double lr);
+                         const std::vector<double>& lrs);
 
 // [offset, offset + numel) of every parameter flagged true (flags in layout order; sizes must match).
 std::vector<std::pair<int64_t, int64_t>> decay_ranges(const FlatParamLayout& layout,
                                                       const std::vector<bool>& decay);
+
+// Groups per parameter (layout order; empty = all in group 0) and each group's weight decay (empty = one group
+// with `weight_decay`) installed into adam (ShardedAdamW::set_groups); `who` prefixes a size mismatch error.
+void set_param_groups(ShardedAdamW& adam, const FlatParamLayout& layout, const std::vector<int>& group,
+                      const std::vector<double>& group_weight_decay, double weight_decay, const std::string& who);
 
 // The state of `adam` as rank `rank` of a stage-`stage` job over `layout` (tensors alias the live state).
 AdamWShardState shard_state(const ShardedAdamW& adam, const FlatParamLayout& layout, int stage, int rank);

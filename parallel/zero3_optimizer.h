@@ -21,10 +21,13 @@ namespace gmod {
 class Zero3Optimizer {
  public:
   // decay: per parameter (order of params.params()), true = weight decay applies; empty = every parameter.
+  // group, group_weight_decay: parameter groups as DataParallelOptions has them (empty = one group).
   Zero3Optimizer(Zero3Params& params, Zero3Grads& grads, AdamWHyper hyper, double max_grad_norm,
-                 const std::vector<bool>& decay = {});
-  // Collective. Uses grads.shard_grad() (every unit reduced), then zeroes it.
-  StepResult step(double lr);
+                 const std::vector<bool>& decay = {}, const std::vector<int>& group = {},
+                 const std::vector<double>& group_weight_decay = {});
+  // Collective. Uses grads.shard_grad() (every unit reduced), then zeroes it. lrs: one per parameter group.
+  StepResult step(const std::vector<double>& lrs);
+  StepResult step(double lr) { return step(std::vector<double>{lr}); }
   // Stage-2 state of this rank (tensors alias the live state).
   AdamWShardState state_dict() const;
   // Loads a state covering exactly this rank's range (reshard_state(saved, world, rank, 2) from any stage and

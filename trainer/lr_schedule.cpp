@@ -15,10 +15,11 @@ LRSchedule::LRSchedule(double peak_lr, double min_lr, int64_t warmup_steps, int6
   if (min_lr < 0 || min_lr > peak_lr) throw std::invalid_argument("LRSchedule: need 0 <= min_lr <= peak_lr");
 }
 
-double LRSchedule::lr_at(int64_t s) const {
-  if (s < warmup_) return peak_ * double(s + 1) / double(warmup_);
+double LRSchedule::lr_at(int64_t s, double peak) const {
+  if (s < warmup_) return peak * double(s + 1) / double(warmup_);
+  const double min = peak == peak_ ? min_ : min_ * (peak / peak_);
   const double p = std::min(1.0, double(s - warmup_) / double(std::max<int64_t>(1, total_ - warmup_)));
-  return min_ + (peak_ - min_) * 0.5 * (1.0 + std::cos(M_PI * p));
+  return min + (peak - min) * 0.5 * (1.0 + std::cos(M_PI * p));
 }
 
 nlohmann::json LRSchedule::state() const {

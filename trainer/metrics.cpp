@@ -223,6 +223,11 @@ nlohmann::json MetricsLogger::log(const StepMetrics& m, const nlohmann::json& me
     for (const auto& [layer, r] : m.skip_ratio_routable) sr[std::to_string(layer)] = r;
     j["skip_ratio_routable"] = sr;  // of the tokens the layer may skip (what mod.config.skip_frac sets)
   }
+  if (!m.lr_groups.empty()) {
+    nlohmann::json lg = nlohmann::json::object();
+    for (const auto& [name, lr] : m.lr_groups) lg[name] = lr;
+    j["lr_groups"] = lg;  // optimizer.groups: each group's LR this step
+  }
   if (!enabled_) return j;
   write(j);
 

@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace gmod {
 
@@ -49,6 +51,8 @@ struct StepMetrics {
   int64_t skipped_total = 0;
   std::map<int, double> skip_ratio;  // MoD layer -> share of all valid tokens it skipped (the paper's α; global)
   std::map<int, double> skip_ratio_routable;  // MoD layer -> share of its routable tokens it skipped (global)
+  // optimizer.groups: the LR each group stepped with ("default" = lr above), in group order; empty without groups.
+  std::vector<std::pair<std::string, double>> lr_groups;
 };
 
 class MetricsLogger {

@@ -24,6 +24,7 @@
 #include "trainer/data_guard.h"
 #include "trainer/fault_injection.h"
 #include "trainer/model_setup.h"
+#include "trainer/param_freeze.h"
 #include "trainer/peak_flops.h"
 #include "trainer/zero3_driver.h"
 
@@ -56,8 +57,6 @@ int64_t supervised_count(const at::Tensor& labels) {
   if (!labels.defined() || labels.size(1) < 2) return 0;
   return labels.slice(1, 1).ne(-100).sum().item<int64_t>();
 }
-
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 
 }  // namespace
 
@@ -238,29 +237,22 @@ std::vector<double> Trainer::run_arank() {
 
 void Trainer::freeze_and_count() {
   const int n_layers = model_->config.text.num_hidden_layers;
-  // Freezing: vision.* / projector.* / everything else is the LLM (incl. lm_head and MoD routers).
   const auto frozen_layers = parse_layer_ranges(cfg_.freeze.llm_layers, n_layers);
-  const std::set<int> frozen_set(frozen_layers.begin(), frozen_layers.end());
   int64_t total = 0, trainable = 0;
-  for (auto& item : model_->named_parameters()) {
-    const std::string& name = item.key();
-    at::Tensor p = item.value();
-    bool frozen;
-    // A frozen tower keeps its adapters trainable (LLaVA-HR's align module), see VisionTower::is_adapter.
-    if (starts_with(name, "vision.")) frozen = cfg_.freeze.vision && !model_->vision->is_adapter(name.substr(7));
-    else if (starts_with(name, "projector.")) frozen = cfg_.freeze.projector;
-    else {
-      frozen = cfg_.freeze.llm;
-      if (!frozen && starts_with(name, "llm.layers.")) {
-        const int layer = std::stoi(name.substr(11, name.find('.', 11) - 11));
-        frozen = frozen_set.count(layer) > 0;
-      }
-    }
-    p.set_requires_grad(!frozen);
-    total += p.numel();
+  // freeze.*, then optimizer.groups may freeze more and gives each trainable parameter its group
+  // (trainer/param_freeze.h).
+  const std::vector<ParamGroupInput> inputs = param_group_inputs(*model_, cfg_);
+  std::vector<at::Tensor> tensors;
+  for (auto& item : model_->named_parameters()) tensors.push_back(item.value());
+  param_groups_ = resolve_param_groups(cfg_.optimizer, inputs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool frozen = param_groups_.group_of[i] < 0;
+    tensors[i].set_requires_grad(!frozen);
+    total += inputs[i].numel;
     if (!frozen) {
-      trainable_.emplace_back(name, p);
-      trainable += p.numel();
+      trainable_.emplace_back(inputs[i].name, tensors[i]);
+      trainable_group_.push_back(param_groups_.group_of[i]);
+      trainable += inputs[i].numel;
     }
   }
   if (!frozen_layers.empty() && frozen_layers.back() >= n_layers)
@@ -431,7 +423,11 @@ StepMetrics Trainer::train_step() {
   packed = packed.cpu();
   auto r = packed.accessor<double, 1>();
 
-  const StepResult res = optimizer_step(m.lr);
+  const std::vector<double> lrs = group_lrs();
+  if (param_groups_.grouped())
+    for (size_t g = 0; g < lrs.size(); ++g)
+      if (!param_groups_.groups[g].freeze) m.lr_groups.emplace_back(param_groups_.groups[g].name, lrs[g]);
+  const StepResult res = optimizer_step(lrs);
   // A skipped (non-finite) step does not advance the LR schedule, as Megatron and DeepSpeed hold it: the next
   // applied update gets the learning rate the skipped one would have had.
   if (!res.skipped) sched_->advance();
@@ -530,6 +526,7 @@ std::string Trainer::save_checkpoint() {
   c.step = step_;
   c.config = to_json(cfg_);
   c.trainer_state = {{"lr_schedule", sched_->state()},
+                     {"param_groups", param_groups_.to_json()},
                      {"skipped_total", skipped_total_},
                      {"global_batch", global_batch_},
                      {"dataset_records", int64_t(train_set_->size())},

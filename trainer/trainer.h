@@ -40,6 +40,7 @@
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 #include "trainer/checkpoint/run_lock.h"
+#include "trainer/config/param_groups.h"
 #include "trainer/config/train_config.h"
 
 namespace gmod {
@@ -82,7 +83,8 @@ class Trainer {
   std::vector<double> run_arank();
   void freeze_and_count();         // requires_grad, trainable list, FLOP model
   void setup_optimizer();  // trainer_optimizer.cpp, with the helpers below that hide the ZeRO stage from the loop
-  StepResult optimizer_step(double lr);
+  StepResult optimizer_step(const std::vector<double>& lrs);  // one LR per parameter group
+  std::vector<double> group_lrs() const;  // this step's LR of every group (optimizer.groups) from the schedule
   const FlatParamLayout& optimizer_layout() const;
   AdamWShardState optimizer_state() const;
   void load_optimizer_state(const AdamWShardState& s);
@@ -110,6 +112,8 @@ class Trainer {
 
   std::shared_ptr<MultimodalLM> model_;
   std::vector<std::pair<std::string, at::Tensor>> trainable_;
+  ResolvedParamGroups param_groups_;   // optimizer.groups resolved against the model (freeze_and_count)
+  std::vector<int> trainable_group_;   // per trainable_ entry: its group in param_groups_
   std::unique_ptr<DataParallelOptimizer> opt_;  // stages 0-2
   std::unique_ptr<Zero3Driver> z3_;             // stage 3
   std::unique_ptr<LRSchedule> sched_;

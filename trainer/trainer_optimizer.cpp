@@ -33,6 +33,21 @@ void Trainer::setup_optimizer() {
     (d ? decayed : excluded) += p.numel();
     excluded_tensors += d ? 0 : 1;
   }
+  // optimizer.groups: each trainable parameter's group and each group's weight decay (trainer/config/param_groups.h).
+  if (param_groups_.grouped()) {
+    o.group = trainable_group_;
+    for (const ResolvedGroup& g : param_groups_.groups) o.group_weight_decay.push_back(g.weight_decay);
+    for (const ResolvedGroup& g : param_groups_.groups) {
+      std::ostringstream line;
+      line << "optimizer: group " << g.name << " (" << g.key << "): ";
+      if (g.freeze)
+        line << "frozen, " << g.frozen_params << " parameters";
+      else
+        line << "lr " << g.lr << ", weight decay " << g.weight_decay << ", " << g.params << " parameters in "
+             << g.tensors << " tensors" << (g.frozen_params ? ", " + std::to_string(g.frozen_params) + " frozen" : "");
+      print(line.str());
+    }
+  }
   // Frozen parameters are not in the optimizer; they are identical on every rank by construction (same files
   // or same init seed). The trainable ones start from rank 0's values.
   if (o.stage == 3) {
@@ -70,9 +85,16 @@ DataParallelOptimizer& Trainer::optimizer() {
   return *opt_;
 }
 
-StepResult Trainer::optimizer_step(double lr) {
-  if (z3_) return z3_->step(lr);
-  const StepResult r = opt_->step(lr);
+std::vector<double> Trainer::group_lrs() const {
+  if (!param_groups_.grouped()) return {sched_->current()};
+  std::vector<double> lrs;
+  for (const ResolvedGroup& g : param_groups_.groups) lrs.push_back(g.freeze ? 0.0 : sched_->lr_at(sched_->step(), g.lr));
+  return lrs;
+}
+
+StepResult Trainer::optimizer_step(const std::vector<double>& lrs) {
+  if (z3_) return z3_->step(lrs);
+  const StepResult r = opt_->step(lrs);
   opt_->zero_grad();
   return r;
 }

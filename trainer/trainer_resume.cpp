@@ -130,7 +130,7 @@ void Trainer::resume_if_requested() {
   const int saved_stage = sl.at("stage").get<int>();
   if (!saved_layout.same_params(optimizer_layout()))
     throw std::runtime_error("resume: the trainable parameters of " + dir +
-                             " differ from this run's (changed freeze or mod settings?)");
+                             " differ from this run's (changed freeze, optimizer.groups freeze or mod settings?)");
   // ZeRO-3's optimizer state is a stage-2 one (the same shard range): it loads what stage 2 would.
   const int stage = cfg_.optimizer.zero_stage == 3 ? 2 : cfg_.optimizer.zero_stage;
   const FlatParamLayout new_layout = optimizer_layout();
@@ -185,6 +185,16 @@ void Trainer::resume_if_requested() {
 
   const json& ts = reader.trainer_state();
   skipped_total_ = ts.value("skipped_total", int64_t(0));
+  // optimizer.groups: the moments are per element, whatever group an element is in, so changed learning rates or
+  // weight decays apply from the next step (as a changed LR schedule does), with a warning naming them. A changed
+  // freeze changes the trainable set and was refused above.
+  const json saved_groups = ts.value("param_groups", json());
+  const std::string group_diff = saved_groups.is_null()
+                                     ? (param_groups_.grouped() ? "\n  the checkpoint has no groups (saved without them)" : "")
+                                     : describe_group_changes(saved_groups, param_groups_);
+  if (!group_diff.empty())
+    print("warning: optimizer.groups changed on resume from " + dir + "; the new settings apply from step " +
+          std::to_string(reader.step() + 1) + ":" + group_diff);
   start_position_ = data_position_from_json(reader.data_position());
   const int64_t saved_global = ts.value("global_batch", global_batch_);
   if (start_position_.consumed_samples % (int64_t(world_) * cfg_.batch.micro_batch) != 0)

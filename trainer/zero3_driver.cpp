@@ -120,7 +120,7 @@ Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared
                                         reduce_in_backward_ ? comm_->duplicate() : nullptr);
   opt_ = std::make_unique<Zero3Optimizer>(*params_, *grads_,
                                           AdamWHyper{opts.beta1, opts.beta2, opts.eps, opts.weight_decay, opts.offload},
-                                          opts.max_grad_norm, opts.decay);
+                                          opts.max_grad_norm, opts.decay, opts.group, opts.group_weight_decay);
   for (int u = 0; u < n; ++u) params_->release(u);
   ran_.assign(size_t(n), 0);
   pending_ = members_;
@@ -285,12 +285,12 @@ void Zero3Driver::all_reduce_after_gradients(at::Tensor& t, ReduceOp op) {
   comm_->all_reduce(t, op);
 }
 
-StepResult Zero3Driver::step(double lr) {
+StepResult Zero3Driver::step(const std::vector<double>& lrs) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!reduced_) finish_reductions();
   }
-  const StepResult r = opt_->step(lr);
+  const StepResult r = opt_->step(lrs);
   reduced_ = false;
   return r;
 }

@@ -50,7 +50,7 @@ class Zero3Driver final : public UnitHooks {
   using NamedParams = std::vector<std::pair<std::string, at::Tensor>>;
 
   // trainable: the model's trainable parameters in named_parameters order (as ZeRO-1/2 get them; rank 0's
-  // values are broadcast). Uses opts' AdamW hyper-parameters, max_grad_norm, reduce_dtype and decay flags.
+  // values are broadcast). Uses opts' AdamW hyper-parameters, max_grad_norm, reduce_dtype, decay flags and groups.
   Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared_ptr<Comm> comm,
               const DataParallelOptions& opts, int prefetch);
   ~Zero3Driver() override;  // uninstalls the hooks
@@ -68,7 +68,8 @@ class Zero3Driver final : public UnitHooks {
   void idle_micro_batch(bool last);
   // comm's all_reduce after the window's reductions (a rank whose last micro-batch was idle reduces here).
   void all_reduce_after_gradients(at::Tensor& t, ReduceOp op = ReduceOp::Sum);
-  StepResult step(double lr);
+  StepResult step(double lr) { return step(std::vector<double>{lr}); }
+  StepResult step(const std::vector<double>& lrs);  // one learning rate per parameter group (opts.group)
   void zero_grad() {}  // gradients live only between a unit's backward and its reduction
 
   // Collective: every unit gathered (values of the current shard) until release_all().

@@ -4,6 +4,7 @@
 #include "model/activation_checkpoint.h"
 #include "model/config.h"
 #include "trainer/config/config_json.h"
+#include "trainer/config/param_groups.h"
 #include "trainer/model_setup.h"
 
 #include <climits>
@@ -33,6 +34,12 @@ void get(const json& j, const char* key, T& out) {
                                : int64_t(out) != v.get<int64_t>())
       throw std::invalid_argument(std::string(key) + ": " + v.dump() + " does not fit its field");
   }
+}
+
+json groups_json(const std::vector<ParamGroupConfig>& groups) {
+  json a = json::array();
+  for (const auto& g : groups) a.push_back(to_json(g));
+  return a;
 }
 
 }  // namespace
@@ -68,7 +75,9 @@ json to_json(const TrainConfig& c) {
         {"max_grad_norm", c.optimizer.max_grad_norm}, {"zero_stage", c.optimizer.zero_stage},
         {"zero3_prefetch", c.optimizer.zero3_prefetch}, {"bucket_mb", c.optimizer.bucket_mb}, {"no_decay", c.optimizer.no_decay},
         {"reduce_dtype", c.optimizer.reduce_dtype}, {"overlap_comm", c.optimizer.overlap_comm},
-        {"accumulate_fp32", c.optimizer.accumulate_fp32}, {"offload", c.optimizer.offload}}},
+        {"accumulate_fp32", c.optimizer.accumulate_fp32}, {"offload", c.optimizer.offload},
+        {"groups", groups_json(c.optimizer.groups)}, {"mm_projector_lr", c.optimizer.mm_projector_lr},
+        {"mm_vision_tower_lr", c.optimizer.mm_vision_tower_lr}}},
       {"batch",
        {{"micro_batch", c.batch.micro_batch}, {"grad_accum", c.batch.grad_accum},
         {"global_batch", c.batch.global_batch}}},
@@ -143,6 +152,9 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(o, "no_decay", c.optimizer.no_decay), get(o, "reduce_dtype", c.optimizer.reduce_dtype);
       get(o, "overlap_comm", c.optimizer.overlap_comm), get(o, "accumulate_fp32", c.optimizer.accumulate_fp32);
       get(o, "offload", c.optimizer.offload);
+      get(o, "mm_projector_lr", c.optimizer.mm_projector_lr);
+      get(o, "mm_vision_tower_lr", c.optimizer.mm_vision_tower_lr);
+      c.optimizer.groups = param_groups_from_json(o["groups"], "optimizer.groups", errs);
       get(b, "micro_batch", c.batch.micro_batch), get(b, "grad_accum", c.batch.grad_accum);
       get(b, "global_batch", c.batch.global_batch);
       get(s, "epochs", c.schedule.epochs), get(s, "max_steps", c.schedule.max_steps);
@@ -448,6 +460,7 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
   if (o.offload != "none" && o.offload != "cpu")
     e.push_back("optimizer.offload: \"" + o.offload + "\", expected \"none\" or \"cpu\" (fp32 master and moments in "
                 "host memory, AdamW on CPU threads)");
+  for (auto& m : check_param_groups(o)) e.push_back(std::move(m));
   // batch
   if (c.batch.micro_batch < 1) e.push_back("batch.micro_batch: must be >= 1");
   if (c.batch.global_batch < 0) e.push_back("batch.global_batch: must be >= 0");

@@ -89,6 +89,20 @@ struct EvalSection {
   bool exact_match = true;
 };
 
+// One entry of optimizer.groups (docs/training.md "Per-part learning rates and freezing"): the parameters it
+// selects (any of its parts, glob patterns or regexes matches; the first group that matches a parameter takes
+// it) and what they get. trainer/config/param_groups.h reads, checks and resolves them.
+struct ParamGroupConfig {
+  std::string name;                       // in logs, metrics (lr_groups) and checkpoints ("" = "group<i>")
+  // projector | vision_tower | vision_adapters | llm | routers | lora (param_groups.h: param_part)
+  std::vector<std::string> parts;
+  std::vector<std::string> params;        // glob patterns on full parameter names (* ? [...], fnmatch)
+  std::vector<std::string> params_regex;  // ECMAScript regexes, searched in the full parameter name
+  double lr = -1;                         // peak learning rate (< 0: optimizer.lr); the schedule scales it
+  double weight_decay = -1;               // < 0: optimizer.weight_decay (optimizer.no_decay still applies)
+  bool freeze = false;                    // the matched parameters do not train: no gradient, no optimizer state
+};
+
 struct OptimizerSection {
   double lr = 2e-5;              // peak learning rate
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
@@ -115,6 +129,13 @@ struct OptimizerSection {
   // "cpu": fp32 master + Adam moments of this rank's shard in (pinned) host memory, the AdamW update on CPU threads,
   // the updated shard copied back to the device; bitwise the same training as "none" (docs/parallel.md).
   std::string offload = "none";
+  // Per-part learning rates, weight decay and freezing (ParamGroupConfig above); unmatched trainable parameters use
+  // lr and weight_decay above. [] = one group.
+  std::vector<ParamGroupConfig> groups;
+  // Shorthands as LLaVA's and LLaVA-NeXT's flags (0 = unset): a group {"parts": ["projector"], "lr": x} named
+  // mm_projector_lr, and {"parts": ["vision_tower"], "lr": x} named mm_vision_tower_lr, after `groups`.
+  double mm_projector_lr = 0.0;
+  double mm_vision_tower_lr = 0.0;
 };
 
 struct BatchSection {

@@ -170,6 +170,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     for (int l : frozen_layers)
       if (l >= 0 && l < int(pc.llm_layer.size())) trainable -= pc.llm_layer[size_t(l)];
   }
+  trainable -= std::min(trainable, in.frozen_by_groups);  // optimizer.groups with freeze
   if (trainable == 0) throw std::invalid_argument("memory plan: no trainable parameter");
   const int64_t N = in.world;
   const int64_t padded = (trainable + N - 1) / N * N;  // FlatParamLayout::padded_total

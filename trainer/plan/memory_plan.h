@@ -57,6 +57,9 @@ struct MemoryPlanInputs {
   double budget_bytes = 0;  // per-rank memory (0 = none: no fits verdict)
   double reserve_bytes =
       0;  // allowance outside the plan (CUDA context, NCCL/cuBLAS workspaces, fragmentation)
+  // Parameters the train_* flags above leave trainable that optimizer.groups freeze (trainer/plan/
+  // param_group_counts.h): no gradient, master or moments.
+  int64_t frozen_by_groups = 0;
 };
 
 struct MemoryTerm {
