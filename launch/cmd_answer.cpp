@@ -17,6 +17,7 @@
 #include "data/clip_preprocess.h"
 #include "data/image.h"
 #include "eval/pystr.h"
+#include "eval/questions.h"
 #include "eval/records.h"
 #include "launch/cli_model.h"
 #include "launch/cli_prompt.h"
@@ -29,6 +30,13 @@
 
 namespace gmod::cli {
 namespace {
+
+// A question with what the model reads: its prompt tokens and image pixels.
+struct Question {
+  eval::Question q;
+  Prompt tokens;              // the template's prompt tokens
+  std::vector<float> pixels;  // [3, S, S] when the question has an image
+};
 
 struct AnswerCliOptions {
   ModelOptions model;
@@ -43,128 +51,6 @@ struct AnswerCliOptions {
   std::string format = "auto";
   bool single_pred_prompt = false;
 };
-
-struct Question {
-  eval::Json id;
-  std::string text;    // what the model is asked (the image goes before it)
-  std::string prompt;  // what the answer file records as "prompt" (as the original script writes it)
-  std::string image, where;
-  eval::Json options;         // MMBench: the options as asked (written with round_id and option_char)
-  Prompt tokens;              // the template's prompt tokens
-  std::vector<float> pixels;  // [3, S, S] when the question has an image
-};
-
-const char* const kLetterPrompt = "Answer with the option's letter from the given choices directly.";
-
-bool is_json_list(const std::string& path) {
-  std::ifstream f(path);
-  char c = 0;
-  while (f.get(c) && std::isspace(static_cast<unsigned char>(c))) {
-  }
-  return c == '[';
-}
-
-std::string base64_decode(const std::string& in, const std::string& where) {
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    int v;
-    if (c >= 'A' && c <= 'Z')
-      v = c - 'A';
-    else if (c >= 'a' && c <= 'z')
-      v = c - 'a' + 26;
-    else if (c >= '0' && c <= '9')
-      v = c - '0' + 52;
-    else if (c == '+' || c == '-')
-      v = 62;
-    else if (c == '/' || c == '_')
-      v = 63;
-    else if (c == '=' || std::isspace(static_cast<unsigned char>(c)))
-      continue;
-    else
-      throw std::invalid_argument(where + ": the image is not base64");
-    acc = (acc << 6) | static_cast<uint32_t>(v), bits += 6;
-    if (bits >= 8) bits -= 8, out += static_cast<char>((acc >> bits) & 0xFF);
-  }
-  return out;
-}
-
-// LLaVA's is_none for a TSV cell: missing (empty), "nan" or "none" in any case.
-bool is_none(const std::string* cell) {
-  if (!cell || cell->empty()) return true;
-  const std::string l = eval::py::lower(*cell);
-  return l == "nan" || l == "none";
-}
-
-// MMBench's TSV rows as question records {index, question (hint + question + "A. option" lines), options,
-// image_base64}, as model_vqa_mmbench.py builds them (one round: options in the table's order).
-std::vector<eval::Record> mmbench_records(const std::string& path, std::vector<eval::Problem>* problems) {
-  std::vector<eval::Record> out;
-  for (const eval::TsvRow& row : eval::read_tsv(path, problems)) {
-    const std::string* idx = row.get("index");
-    const std::string* question = row.get("question");
-    char* end = nullptr;
-    const long long index = idx ? std::strtoll(idx->c_str(), &end, 10) : 0;
-    if (!idx || idx->empty() || *end || !question) {
-      problems->push_back({row.where, "no integer 'index' or no 'question'"});
-      continue;
-    }
-    std::string text = is_none(row.get("hint")) ? *question : *row.get("hint") + "\n" + *question;
-    eval::Json options = eval::Json::array();
-    for (const char* c : {"A", "B", "C", "D"}) {
-      const std::string* o = row.get(c);
-      if (is_none(o)) break;
-      text += std::string("\n") + c + ". " + *o;
-      options.push_back(*o);
-    }
-    eval::Json v = {{"index", index}, {"question", text}, {"options", options}};
-    if (const std::string* img = row.get("image"); img && !img->empty()) v["image_base64"] = *img;
-    out.push_back({std::move(v), row.where});
-  }
-  return out;
-}
-
-// One question record: model_vqa_loader's {question_id, image, text}, or (science) model_vqa_science's
-// {id, image, conversations: [{value: question}, ...]} whose prompt drops "<image>" and records "<image>\n" +
-// question when there is an image; --single-pred-prompt appends the letter instruction to both.
-bool read_question(const eval::Record& r, bool science, bool single_pred, Question* q,
-                   std::vector<eval::Problem>* problems) {
-  if (r.value.contains(
-          "index")) {  // an MMBench row (mmbench_records): the letter instruction is not recorded
-    q->id = r.value["index"];
-    q->text = q->prompt = r.value["question"].get<std::string>();
-    q->options = r.value["options"];
-    if (single_pred) q->text += std::string("\n") + kLetterPrompt;
-    return true;
-  }
-  const auto id = r.value.find(science ? "id" : "question_id");
-  if (id == r.value.end() || eval::id_key(*id).empty()) {
-    problems->push_back(
-        {r.where, std::string("no '") + (science ? "id" : "question_id") + "' (a string or a number)"});
-    return false;
-  }
-  q->id = *id;
-  if (science) {
-    const eval::Json& conv = r.value.contains("conversations") ? r.value["conversations"] : eval::Json();
-    if (!conv.is_array() || conv.empty() || !conv[0].is_object() || !conv[0].contains("value") ||
-        !conv[0]["value"].is_string()) {
-      problems->push_back({r.where, "no 'conversations' list whose first turn has a string 'value'"});
-      return false;
-    }
-    q->text = eval::py::strip(eval::py::replace(conv[0]["value"].get<std::string>(), "<image>", ""));
-    q->prompt = (r.value.contains("image") ? "<image>\n" : "") + q->text;
-  } else {
-    const std::string* text = eval::string_field(r, "text", problems);
-    if (!text) return false;
-    q->text = q->prompt = *text;
-  }
-  if (single_pred) {
-    q->text += std::string("\n") + kLetterPrompt;
-    q->prompt += std::string("\n") + kLetterPrompt;
-  }
-  return true;
-}
 
 // What one process answered: the answer lines in question order, problems, and figures for the summary.
 struct Answered {
@@ -190,45 +76,40 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
 
   Answered res;
   std::vector<eval::Problem>& problems = res.problems;
-  const bool mmbench = o.format == "mmbench" || (o.format == "auto" && o.questions.size() > 4 &&
-                                                 o.questions.compare(o.questions.size() - 4, 4, ".tsv") == 0);
-  std::vector<eval::Record> records =
-      mmbench ? mmbench_records(o.questions, &problems) : eval::read_records(o.questions, &problems);
-  const bool science = o.format == "science" || (o.format == "auto" && is_json_list(o.questions));
+  const eval::QuestionFormat format = eval::question_format(o.format, o.questions);
+  // Problems of reading the file are the same in every chunk: the first chunk names them.
+  std::vector<eval::Problem> read_problems;
+  std::vector<eval::Question> all = eval::read_questions(o.questions, format, o.single_pred_prompt, &read_problems);
+  if (chunk_idx == 0) problems = read_problems;
   // LLaVA's get_chunk: chunks of ceil(n / num_chunks) questions; chunk k may be empty.
-  const size_t n = records.size();
+  const size_t n = all.size();
   const size_t chunk = static_cast<size_t>(std::ceil(static_cast<double>(n) / num_chunks));
   const size_t begin = std::min(n, chunk * static_cast<size_t>(chunk_idx)), end = std::min(n, begin + chunk);
 
   std::vector<Question> qs;
   for (size_t i = begin; i < end; ++i) {
-    const eval::Record& r = records[i];
     Question q;
-    q.where = r.where;
-    if (!read_question(r, science, o.single_pred_prompt, &q, &problems)) continue;
+    q.q = std::move(all[i]);
+    const std::string& where = q.q.where;
     try {
-      if (r.value.contains("image")) {
-        if (!r.value["image"].is_string()) throw std::invalid_argument("'image' is not a string");
+      if (!q.q.image.empty()) {
         if (!m.model->config.vision)
           throw std::invalid_argument("has an image but the model has no vision tower");
-        q.image = r.value["image"].get<std::string>();
-        q.pixels = clip_preprocess(decode_image_file(image_dir + "/" + q.image), dc.image);
-      } else if (r.value.contains("image_base64")) {
-        if (!m.model->config.vision)
-          throw std::invalid_argument("has an image but the model has no vision tower");
-        const std::string bytes = base64_decode(r.value["image_base64"].get<std::string>(), r.where);
-        q.image = "base64";
         q.pixels = clip_preprocess(
-            decode_image_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), r.where),
+            q.q.image_bytes.empty()
+                ? decode_image_file(image_dir + "/" + q.q.image)
+                : decode_image_memory(reinterpret_cast<const uint8_t*>(q.q.image_bytes.data()),
+                                      q.q.image_bytes.size(), where),
             dc.image);
+        q.q.image_bytes.clear();
       }
-      q.tokens = build_prompt(enc, q.text, q.image.empty() ? 0 : 1, r.where);
+      q.tokens = build_prompt(enc, q.q.text, q.q.image.empty() ? 0 : 1, where);
       if (static_cast<int64_t>(q.tokens.ids.size()) + o.max_new_tokens > positions)
         throw std::invalid_argument("prompt of " + std::to_string(q.tokens.ids.size()) + " tokens plus " +
                                     std::to_string(o.max_new_tokens) + " new ones is beyond the model's " +
                                     std::to_string(positions) + " positions");
     } catch (const std::exception& e) {
-      problems.push_back({r.where, e.what()});
+      problems.push_back({where, e.what()});
       continue;
     }
     qs.push_back(std::move(q));
@@ -246,7 +127,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     int64_t L = 0, images = 0;
     for (size_t i = b0; i < b1; ++i) {
       L = std::max<int64_t>(L, static_cast<int64_t>(qs[i].tokens.ids.size()));
-      images += !qs[i].image.empty();
+      images += !qs[i].q.image.empty();
     }
     ModelInputs in;  // right-padded batch, images in sample order
     in.input_ids = at::full({B, L}, static_cast<int64_t>(enc.pad_id()), at::kLong);
@@ -262,7 +143,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
         in.token_roles[row][t] = static_cast<int64_t>(p.roles[t]);
       }
       in.attention_mask[row].slice(0, 0, len).fill_(true);
-      if (!qs[i].image.empty())
+      if (!qs[i].q.image.empty())
         std::memcpy(in.pixel_values[img++].data_ptr<float>(), qs[i].pixels.data(),
                     qs[i].pixels.size() * sizeof(float));
     }
@@ -283,18 +164,9 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
         ids.push_back(id);
       }
       const Question& q = qs[b0 + static_cast<size_t>(row)];
-      eval::Json rec = {{"question_id", q.id}};
-      if (!q.options.is_null()) rec["round_id"] = 0;
-      rec["prompt"] = q.prompt;
-      rec["text"] = eval::py::strip(tok->decode(ids));
-      if (!q.options.is_null()) {
-        rec["options"] = q.options;
-        rec["option_char"] = eval::Json::array();
-        for (size_t k = 0; k < q.options.size(); ++k) rec["option_char"].push_back(std::string(1, "ABCD"[k]));
-      }
-      rec["answer_id"] = model_id + "-" + std::to_string(begin + b0 + static_cast<size_t>(row));
-      rec["model_id"] = model_id;
-      rec["metadata"] = eval::Json::object();
+      const eval::Json rec =
+          eval::answer_record(q.q, format, eval::py::strip(tok->decode(ids)),
+                              model_id + "-" + std::to_string(begin + b0 + static_cast<size_t>(row)), model_id);
       res.lines += rec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
   }
@@ -366,10 +238,9 @@ Runner setup(CLI::App& app) {
       ->type_name("FILE")
       ->required();
   add(app, "--format", o->format,
-      "question file: loader (model_vqa_loader's jsonl), science (model_vqa_science's json list) or auto (a "
-      "JSON "
-      "list is science)")
-      ->check(CLI::IsMember({"auto", "loader", "science"}));
+      "question file: loader (model_vqa_loader's jsonl), science (model_vqa_science's json list), mmbench "
+      "(MMBench's TSV) or auto (.tsv is mmbench, a JSON list science, else loader)")
+      ->check(CLI::IsMember({"auto", "loader", "science", "mmbench"}));
   add_flag(
       app, "--single-pred-prompt", o->single_pred_prompt,
       "append \"Answer with the option's letter from the given choices directly.\" (LLaVA's ScienceQA runs)");
