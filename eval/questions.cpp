@@ -3,9 +3,12 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
+#include "eval/mme_release.h"
+#include "eval/mmmu_questions.h"
 #include "eval/pystr.h"
 
 namespace gmod::eval {
@@ -117,16 +120,27 @@ QuestionFormat question_format(const std::string& name, const std::string& path)
   if (name == "loader") return QuestionFormat::kLoader;
   if (name == "science") return QuestionFormat::kScience;
   if (name == "mmbench") return QuestionFormat::kMmbench;
+  if (name == "mme") return QuestionFormat::kMme;
+  if (name == "mmmu") return QuestionFormat::kMmmu;
   if (name != "auto") throw std::invalid_argument("unknown question format '" + name + "'");
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return QuestionFormat::kMme;
   if (ends_with(path, ".tsv")) return QuestionFormat::kMmbench;
   return is_json_list(path) ? QuestionFormat::kScience : QuestionFormat::kLoader;
 }
 
 const char* format_name(QuestionFormat f) {
   switch (f) {
-    case QuestionFormat::kLoader: return "loader";
-    case QuestionFormat::kScience: return "science";
-    case QuestionFormat::kMmbench: return "mmbench";
+    case QuestionFormat::kLoader:
+      return "loader";
+    case QuestionFormat::kScience:
+      return "science";
+    case QuestionFormat::kMmbench:
+      return "mmbench";
+    case QuestionFormat::kMme:
+      return "mme";
+    case QuestionFormat::kMmmu:
+      return "mmmu";
   }
   return "?";
 }
@@ -136,6 +150,30 @@ std::vector<Question> read_questions(const std::string& path, QuestionFormat for
   std::vector<Question> out;
   if (format == QuestionFormat::kMmbench) {
     read_mmbench(path, single_pred, &out, problems);
+    return out;
+  }
+  if (format == QuestionFormat::kMme) {
+    for (const MmeQuestion& m : read_mme_release(path, problems)) {
+      Question q;
+      q.id = q.image = m.image;
+      q.text = q.prompt = mme_llava_text(m.question);
+      q.where = m.where;
+      out.push_back(std::move(q));
+    }
+    return out;
+  }
+  if (format == QuestionFormat::kMmmu) {
+    for (const Record& r : read_records(path, problems)) {
+      MmmuQuestion m;
+      if (!read_mmmu_question(r, &m, problems)) continue;
+      Question q;
+      q.id = m.id;
+      q.text = q.prompt = m.text;
+      q.image = m.image;
+      q.mmmu = m.fields;
+      q.where = m.where;
+      out.push_back(std::move(q));
+    }
     return out;
   }
   for (const Record& r : read_records(path, problems)) {
@@ -148,7 +186,15 @@ std::vector<Question> read_questions(const std::string& path, QuestionFormat for
 }
 
 Json answer_record(const Question& q, QuestionFormat format, const std::string& text,
-                   const std::string& answer_id, const std::string& model_id) {
+                   const std::string& answer_id, const std::string& model_id, const std::string& problem) {
+  if (format == QuestionFormat::kMmmu) {
+    Json rec = {{"id", q.id}, {"question_type", q.mmmu["question_type"]}, {"answer", q.mmmu["answer"]}};
+    if (q.mmmu.contains("all_choices")) rec["all_choices"] = q.mmmu["all_choices"];
+    if (q.mmmu.contains("index2ans")) rec["index2ans"] = q.mmmu["index2ans"];
+    rec["response"] = text;
+    if (!problem.empty()) rec["problem"] = problem;
+    return rec;
+  }
   Json rec = {{"question_id", q.id}};
   const bool mmbench = format == QuestionFormat::kMmbench;
   if (mmbench) rec["round_id"] = 0;
@@ -162,7 +208,18 @@ Json answer_record(const Question& q, QuestionFormat format, const std::string& 
   rec["answer_id"] = answer_id;
   rec["model_id"] = model_id;
   rec["metadata"] = Json::object();
+  if (!problem.empty()) rec["metadata"]["problem"] = problem;
   return rec;
+}
+
+std::string answer_problem(const Json& record) {
+  if (!record.is_object()) return "";
+  if (record.contains("problem") && record["problem"].is_string())
+    return record["problem"].get<std::string>();
+  if (record.contains("metadata") && record["metadata"].is_object() &&
+      record["metadata"].contains("problem") && record["metadata"]["problem"].is_string())
+    return record["metadata"]["problem"].get<std::string>();
+  return "";
 }
 
 std::string base64_decode(const std::string& in, const std::string& where) {
