@@ -1,8 +1,9 @@
 // `gmod answer`: batched answering of a benchmark question file with a dense or γ-MoD model, writing the
 // answer file LLaVA's llava/eval/model_vqa_loader.py writes (one JSON object per line: question_id, prompt,
 // text, answer_id, model_id, metadata), so `gmod score` and the original scoring scripts read it unchanged
-// (docs/eval.md). Greedy by default, top-p sampling on request; --num-chunks/--chunk-idx split the questions
-// as LLaVA's scripts do (contiguous chunks, concatenated in chunk order afterwards).
+// (docs/eval.md); the other formats of eval/questions.h likewise, and a stats file of what answering cost
+// (tokens, skip ratios, TFLOPs, time). Greedy by default, top-p sampling on request; --num-chunks/--chunk-idx
+// split the questions as LLaVA's scripts do (contiguous chunks, concatenated in chunk order afterwards).
 #include <torch/torch.h>
 
 #include <cctype>
@@ -36,7 +37,18 @@ struct Question {
   eval::Question q;
   Prompt tokens;              // the template's prompt tokens
   std::vector<float> pixels;  // [3, S, S] when the question has an image
+  std::string answer;         // the stripped answer
+  std::string problem;        // why it could not be asked (then written with an empty answer)
 };
+
+// Prefill and decode time of the generate calls. GenerateResult does not report them yet (issue 20 item 3,
+// the decode branch adds them): add_timing is where they are summed once it does; until then the stats file
+// records null (not measured), never an estimate.
+struct GenerateTiming {
+  std::optional<double> prefill_seconds, decode_seconds;
+  std::optional<int64_t> decode_tokens;  // the tokens the decode seconds generated (after each first one)
+};
+void add_timing(const GenerateResult& /*r*/, GenerateTiming* /*t*/) {}
 
 struct AnswerCliOptions {
   ModelOptions model;
@@ -50,43 +62,53 @@ struct AnswerCliOptions {
   bool allow_problems = false;
   std::string format = "auto";
   bool single_pred_prompt = false;
+  std::string stats;  // "" = beside the answers; "-" = none
 };
 
 // What one process answered: the answer lines in question order, problems, and figures for the summary.
 struct Answered {
-  std::string lines;
+  std::vector<std::string> lines;  // one answer record each (JSON, one line)
   std::vector<eval::Problem> problems;
   size_t answered = 0, asked = 0;
-  int64_t generated = 0;
+  int64_t generated = 0, prompt_tokens = 0;
   ComputeReport compute;
+  GenerateTiming timing;
+  double load_seconds = 0;
   bool greedy = true;
 };
 
 Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) {
+  const auto t0 = std::chrono::steady_clock::now();
   CliModel m = load_cli_model(o.model);
   auto tok = load_cli_tokenizer(o.text, m);
   DatasetConfig dc = cli_dataset_config(o.text, m);
   if (!o.system.empty()) dc.conversation.system_prompt = o.system;
   ConversationEncoder enc(tok, dc.conversation);
-  const std::string image_dir =
-      o.images.empty() ? std::filesystem::path(o.questions).parent_path().string() : o.images;
   const std::string model_id =
       o.model_id.empty() ? std::filesystem::path(o.model.model).filename().string() : o.model_id;
   const int positions = m.model->config.text.max_position_embeddings;
 
   Answered res;
+  res.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<eval::Problem>& problems = res.problems;
   const eval::QuestionFormat format = eval::question_format(o.format, o.questions);
+  // MME's image paths are relative to the release folder itself, the others' to the question file's folder
+  const std::string image_dir = !o.images.empty() ? o.images
+                                : format == eval::QuestionFormat::kMme
+                                    ? o.questions
+                                    : std::filesystem::path(o.questions).parent_path().string();
   // Problems of reading the file are the same in every chunk: the first chunk names them.
   std::vector<eval::Problem> read_problems;
-  std::vector<eval::Question> all = eval::read_questions(o.questions, format, o.single_pred_prompt, &read_problems);
+  std::vector<eval::Question> all =
+      eval::read_questions(o.questions, format, o.single_pred_prompt, &read_problems);
   if (chunk_idx == 0) problems = read_problems;
   // LLaVA's get_chunk: chunks of ceil(n / num_chunks) questions; chunk k may be empty.
   const size_t n = all.size();
   const size_t chunk = static_cast<size_t>(std::ceil(static_cast<double>(n) / num_chunks));
   const size_t begin = std::min(n, chunk * static_cast<size_t>(chunk_idx)), end = std::min(n, begin + chunk);
 
-  std::vector<Question> qs;
+  std::vector<Question> qs;   // the chunk's questions in order
+  std::vector<size_t> asked;  // those that can be asked
   for (size_t i = begin; i < end; ++i) {
     Question q;
     q.q = std::move(all[i]);
@@ -108,9 +130,11 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
         throw std::invalid_argument("prompt of " + std::to_string(q.tokens.ids.size()) + " tokens plus " +
                                     std::to_string(o.max_new_tokens) + " new ones is beyond the model's " +
                                     std::to_string(positions) + " positions");
+      asked.push_back(qs.size());
+      res.prompt_tokens += static_cast<int64_t>(q.tokens.ids.size());
     } catch (const std::exception& e) {
       problems.push_back({where, e.what()});
-      continue;
+      q.problem = e.what();
     }
     qs.push_back(std::move(q));
   }
@@ -121,13 +145,13 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
   int64_t& generated = res.generated;
   res.greedy = g.greedy;
   const int S = dc.image.crop;
-  for (size_t b0 = 0; b0 < qs.size(); b0 += o.batch) {
-    const size_t b1 = std::min(qs.size(), b0 + static_cast<size_t>(o.batch));
+  for (size_t b0 = 0; b0 < asked.size(); b0 += o.batch) {
+    const size_t b1 = std::min(asked.size(), b0 + static_cast<size_t>(o.batch));
     const int64_t B = static_cast<int64_t>(b1 - b0);
     int64_t L = 0, images = 0;
     for (size_t i = b0; i < b1; ++i) {
-      L = std::max<int64_t>(L, static_cast<int64_t>(qs[i].tokens.ids.size()));
-      images += !qs[i].q.image.empty();
+      L = std::max<int64_t>(L, static_cast<int64_t>(qs[asked[i]].tokens.ids.size()));
+      images += !qs[asked[i]].q.image.empty();
     }
     ModelInputs in;  // right-padded batch, images in sample order
     in.input_ids = at::full({B, L}, static_cast<int64_t>(enc.pad_id()), at::kLong);
@@ -136,16 +160,17 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     if (images) in.pixel_values = at::empty({images, 3, S, S}, at::kFloat);
     int64_t img = 0;
     for (size_t i = b0; i < b1; ++i) {
-      const Prompt& p = qs[i].tokens;
+      const Question& q = qs[asked[i]];
+      const Prompt& p = q.tokens;
       const int64_t row = static_cast<int64_t>(i - b0), len = static_cast<int64_t>(p.ids.size());
       for (int64_t t = 0; t < len; ++t) {
         in.input_ids[row][t] = static_cast<int64_t>(p.ids[t]);
         in.token_roles[row][t] = static_cast<int64_t>(p.roles[t]);
       }
       in.attention_mask[row].slice(0, 0, len).fill_(true);
-      if (!qs[i].q.image.empty())
-        std::memcpy(in.pixel_values[img++].data_ptr<float>(), qs[i].pixels.data(),
-                    qs[i].pixels.size() * sizeof(float));
+      if (!q.q.image.empty())
+        std::memcpy(in.pixel_values[img++].data_ptr<float>(), q.pixels.data(),
+                    q.pixels.size() * sizeof(float));
     }
     in.input_ids = in.input_ids.to(m.device);
     in.attention_mask = in.attention_mask.to(m.device);
@@ -153,6 +178,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     if (images) in.pixel_values = in.pixel_values.to(m.device, m.dtype);
     const GenerateResult r = generate(*m.model, in, g);
     compute.add(r.compute);
+    add_timing(r, &res.timing);
     const at::Tensor tokens = r.tokens.cpu(), lengths = r.lengths.cpu();
     for (int64_t row = 0; row < B; ++row) {
       std::vector<int32_t> ids;
@@ -163,53 +189,155 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
         if (g.eos_token_id >= 0 && id == g.eos_token_id) break;
         ids.push_back(id);
       }
-      const Question& q = qs[b0 + static_cast<size_t>(row)];
-      const eval::Json rec =
-          eval::answer_record(q.q, format, eval::py::strip(tok->decode(ids)),
-                              model_id + "-" + std::to_string(begin + b0 + static_cast<size_t>(row)), model_id);
-      res.lines += rec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+      qs[asked[b0 + static_cast<size_t>(row)]].answer = eval::py::strip(tok->decode(ids));
     }
   }
-  res.answered = qs.size();
+  for (size_t i = 0; i < qs.size(); ++i)
+    res.lines.push_back(eval::answer_record(qs[i].q, format, qs[i].answer,
+                                            model_id + "-" + std::to_string(begin + i), model_id,
+                                            qs[i].problem)
+                            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  res.answered = asked.size();
   res.asked = end - begin;
   return res;
 }
 
+// The figures of one chunk that add up over ranks, as text for the gather.
+std::string counts_text(const Answered& a) {
+  const ComputeReport& c = a.compute;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%zu %zu %lld %lld %lld %lld %lld %lld %.17g %.17g %.17g %.17g %lld",
+                a.answered, a.asked, static_cast<long long>(a.generated),
+                static_cast<long long>(a.prompt_tokens), static_cast<long long>(c.processed),
+                static_cast<long long>(c.total), static_cast<long long>(c.mod_processed),
+                static_cast<long long>(c.mod_total), c.flops, c.dense_flops,
+                a.timing.prefill_seconds.value_or(NAN), a.timing.decode_seconds.value_or(NAN),
+                static_cast<long long>(a.timing.decode_tokens.value_or(-1)));
+  return buf;
+}
+
+// Adds another rank's counts_text to `a` (a timing absent on any rank is absent in the sum).
+void add_counts(const std::string& text, bool first, Answered* a) {
+  size_t answered = 0, asked = 0;
+  long long gen = 0, prompt = 0, proc = 0, total = 0, mproc = 0, mtotal = 0, dtok = -1;
+  double flops = 0, dense = 0, pre = NAN, dec = NAN;
+  if (std::sscanf(text.c_str(), "%zu %zu %lld %lld %lld %lld %lld %lld %lg %lg %lg %lg %lld", &answered,
+                  &asked, &gen, &prompt, &proc, &total, &mproc, &mtotal, &flops, &dense, &pre, &dec,
+                  &dtok) != 13)
+    throw std::runtime_error("gmod answer: a rank sent unreadable counts '" + text + "'");
+  a->answered += answered, a->asked += asked, a->generated += gen, a->prompt_tokens += prompt;
+  ComputeReport& c = a->compute;
+  c.processed += proc, c.total += total, c.mod_processed += mproc, c.mod_total += mtotal;
+  c.flops += flops, c.dense_flops += dense;
+  GenerateTiming& t = a->timing;
+  auto sum = [first](std::optional<double>& acc, double v) {
+    if (std::isnan(v))
+      acc.reset();
+    else if (first)
+      acc = v;
+    else if (acc)
+      *acc += v;
+  };
+  sum(t.prefill_seconds, pre), sum(t.decode_seconds, dec);
+  if (dtok < 0)
+    t.decode_tokens.reset();
+  else if (first)
+    t.decode_tokens = dtok;
+  else if (t.decode_tokens)
+    *t.decode_tokens += dtok;
+}
+
+std::string stats_path(const AnswerCliOptions& o) {
+  if (!o.stats.empty()) return o.stats;
+  std::filesystem::path p(o.answers);
+  return (p.parent_path() / (p.stem().string() + ".stats.json")).string();
+}
+
+// What answering cost (docs/eval.md): samples, tokens, skip ratios, FLOPs, time.
+eval::Json stats_json(const AnswerCliOptions& o, const Answered& res, eval::QuestionFormat format, int world,
+                      double seconds) {
+  const ComputeReport& c = res.compute;
+  const double n = static_cast<double>(res.answered);
+  auto opt = [](const auto& v) { return v ? eval::Json(*v) : eval::Json(); };
+  eval::Json j = {{"questions", o.questions},
+                  {"format", eval::format_name(format)},
+                  {"answers", o.answers},
+                  {"model", o.model.model},
+                  {"ranks", world},
+                  {"batch", o.batch},
+                  {"max_new_tokens", o.max_new_tokens},
+                  {"greedy", res.greedy},
+                  {"asked", res.asked},
+                  {"samples", res.answered},
+                  {"problems", res.problems.size()},
+                  {"prompt_tokens", res.prompt_tokens},
+                  {"generated_tokens", res.generated},
+                  {"layer_tokens", c.total},
+                  {"processed_layer_tokens", c.processed},
+                  {"mod_layer_tokens", c.mod_total},
+                  {"processed_mod_layer_tokens", c.mod_processed},
+                  {"skip_ratio", c.skip_ratio()},
+                  {"skip_ratio_mod_layers", c.mod_skip_ratio()},
+                  {"flops", c.flops},
+                  {"dense_flops", c.dense_flops},
+                  {"flop_ratio", c.flop_ratio()},
+                  {"tflops_per_sample", n > 0 ? eval::Json(c.flops / n / 1e12) : eval::Json()},
+                  {"dense_tflops_per_sample", n > 0 ? eval::Json(c.dense_flops / n / 1e12) : eval::Json()},
+                  {"load_seconds", res.load_seconds},
+                  {"wall_seconds", seconds},
+                  {"samples_per_second", seconds > 0 ? eval::Json(n / seconds) : eval::Json()},
+                  {"prefill_seconds", opt(res.timing.prefill_seconds)},
+                  {"decode_seconds", opt(res.timing.decode_seconds)},
+                  {"decode_tokens", opt(res.timing.decode_tokens)}};
+  return j;
+}
+
 // Answers the chunk of this process (or, under mpirun, rank r of w answers chunk r of w and rank 0 writes the
-// chunks in rank order) and writes the answer file.
+// chunks in rank order) and writes the answer file and its stats.
 int run_answer(const AnswerCliOptions& o, int rank, int world) {
   const int chunk_idx = world > 1 ? rank : o.chunk_idx, num_chunks = world > 1 ? world : o.num_chunks;
+  const eval::QuestionFormat format = eval::question_format(o.format, o.questions);
   const auto t0 = std::chrono::steady_clock::now();
   Answered res = answer_chunk(o, chunk_idx, num_chunks);
   if (world > 1) {
     // Ranks wait here for the slowest one (a failing rank ends the job through run_guarded instead).
     set_collective_timeout(7 * 24 * 3600.0);
-    const std::vector<std::string> lines = all_gather_strings(res.lines, "answer lines (MPI_Iallgatherv)");
+    std::string mine;
+    for (const std::string& l : res.lines) mine += l + "\n";
+    const std::vector<std::string> lines = all_gather_strings(mine, "answer lines (MPI_Iallgatherv)");
     std::string probs;
     for (const auto& p : res.problems) probs += p.where + '\t' + p.what + '\n';
     const std::vector<std::string> all_probs = all_gather_strings(probs, "answer problems (MPI_Iallgatherv)");
-    const std::vector<std::string> counts = all_gather_strings(
-        std::to_string(res.answered) + " " + std::to_string(res.asked) + " " + std::to_string(res.generated),
-        "answer counts (MPI_Iallgatherv)");
+    const std::vector<std::string> counts =
+        all_gather_strings(counts_text(res), "answer counts (MPI_Iallgatherv)");
     if (rank != 0) return kExitOk;
-    res.lines.clear(), res.problems.clear(), res.answered = res.asked = 0, res.generated = 0;
+    res.lines.clear(), res.problems.clear(), res.answered = res.asked = 0,
+                                             res.generated = res.prompt_tokens = 0;
+    res.compute = ComputeReport();
     for (int r = 0; r < world; ++r) {
-      res.lines += lines[size_t(r)];
+      for (const std::string& l : eval::py::split(lines[size_t(r)], "\n"))
+        if (!l.empty()) res.lines.push_back(l);
       for (const std::string& l : eval::py::split(all_probs[size_t(r)], "\n"))
         if (const size_t tab = l.find('\t'); tab != std::string::npos)
           res.problems.push_back({l.substr(0, tab), l.substr(tab + 1)});
-      size_t a = 0, q = 0;
-      long long gen = 0;
-      std::sscanf(counts[size_t(r)].c_str(), "%zu %zu %lld", &a, &q, &gen);
-      res.answered += a, res.asked += q, res.generated += gen;
+      add_counts(counts[size_t(r)], r == 0, &res);
     }
   }
+  // MMMU's scripts read a JSON list (output.json); a .jsonl name gets JSON lines (gmod score reads both).
+  const bool list =
+      format == eval::QuestionFormat::kMmmu && std::filesystem::path(o.answers).extension() == ".json";
+  std::string text;
+  for (size_t i = 0; i < res.lines.size(); ++i)
+    text += list ? (i ? ",\n" : "[\n") + res.lines[i] : res.lines[i] + "\n";
+  if (list) text += res.lines.empty() ? "[]\n" : "\n]\n";
   std::ofstream out(o.answers);
-  if (!(out << res.lines)) throw std::runtime_error(o.answers + ": cannot write");
+  if (!(out << text)) throw std::runtime_error(o.answers + ": cannot write");
   out.close();
   std::vector<eval::Problem>& problems = res.problems;
   const ComputeReport& compute = res.compute;
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // after loading the model, until every rank's answers are here
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - res.load_seconds;
   std::printf("answered %zu of %zu questions (%s) in %.2f s, %lld tokens generated (%s); wrote %s\n",
               res.answered, res.asked,
               (world > 1 ? std::to_string(world) + " ranks"
@@ -217,13 +345,22 @@ int run_answer(const AnswerCliOptions& o, int rank, int world) {
                   .c_str(),
               secs, static_cast<long long>(res.generated), res.greedy ? "greedy" : "top-p sampling",
               o.answers.c_str());
-  if (compute.mod_total > 0 && world == 1)  // (under mpirun only rank 0's share would be known)
+  if (compute.mod_total > 0)
     std::printf("skip ratio: MoD layers %.4f, all layers %.4f; FLOPs vs dense %.4f\n",
                 compute.mod_skip_ratio(), compute.skip_ratio(), compute.flop_ratio());
+  if (o.stats != "-") {
+    const std::string path = stats_path(o);
+    std::ofstream f(path);
+    if (!(f << stats_json(o, res, format, world, secs).dump(2) << "\n"))
+      throw std::runtime_error(path + ": cannot write");
+    std::printf("wrote %s\n", path.c_str());
+  }
   eval::sort_problems(&problems);
   for (const auto& p : problems) std::cout << "  " << p.where << ": " << p.what << "\n";
   if (!problems.empty() && !o.allow_problems) {
-    std::cerr << "gmod answer: " << problems.size() << " question(s) not answered (named above)\n";
+    std::cerr << "gmod answer: " << problems.size()
+              << " question(s) not answered (named above; those with an id are in the answer file with an "
+                 "empty answer and the problem in metadata.problem)\n";
     return kExitRuntime;
   }
   return kExitOk;
@@ -234,18 +371,29 @@ Runner setup(CLI::App& app) {
   add_model_options(app, o->model);
   add_text_options(app, o->text, /*with_max_len=*/false);
   add(app, "--questions", o->questions,
-      "question jsonl (question_id, image, text), as LLaVA's model_vqa_loader reads")
+      "question file (LLaVA's jsonl: question_id, image, text; or see --format)")
       ->type_name("FILE")
       ->required();
   add(app, "--format", o->format,
       "question file: loader (model_vqa_loader's jsonl), science (model_vqa_science's json list), mmbench "
-      "(MMBench's TSV) or auto (.tsv is mmbench, a JSON list science, else loader)")
-      ->check(CLI::IsMember({"auto", "loader", "science", "mmbench"}));
+      "(MMBench's TSV), mme (MME's release folder), mmmu (MMMU's samples, JSON list or lines) or auto (a "
+      "folder "
+      "is mme, .tsv mmbench, a JSON list science, else loader)")
+      ->check(CLI::IsMember({"auto", "loader", "science", "mmbench", "mme", "mmmu"}));
   add_flag(
       app, "--single-pred-prompt", o->single_pred_prompt,
       "append \"Answer with the option's letter from the given choices directly.\" (LLaVA's ScienceQA runs)");
-  add(app, "--images", o->images, "image folder (default: the question file's folder)")->type_name("DIR");
-  add(app, "--answers", o->answers, "answer jsonl to write")->type_name("FILE")->required();
+  add(app, "--images", o->images,
+      "image folder (default: the question file's folder; MME: the release folder)")
+      ->type_name("DIR");
+  add(app, "--answers", o->answers, "answer jsonl to write (MMMU: a .json name gets MMMU's output.json list)")
+      ->type_name("FILE")
+      ->required();
+  add(app, "--stats", o->stats,
+      "cost figures as JSON: samples, tokens, skip ratios, TFLOPs, time (default: ANSWERS_STEM.stats.json "
+      "beside "
+      "the answers; - = none)")
+      ->type_name("FILE");
   add(app, "--model-id", o->model_id, "model_id written with each answer (default: the model dir's name)");
   add(app, "--system", o->system, "system prompt (default: the template's)");
   add(app, "--batch", o->batch, "questions per generate batch")->check(positive());
