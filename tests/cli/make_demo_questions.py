@@ -19,7 +19,7 @@ import sys
 
 d = sys.argv[1]
 with open(d + "/heldout.json") as f:
-    records = json.load(f)
+    records = [r for r in json.load(f) if "image" in r]  # the benchmarks ask about images
 questions, truth = [], {}
 for i, r in enumerate(records):
     q = r["conversations"][0]["value"].replace("<image>", "").strip()
