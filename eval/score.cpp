@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "eval/questions.h"
 #include "eval/score_gqa.h"
 #include "eval/score_mmbench.h"
 #include "eval/score_mme.h"
@@ -41,8 +42,22 @@ ScoreResult score(const std::string& benchmark, const ScoreInputs& in) {
   else
     throw std::invalid_argument("unknown benchmark '" + benchmark + "'");
   r.benchmark = benchmark;
+  std::vector<Problem> ignored;  // the scorer has named the malformed records already
+  for (const Record& rec : read_records(in.answers, &ignored))
+    if (const std::string p = answer_problem(rec.value); !p.empty())
+      r.problems.push_back({rec.where, "not answered (" + p + "); scored as the empty answer it holds"});
   sort_problems(&r.problems);
   return r;
+}
+
+Json score_json(const ScoreResult& r, const ScoreInputs& in) {
+  Json out = {{"benchmark", r.benchmark}, {"answers", in.answers}, {"annotations", in.annotations}};
+  if (!in.questions.empty()) out["questions"] = in.questions;
+  out["figures"] = r.figures;
+  out["problem_count"] = r.problems.size();
+  out["problems"] = Json::array();
+  for (const auto& p : r.problems) out["problems"].push_back({{"where", p.where}, {"what", p.what}});
+  return out;
 }
 
 void require_inputs(const ScoreInputs& in, const std::string& benchmark, size_t annotations, bool questions) {

@@ -27,8 +27,13 @@ struct ScoreResult {
 // The benchmarks `score` knows: textvqa, vqav2, gqa, scienceqa, pope, mme, mmbench, mmmu.
 const std::vector<std::string>& benchmark_names();
 // Scores `benchmark`; throws std::invalid_argument for an unknown name or missing inputs, std::runtime_error
-// for a file that cannot be read at all.
+// for a file that cannot be read at all. An answer record that `gmod answer` marked as not answered (its
+// metadata.problem, eval/questions.h) is scored as the empty answer it holds, as the original scorers do, and
+// also named among the problems.
 ScoreResult score(const std::string& benchmark, const ScoreInputs& in);
+// What `gmod score --json` writes: {benchmark, answers, annotations, [questions], figures, problem_count,
+// problems: [{where, what}]}.
+Json score_json(const ScoreResult& r, const ScoreInputs& in);
 
 // Helpers shared by the scorers.
 void require_inputs(const ScoreInputs& in, const std::string& benchmark, size_t annotations, bool questions);

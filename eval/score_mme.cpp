@@ -1,9 +1,11 @@
 // MME perception and cognition (see score_mme.h).
 #include "eval/score_mme.h"
 
+#include <filesystem>
 #include <map>
 #include <set>
 
+#include "eval/mme_release.h"
 #include "eval/pystr.h"
 
 namespace gmod::eval {
@@ -40,7 +42,21 @@ ScoreResult score_mme(const ScoreInputs& in) {
     std::string category, answer, where;
   };
   std::map<std::pair<std::string, std::string>, Truth> truth;  // (question id, question) -> truth
-  for (const std::string& file : in.annotations)
+  bool release = false;                                        // some truth comes from MME's release folder
+  for (const std::string& file : in.annotations) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(file, ec)) {
+      release = true;
+      for (const MmeQuestion& m : read_mme_release(file, &r.problems)) {
+        const std::string gt = py::replace(py::strip(py::lower(m.answer)), ".", "");
+        if (gt != "yes" && gt != "no") {
+          r.problems.push_back({m.where, "answer \"" + m.answer + "\" is not yes or no"});
+          continue;
+        }
+        truth[{"release:" + m.category + "/" + m.file, m.question}] = {m.category, gt, m.where};
+      }
+      continue;
+    }
     for (const Record& rec : read_jsonl(file, &r.problems)) {
       const std::string id = id_key(rec, "question_id", &r.problems);
       const std::string* cat = string_field(rec, "category", &r.problems);
@@ -54,6 +70,7 @@ ScoreResult score_mme(const ScoreInputs& in) {
       }
       truth[{id, *q}] = {*cat, gt, rec.where};
     }
+  }
   // category (first-seen order) -> question id (first-seen order) -> scores
   std::vector<std::string> cat_order;
   std::map<std::string, std::vector<std::string>> id_order;
@@ -65,7 +82,14 @@ ScoreResult score_mme(const ScoreInputs& in) {
     const std::string* prompt = string_field(rec, "prompt", &r.problems);
     const std::string* text = string_field(rec, "text", &r.problems);
     if (id.empty() || !prompt || !text) continue;
-    const auto t = truth.find({id, *prompt});
+    auto t = truth.find({id, *prompt});
+    if (t == truth.end() && release && rec.value["question_id"].is_string()) {
+      // as LLaVA's convert_answer_to_mme.py files it: category and question file from the id, the released
+      // question from the prompt
+      const auto [cat, qfile] = mme_answer_file(rec.value["question_id"].get<std::string>());
+      for (const std::string& q : mme_released_questions(*prompt))
+        if ((t = truth.find({"release:" + cat + "/" + qfile, q})) != truth.end()) break;
+    }
     if (t == truth.end()) {
       r.problems.push_back({rec.where, "no annotation with question_id " + id_text(rec.value["question_id"]) +
                                            " and this prompt as its question"});

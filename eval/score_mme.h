@@ -3,8 +3,9 @@
 // is that word, "y"/"n", or its first four characters hold "yes" (else "no"); else "other" (wrong). Per
 // category (every image has two questions) score = acc + acc+ (acc: % of questions right; acc+: % of images
 // with both right); perception and cognition are the sums over their categories. --answers (question_id,
-// prompt, text) jsonl; --annotations a jsonl of {question_id, category, question, answer} (docs/eval.md says
-// how to make it from MME's release), matched by question_id and prompt == question.
+// prompt, text) jsonl; --annotations MME's release folder (MME_Benchmark_release_version, matched as LLaVA's
+// convert_answer_to_mme.py matches: eval/mme_release.h) or a jsonl of {question_id, category, question,
+// answer}, matched by question_id and prompt == question.
 #pragma once
 
 #include <string>

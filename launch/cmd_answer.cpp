@@ -1,8 +1,9 @@
 // `gmod answer`: batched answering of a benchmark question file with a dense or γ-MoD model, writing the
 // answer file LLaVA's llava/eval/model_vqa_loader.py writes (one JSON object per line: question_id, prompt,
 // text, answer_id, model_id, metadata), so `gmod score` and the original scoring scripts read it unchanged
-// (docs/eval.md). Greedy by default, top-p sampling on request; --num-chunks/--chunk-idx split the questions
-// as LLaVA's scripts do (contiguous chunks, concatenated in chunk order afterwards).
+// (docs/eval.md); the other formats of eval/questions.h likewise, and a stats file of what answering cost
+// (tokens, skip ratios, TFLOPs, time). Greedy by default, top-p sampling on request; --num-chunks/--chunk-idx
+// split the questions as LLaVA's scripts do (contiguous chunks, concatenated in chunk order afterwards).
 #include <torch/torch.h>
 
 #include <cctype>
@@ -17,6 +18,7 @@
 #include "data/clip_preprocess.h"
 #include "data/image.h"
 #include "eval/pystr.h"
+#include "eval/questions.h"
 #include "eval/records.h"
 #include "launch/cli_model.h"
 #include "launch/cli_prompt.h"
@@ -30,6 +32,24 @@
 namespace gmod::cli {
 namespace {
 
+// A question with what the model reads: its prompt tokens and image pixels.
+struct Question {
+  eval::Question q;
+  Prompt tokens;              // the template's prompt tokens
+  std::vector<float> pixels;  // [3, S, S] when the question has an image
+  std::string answer;         // the stripped answer
+  std::string problem;        // why it could not be asked (then written with an empty answer)
+};
+
+// Prefill and decode time of the generate calls. GenerateResult does not report them yet (issue 20 item 3,
+// the decode branch adds them): add_timing is where they are summed once it does; until then the stats file
+// records null (not measured), never an estimate.
+struct GenerateTiming {
+  std::optional<double> prefill_seconds, decode_seconds;
+  std::optional<int64_t> decode_tokens;  // the tokens the decode seconds generated (after each first one)
+};
+void add_timing(const GenerateResult& /*r*/, GenerateTiming* /*t*/) {}
+
 struct AnswerCliOptions {
   ModelOptions model;
   TextOptions text;
@@ -42,194 +62,79 @@ struct AnswerCliOptions {
   bool allow_problems = false;
   std::string format = "auto";
   bool single_pred_prompt = false;
+  std::string stats;  // "" = beside the answers; "-" = none
 };
-
-struct Question {
-  eval::Json id;
-  std::string text;    // what the model is asked (the image goes before it)
-  std::string prompt;  // what the answer file records as "prompt" (as the original script writes it)
-  std::string image, where;
-  eval::Json options;         // MMBench: the options as asked (written with round_id and option_char)
-  Prompt tokens;              // the template's prompt tokens
-  std::vector<float> pixels;  // [3, S, S] when the question has an image
-};
-
-const char* const kLetterPrompt = "Answer with the option's letter from the given choices directly.";
-
-bool is_json_list(const std::string& path) {
-  std::ifstream f(path);
-  char c = 0;
-  while (f.get(c) && std::isspace(static_cast<unsigned char>(c))) {
-  }
-  return c == '[';
-}
-
-std::string base64_decode(const std::string& in, const std::string& where) {
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    int v;
-    if (c >= 'A' && c <= 'Z')
-      v = c - 'A';
-    else if (c >= 'a' && c <= 'z')
-      v = c - 'a' + 26;
-    else if (c >= '0' && c <= '9')
-      v = c - '0' + 52;
-    else if (c == '+' || c == '-')
-      v = 62;
-    else if (c == '/' || c == '_')
-      v = 63;
-    else if (c == '=' || std::isspace(static_cast<unsigned char>(c)))
-      continue;
-    else
-      throw std::invalid_argument(where + ": the image is not base64");
-    acc = (acc << 6) | static_cast<uint32_t>(v), bits += 6;
-    if (bits >= 8) bits -= 8, out += static_cast<char>((acc >> bits) & 0xFF);
-  }
-  return out;
-}
-
-// LLaVA's is_none for a TSV cell: missing (empty), "nan" or "none" in any case.
-bool is_none(const std::string* cell) {
-  if (!cell || cell->empty()) return true;
-  const std::string l = eval::py::lower(*cell);
-  return l == "nan" || l == "none";
-}
-
-// MMBench's TSV rows as question records {index, question (hint + question + "A. option" lines), options,
-// image_base64}, as model_vqa_mmbench.py builds them (one round: options in the table's order).
-std::vector<eval::Record> mmbench_records(const std::string& path, std::vector<eval::Problem>* problems) {
-  std::vector<eval::Record> out;
-  for (const eval::TsvRow& row : eval::read_tsv(path, problems)) {
-    const std::string* idx = row.get("index");
-    const std::string* question = row.get("question");
-    char* end = nullptr;
-    const long long index = idx ? std::strtoll(idx->c_str(), &end, 10) : 0;
-    if (!idx || idx->empty() || *end || !question) {
-      problems->push_back({row.where, "no integer 'index' or no 'question'"});
-      continue;
-    }
-    std::string text = is_none(row.get("hint")) ? *question : *row.get("hint") + "\n" + *question;
-    eval::Json options = eval::Json::array();
-    for (const char* c : {"A", "B", "C", "D"}) {
-      const std::string* o = row.get(c);
-      if (is_none(o)) break;
-      text += std::string("\n") + c + ". " + *o;
-      options.push_back(*o);
-    }
-    eval::Json v = {{"index", index}, {"question", text}, {"options", options}};
-    if (const std::string* img = row.get("image"); img && !img->empty()) v["image_base64"] = *img;
-    out.push_back({std::move(v), row.where});
-  }
-  return out;
-}
-
-// One question record: model_vqa_loader's {question_id, image, text}, or (science) model_vqa_science's
-// {id, image, conversations: [{value: question}, ...]} whose prompt drops "<image>" and records "<image>\n" +
-// question when there is an image; --single-pred-prompt appends the letter instruction to both.
-bool read_question(const eval::Record& r, bool science, bool single_pred, Question* q,
-                   std::vector<eval::Problem>* problems) {
-  if (r.value.contains(
-          "index")) {  // an MMBench row (mmbench_records): the letter instruction is not recorded
-    q->id = r.value["index"];
-    q->text = q->prompt = r.value["question"].get<std::string>();
-    q->options = r.value["options"];
-    if (single_pred) q->text += std::string("\n") + kLetterPrompt;
-    return true;
-  }
-  const auto id = r.value.find(science ? "id" : "question_id");
-  if (id == r.value.end() || eval::id_key(*id).empty()) {
-    problems->push_back(
-        {r.where, std::string("no '") + (science ? "id" : "question_id") + "' (a string or a number)"});
-    return false;
-  }
-  q->id = *id;
-  if (science) {
-    const eval::Json& conv = r.value.contains("conversations") ? r.value["conversations"] : eval::Json();
-    if (!conv.is_array() || conv.empty() || !conv[0].is_object() || !conv[0].contains("value") ||
-        !conv[0]["value"].is_string()) {
-      problems->push_back({r.where, "no 'conversations' list whose first turn has a string 'value'"});
-      return false;
-    }
-    q->text = eval::py::strip(eval::py::replace(conv[0]["value"].get<std::string>(), "<image>", ""));
-    q->prompt = (r.value.contains("image") ? "<image>\n" : "") + q->text;
-  } else {
-    const std::string* text = eval::string_field(r, "text", problems);
-    if (!text) return false;
-    q->text = q->prompt = *text;
-  }
-  if (single_pred) {
-    q->text += std::string("\n") + kLetterPrompt;
-    q->prompt += std::string("\n") + kLetterPrompt;
-  }
-  return true;
-}
 
 // What one process answered: the answer lines in question order, problems, and figures for the summary.
 struct Answered {
-  std::string lines;
+  std::vector<std::string> lines;  // one answer record each (JSON, one line)
   std::vector<eval::Problem> problems;
   size_t answered = 0, asked = 0;
-  int64_t generated = 0;
+  int64_t generated = 0, prompt_tokens = 0;
   ComputeReport compute;
+  GenerateTiming timing;
+  double load_seconds = 0;
   bool greedy = true;
 };
 
 Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) {
+  const auto t0 = std::chrono::steady_clock::now();
   CliModel m = load_cli_model(o.model);
   auto tok = load_cli_tokenizer(o.text, m);
   DatasetConfig dc = cli_dataset_config(o.text, m);
   if (!o.system.empty()) dc.conversation.system_prompt = o.system;
   ConversationEncoder enc(tok, dc.conversation);
-  const std::string image_dir =
-      o.images.empty() ? std::filesystem::path(o.questions).parent_path().string() : o.images;
   const std::string model_id =
       o.model_id.empty() ? std::filesystem::path(o.model.model).filename().string() : o.model_id;
   const int positions = m.model->config.text.max_position_embeddings;
 
   Answered res;
+  res.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<eval::Problem>& problems = res.problems;
-  const bool mmbench = o.format == "mmbench" || (o.format == "auto" && o.questions.size() > 4 &&
-                                                 o.questions.compare(o.questions.size() - 4, 4, ".tsv") == 0);
-  std::vector<eval::Record> records =
-      mmbench ? mmbench_records(o.questions, &problems) : eval::read_records(o.questions, &problems);
-  const bool science = o.format == "science" || (o.format == "auto" && is_json_list(o.questions));
+  const eval::QuestionFormat format = eval::question_format(o.format, o.questions);
+  // MME's image paths are relative to the release folder itself, the others' to the question file's folder
+  const std::string image_dir = !o.images.empty() ? o.images
+                                : format == eval::QuestionFormat::kMme
+                                    ? o.questions
+                                    : std::filesystem::path(o.questions).parent_path().string();
+  // Problems of reading the file are the same in every chunk: the first chunk names them.
+  std::vector<eval::Problem> read_problems;
+  std::vector<eval::Question> all =
+      eval::read_questions(o.questions, format, o.single_pred_prompt, &read_problems);
+  if (chunk_idx == 0) problems = read_problems;
   // LLaVA's get_chunk: chunks of ceil(n / num_chunks) questions; chunk k may be empty.
-  const size_t n = records.size();
+  const size_t n = all.size();
   const size_t chunk = static_cast<size_t>(std::ceil(static_cast<double>(n) / num_chunks));
   const size_t begin = std::min(n, chunk * static_cast<size_t>(chunk_idx)), end = std::min(n, begin + chunk);
 
-  std::vector<Question> qs;
+  std::vector<Question> qs;   // the chunk's questions in order
+  std::vector<size_t> asked;  // those that can be asked
   for (size_t i = begin; i < end; ++i) {
-    const eval::Record& r = records[i];
     Question q;
-    q.where = r.where;
-    if (!read_question(r, science, o.single_pred_prompt, &q, &problems)) continue;
+    q.q = std::move(all[i]);
+    const std::string& where = q.q.where;
     try {
-      if (r.value.contains("image")) {
-        if (!r.value["image"].is_string()) throw std::invalid_argument("'image' is not a string");
+      if (!q.q.image.empty()) {
         if (!m.model->config.vision)
           throw std::invalid_argument("has an image but the model has no vision tower");
-        q.image = r.value["image"].get<std::string>();
-        q.pixels = clip_preprocess(decode_image_file(image_dir + "/" + q.image), dc.image);
-      } else if (r.value.contains("image_base64")) {
-        if (!m.model->config.vision)
-          throw std::invalid_argument("has an image but the model has no vision tower");
-        const std::string bytes = base64_decode(r.value["image_base64"].get<std::string>(), r.where);
-        q.image = "base64";
         q.pixels = clip_preprocess(
-            decode_image_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), r.where),
+            q.q.image_bytes.empty()
+                ? decode_image_file(image_dir + "/" + q.q.image)
+                : decode_image_memory(reinterpret_cast<const uint8_t*>(q.q.image_bytes.data()),
+                                      q.q.image_bytes.size(), where),
             dc.image);
+        q.q.image_bytes.clear();
       }
-      q.tokens = build_prompt(enc, q.text, q.image.empty() ? 0 : 1, r.where);
+      q.tokens = build_prompt(enc, q.q.text, q.q.image.empty() ? 0 : 1, where);
       if (static_cast<int64_t>(q.tokens.ids.size()) + o.max_new_tokens > positions)
         throw std::invalid_argument("prompt of " + std::to_string(q.tokens.ids.size()) + " tokens plus " +
                                     std::to_string(o.max_new_tokens) + " new ones is beyond the model's " +
                                     std::to_string(positions) + " positions");
+      asked.push_back(qs.size());
+      res.prompt_tokens += static_cast<int64_t>(q.tokens.ids.size());
     } catch (const std::exception& e) {
-      problems.push_back({r.where, e.what()});
-      continue;
+      problems.push_back({where, e.what()});
+      q.problem = e.what();
     }
     qs.push_back(std::move(q));
   }
@@ -240,13 +145,13 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
   int64_t& generated = res.generated;
   res.greedy = g.greedy;
   const int S = dc.image.crop;
-  for (size_t b0 = 0; b0 < qs.size(); b0 += o.batch) {
-    const size_t b1 = std::min(qs.size(), b0 + static_cast<size_t>(o.batch));
+  for (size_t b0 = 0; b0 < asked.size(); b0 += o.batch) {
+    const size_t b1 = std::min(asked.size(), b0 + static_cast<size_t>(o.batch));
     const int64_t B = static_cast<int64_t>(b1 - b0);
     int64_t L = 0, images = 0;
     for (size_t i = b0; i < b1; ++i) {
-      L = std::max<int64_t>(L, static_cast<int64_t>(qs[i].tokens.ids.size()));
-      images += !qs[i].image.empty();
+      L = std::max<int64_t>(L, static_cast<int64_t>(qs[asked[i]].tokens.ids.size()));
+      images += !qs[asked[i]].q.image.empty();
     }
     ModelInputs in;  // right-padded batch, images in sample order
     in.input_ids = at::full({B, L}, static_cast<int64_t>(enc.pad_id()), at::kLong);
@@ -255,16 +160,17 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     if (images) in.pixel_values = at::empty({images, 3, S, S}, at::kFloat);
     int64_t img = 0;
     for (size_t i = b0; i < b1; ++i) {
-      const Prompt& p = qs[i].tokens;
+      const Question& q = qs[asked[i]];
+      const Prompt& p = q.tokens;
       const int64_t row = static_cast<int64_t>(i - b0), len = static_cast<int64_t>(p.ids.size());
       for (int64_t t = 0; t < len; ++t) {
         in.input_ids[row][t] = static_cast<int64_t>(p.ids[t]);
         in.token_roles[row][t] = static_cast<int64_t>(p.roles[t]);
       }
       in.attention_mask[row].slice(0, 0, len).fill_(true);
-      if (!qs[i].image.empty())
-        std::memcpy(in.pixel_values[img++].data_ptr<float>(), qs[i].pixels.data(),
-                    qs[i].pixels.size() * sizeof(float));
+      if (!q.q.image.empty())
+        std::memcpy(in.pixel_values[img++].data_ptr<float>(), q.pixels.data(),
+                    q.pixels.size() * sizeof(float));
     }
     in.input_ids = in.input_ids.to(m.device);
     in.attention_mask = in.attention_mask.to(m.device);
@@ -272,6 +178,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     if (images) in.pixel_values = in.pixel_values.to(m.device, m.dtype);
     const GenerateResult r = generate(*m.model, in, g);
     compute.add(r.compute);
+    add_timing(r, &res.timing);
     const at::Tensor tokens = r.tokens.cpu(), lengths = r.lengths.cpu();
     for (int64_t row = 0; row < B; ++row) {
       std::vector<int32_t> ids;
@@ -282,62 +189,155 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
         if (g.eos_token_id >= 0 && id == g.eos_token_id) break;
         ids.push_back(id);
       }
-      const Question& q = qs[b0 + static_cast<size_t>(row)];
-      eval::Json rec = {{"question_id", q.id}};
-      if (!q.options.is_null()) rec["round_id"] = 0;
-      rec["prompt"] = q.prompt;
-      rec["text"] = eval::py::strip(tok->decode(ids));
-      if (!q.options.is_null()) {
-        rec["options"] = q.options;
-        rec["option_char"] = eval::Json::array();
-        for (size_t k = 0; k < q.options.size(); ++k) rec["option_char"].push_back(std::string(1, "ABCD"[k]));
-      }
-      rec["answer_id"] = model_id + "-" + std::to_string(begin + b0 + static_cast<size_t>(row));
-      rec["model_id"] = model_id;
-      rec["metadata"] = eval::Json::object();
-      res.lines += rec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+      qs[asked[b0 + static_cast<size_t>(row)]].answer = eval::py::strip(tok->decode(ids));
     }
   }
-  res.answered = qs.size();
+  for (size_t i = 0; i < qs.size(); ++i)
+    res.lines.push_back(eval::answer_record(qs[i].q, format, qs[i].answer,
+                                            model_id + "-" + std::to_string(begin + i), model_id,
+                                            qs[i].problem)
+                            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  res.answered = asked.size();
   res.asked = end - begin;
   return res;
 }
 
+// The figures of one chunk that add up over ranks, as text for the gather.
+std::string counts_text(const Answered& a) {
+  const ComputeReport& c = a.compute;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%zu %zu %lld %lld %lld %lld %lld %lld %.17g %.17g %.17g %.17g %lld",
+                a.answered, a.asked, static_cast<long long>(a.generated),
+                static_cast<long long>(a.prompt_tokens), static_cast<long long>(c.processed),
+                static_cast<long long>(c.total), static_cast<long long>(c.mod_processed),
+                static_cast<long long>(c.mod_total), c.flops, c.dense_flops,
+                a.timing.prefill_seconds.value_or(NAN), a.timing.decode_seconds.value_or(NAN),
+                static_cast<long long>(a.timing.decode_tokens.value_or(-1)));
+  return buf;
+}
+
+// Adds another rank's counts_text to `a` (a timing absent on any rank is absent in the sum).
+void add_counts(const std::string& text, bool first, Answered* a) {
+  size_t answered = 0, asked = 0;
+  long long gen = 0, prompt = 0, proc = 0, total = 0, mproc = 0, mtotal = 0, dtok = -1;
+  double flops = 0, dense = 0, pre = NAN, dec = NAN;
+  if (std::sscanf(text.c_str(), "%zu %zu %lld %lld %lld %lld %lld %lld %lg %lg %lg %lg %lld", &answered,
+                  &asked, &gen, &prompt, &proc, &total, &mproc, &mtotal, &flops, &dense, &pre, &dec,
+                  &dtok) != 13)
+    throw std::runtime_error("gmod answer: a rank sent unreadable counts '" + text + "'");
+  a->answered += answered, a->asked += asked, a->generated += gen, a->prompt_tokens += prompt;
+  ComputeReport& c = a->compute;
+  c.processed += proc, c.total += total, c.mod_processed += mproc, c.mod_total += mtotal;
+  c.flops += flops, c.dense_flops += dense;
+  GenerateTiming& t = a->timing;
+  auto sum = [first](std::optional<double>& acc, double v) {
+    if (std::isnan(v))
+      acc.reset();
+    else if (first)
+      acc = v;
+    else if (acc)
+      *acc += v;
+  };
+  sum(t.prefill_seconds, pre), sum(t.decode_seconds, dec);
+  if (dtok < 0)
+    t.decode_tokens.reset();
+  else if (first)
+    t.decode_tokens = dtok;
+  else if (t.decode_tokens)
+    *t.decode_tokens += dtok;
+}
+
+std::string stats_path(const AnswerCliOptions& o) {
+  if (!o.stats.empty()) return o.stats;
+  std::filesystem::path p(o.answers);
+  return (p.parent_path() / (p.stem().string() + ".stats.json")).string();
+}
+
+// What answering cost (docs/eval.md): samples, tokens, skip ratios, FLOPs, time.
+eval::Json stats_json(const AnswerCliOptions& o, const Answered& res, eval::QuestionFormat format, int world,
+                      double seconds) {
+  const ComputeReport& c = res.compute;
+  const double n = static_cast<double>(res.answered);
+  auto opt = [](const auto& v) { return v ? eval::Json(*v) : eval::Json(); };
+  eval::Json j = {{"questions", o.questions},
+                  {"format", eval::format_name(format)},
+                  {"answers", o.answers},
+                  {"model", o.model.model},
+                  {"ranks", world},
+                  {"batch", o.batch},
+                  {"max_new_tokens", o.max_new_tokens},
+                  {"greedy", res.greedy},
+                  {"asked", res.asked},
+                  {"samples", res.answered},
+                  {"problems", res.problems.size()},
+                  {"prompt_tokens", res.prompt_tokens},
+                  {"generated_tokens", res.generated},
+                  {"layer_tokens", c.total},
+                  {"processed_layer_tokens", c.processed},
+                  {"mod_layer_tokens", c.mod_total},
+                  {"processed_mod_layer_tokens", c.mod_processed},
+                  {"skip_ratio", c.skip_ratio()},
+                  {"skip_ratio_mod_layers", c.mod_skip_ratio()},
+                  {"flops", c.flops},
+                  {"dense_flops", c.dense_flops},
+                  {"flop_ratio", c.flop_ratio()},
+                  {"tflops_per_sample", n > 0 ? eval::Json(c.flops / n / 1e12) : eval::Json()},
+                  {"dense_tflops_per_sample", n > 0 ? eval::Json(c.dense_flops / n / 1e12) : eval::Json()},
+                  {"load_seconds", res.load_seconds},
+                  {"wall_seconds", seconds},
+                  {"samples_per_second", seconds > 0 ? eval::Json(n / seconds) : eval::Json()},
+                  {"prefill_seconds", opt(res.timing.prefill_seconds)},
+                  {"decode_seconds", opt(res.timing.decode_seconds)},
+                  {"decode_tokens", opt(res.timing.decode_tokens)}};
+  return j;
+}
+
 // Answers the chunk of this process (or, under mpirun, rank r of w answers chunk r of w and rank 0 writes the
-// chunks in rank order) and writes the answer file.
+// chunks in rank order) and writes the answer file and its stats.
 int run_answer(const AnswerCliOptions& o, int rank, int world) {
   const int chunk_idx = world > 1 ? rank : o.chunk_idx, num_chunks = world > 1 ? world : o.num_chunks;
+  const eval::QuestionFormat format = eval::question_format(o.format, o.questions);
   const auto t0 = std::chrono::steady_clock::now();
   Answered res = answer_chunk(o, chunk_idx, num_chunks);
   if (world > 1) {
     // Ranks wait here for the slowest one (a failing rank ends the job through run_guarded instead).
     set_collective_timeout(7 * 24 * 3600.0);
-    const std::vector<std::string> lines = all_gather_strings(res.lines, "answer lines (MPI_Iallgatherv)");
+    std::string mine;
+    for (const std::string& l : res.lines) mine += l + "\n";
+    const std::vector<std::string> lines = all_gather_strings(mine, "answer lines (MPI_Iallgatherv)");
     std::string probs;
     for (const auto& p : res.problems) probs += p.where + '\t' + p.what + '\n';
     const std::vector<std::string> all_probs = all_gather_strings(probs, "answer problems (MPI_Iallgatherv)");
-    const std::vector<std::string> counts = all_gather_strings(
-        std::to_string(res.answered) + " " + std::to_string(res.asked) + " " + std::to_string(res.generated),
-        "answer counts (MPI_Iallgatherv)");
+    const std::vector<std::string> counts =
+        all_gather_strings(counts_text(res), "answer counts (MPI_Iallgatherv)");
     if (rank != 0) return kExitOk;
-    res.lines.clear(), res.problems.clear(), res.answered = res.asked = 0, res.generated = 0;
+    res.lines.clear(), res.problems.clear(), res.answered = res.asked = 0,
+                                             res.generated = res.prompt_tokens = 0;
+    res.compute = ComputeReport();
     for (int r = 0; r < world; ++r) {
-      res.lines += lines[size_t(r)];
+      for (const std::string& l : eval::py::split(lines[size_t(r)], "\n"))
+        if (!l.empty()) res.lines.push_back(l);
       for (const std::string& l : eval::py::split(all_probs[size_t(r)], "\n"))
         if (const size_t tab = l.find('\t'); tab != std::string::npos)
           res.problems.push_back({l.substr(0, tab), l.substr(tab + 1)});
-      size_t a = 0, q = 0;
-      long long gen = 0;
-      std::sscanf(counts[size_t(r)].c_str(), "%zu %zu %lld", &a, &q, &gen);
-      res.answered += a, res.asked += q, res.generated += gen;
+      add_counts(counts[size_t(r)], r == 0, &res);
     }
   }
+  // MMMU's scripts read a JSON list (output.json); a .jsonl name gets JSON lines (gmod score reads both).
+  const bool list =
+      format == eval::QuestionFormat::kMmmu && std::filesystem::path(o.answers).extension() == ".json";
+  std::string text;
+  for (size_t i = 0; i < res.lines.size(); ++i)
+    text += list ? (i ? ",\n" : "[\n") + res.lines[i] : res.lines[i] + "\n";
+  if (list) text += res.lines.empty() ? "[]\n" : "\n]\n";
   std::ofstream out(o.answers);
-  if (!(out << res.lines)) throw std::runtime_error(o.answers + ": cannot write");
+  if (!(out << text)) throw std::runtime_error(o.answers + ": cannot write");
   out.close();
   std::vector<eval::Problem>& problems = res.problems;
   const ComputeReport& compute = res.compute;
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // after loading the model, until every rank's answers are here
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - res.load_seconds;
   std::printf("answered %zu of %zu questions (%s) in %.2f s, %lld tokens generated (%s); wrote %s\n",
               res.answered, res.asked,
               (world > 1 ? std::to_string(world) + " ranks"
@@ -345,13 +345,22 @@ int run_answer(const AnswerCliOptions& o, int rank, int world) {
                   .c_str(),
               secs, static_cast<long long>(res.generated), res.greedy ? "greedy" : "top-p sampling",
               o.answers.c_str());
-  if (compute.mod_total > 0 && world == 1)  // (under mpirun only rank 0's share would be known)
+  if (compute.mod_total > 0)
     std::printf("skip ratio: MoD layers %.4f, all layers %.4f; FLOPs vs dense %.4f\n",
                 compute.mod_skip_ratio(), compute.skip_ratio(), compute.flop_ratio());
+  if (o.stats != "-") {
+    const std::string path = stats_path(o);
+    std::ofstream f(path);
+    if (!(f << stats_json(o, res, format, world, secs).dump(2) << "\n"))
+      throw std::runtime_error(path + ": cannot write");
+    std::printf("wrote %s\n", path.c_str());
+  }
   eval::sort_problems(&problems);
   for (const auto& p : problems) std::cout << "  " << p.where << ": " << p.what << "\n";
   if (!problems.empty() && !o.allow_problems) {
-    std::cerr << "gmod answer: " << problems.size() << " question(s) not answered (named above)\n";
+    std::cerr << "gmod answer: " << problems.size()
+              << " question(s) not answered (named above; those with an id are in the answer file with an "
+                 "empty answer and the problem in metadata.problem)\n";
     return kExitRuntime;
   }
   return kExitOk;
@@ -362,19 +371,29 @@ Runner setup(CLI::App& app) {
   add_model_options(app, o->model);
   add_text_options(app, o->text, /*with_max_len=*/false);
   add(app, "--questions", o->questions,
-      "question jsonl (question_id, image, text), as LLaVA's model_vqa_loader reads")
+      "question file (LLaVA's jsonl: question_id, image, text; or see --format)")
       ->type_name("FILE")
       ->required();
   add(app, "--format", o->format,
-      "question file: loader (model_vqa_loader's jsonl), science (model_vqa_science's json list) or auto (a "
-      "JSON "
-      "list is science)")
-      ->check(CLI::IsMember({"auto", "loader", "science"}));
+      "question file: loader (model_vqa_loader's jsonl), science (model_vqa_science's json list), mmbench "
+      "(MMBench's TSV), mme (MME's release folder), mmmu (MMMU's samples, JSON list or lines) or auto (a "
+      "folder "
+      "is mme, .tsv mmbench, a JSON list science, else loader)")
+      ->check(CLI::IsMember({"auto", "loader", "science", "mmbench", "mme", "mmmu"}));
   add_flag(
       app, "--single-pred-prompt", o->single_pred_prompt,
       "append \"Answer with the option's letter from the given choices directly.\" (LLaVA's ScienceQA runs)");
-  add(app, "--images", o->images, "image folder (default: the question file's folder)")->type_name("DIR");
-  add(app, "--answers", o->answers, "answer jsonl to write")->type_name("FILE")->required();
+  add(app, "--images", o->images,
+      "image folder (default: the question file's folder; MME: the release folder)")
+      ->type_name("DIR");
+  add(app, "--answers", o->answers, "answer jsonl to write (MMMU: a .json name gets MMMU's output.json list)")
+      ->type_name("FILE")
+      ->required();
+  add(app, "--stats", o->stats,
+      "cost figures as JSON: samples, tokens, skip ratios, TFLOPs, time (default: ANSWERS_STEM.stats.json "
+      "beside "
+      "the answers; - = none)")
+      ->type_name("FILE");
   add(app, "--model-id", o->model_id, "model_id written with each answer (default: the model dir's name)");
   add(app, "--system", o->system, "system prompt (default: the template's)");
   add(app, "--batch", o->batch, "questions per generate batch")->check(positive());

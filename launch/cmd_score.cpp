@@ -36,13 +36,7 @@ int run_score(const ScoreCliOptions& o) {
                 << (o.json.empty() ? "" : " (all in --json)") << "\n";
   }
   if (!o.json.empty()) {
-    eval::Json out = {
-        {"benchmark", o.benchmark}, {"answers", o.in.answers}, {"annotations", o.in.annotations}};
-    if (!o.in.questions.empty()) out["questions"] = o.in.questions;
-    out["figures"] = r.figures;
-    out["problem_count"] = r.problems.size();
-    out["problems"] = eval::Json::array();
-    for (const auto& p : r.problems) out["problems"].push_back({{"where", p.where}, {"what", p.what}});
+    const eval::Json out = eval::score_json(r, o.in);
     if (o.json == "-") {
       std::cout << out.dump(2) << "\n";
     } else {

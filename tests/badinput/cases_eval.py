@@ -1,7 +1,9 @@
 """Bad answer, annotation and question files through `gmod score` and `gmod answer` (docs/eval.md): files that are
 not JSON or not the benchmark's shape, invalid UTF-8, a POPE label file with the wrong name, a ScienceQA split
 that does not exist, an empty MMBench table, VQA annotations without 10 answers, a question image that does not
-decode (a file, or MMBench's base64), a chunk beyond the chunk count. Interface: tests/badinput/run_corpus.py."""
+decode (a file, or MMBench's base64), a chunk beyond the chunk count, an MME question file line without its
+tab and one without its image, MMMU options that are not a Python list, and `gmod report` suites with an
+unknown key or scorer. Interface: tests/badinput/run_corpus.py."""
 import json
 import os
 
@@ -16,6 +18,12 @@ def cases(ctx):
     w("sqa/pid_splits.json", json.dumps({"test": ["1"]}))
     w("pope/coco_popular.json", json.dumps({"question_id": "1", "label": "yes"}) + "\n")
     w("broken.png", b"\x89PNG\r\n\x1a\nnot really a png")
+    w("mme_bad/color/0001.txt", "Is it red? Please answer yes or no.\tYes\nno tab on this line\n")
+    w("mme_bad/color/0001.png", b"\x89PNG\r\n\x1a\nnot really a png")
+    w("mme_bad/color/0002.txt", "Is it blue? Please answer yes or no.\tNo\n")
+    mmmu_q = w("mmmu_q.jsonl", json.dumps({"id": "validation_Art_1", "question": "Which?", "options": "['a', 'b'",
+                                           "answer": "A", "question_type": "multiple-choice"}) + "\n")
+    suite = {"models": [{"name": "m", "model": "x"}], "benchmarks": [{"name": "b", "scorer": "gqa", "questions": "q"}]}
     return [
         {"name": "score_annotations_not_json", "argv": ["score", "textvqa", "--answers", ans, "--annotations", notjson],
          "expect": r"notjson\.json: not a JSON document", "rc": 1},
@@ -59,4 +67,18 @@ def cases(ctx):
         {"name": "answer_chunk_beyond", "argv": ["answer"] + model + [
             "--questions", ans, "--answers", os.path.join(ctx.tmp, "a3.jsonl"), "--num-chunks", "2", "--chunk-idx", "2"],
          "expect": r"--chunk-idx 2 must be below --num-chunks 2", "rc": 2},
+        {"name": "answer_mme_bad_lines", "argv": ["answer"] + model + [
+            "--questions", os.path.join(ctx.tmp, "mme_bad"), "--answers", os.path.join(ctx.tmp, "a5.jsonl"),
+            "--max-new-tokens", "2"],
+         "expect": r"0001\.txt:2: not \"question<TAB>answer\".*0002\.txt: no image named 0002", "rc": 1,
+         "timeout": 120},
+        {"name": "answer_mmmu_bad_options", "argv": ["answer"] + model + [
+            "--questions", mmmu_q, "--format", "mmmu", "--answers", os.path.join(ctx.tmp, "a6.json")],
+         "expect": r"mmmu_q\.jsonl:1: 'options' of a multiple-choice question: not a Python list of strings", "rc": 1,
+         "timeout": 120},
+        {"name": "report_suite_unknown_key", "argv": ["report", "--config", w("suite1.json", json.dumps(dict(suite, bogus=1)))],
+         "expect": r"suite1\.json: unknown key \"bogus\"", "rc": 1},
+        {"name": "report_unknown_scorer", "argv": ["report", "--config", w("suite2.json", json.dumps(
+            dict(suite, benchmarks=[{"name": "b", "scorer": "vizwiz", "questions": "q"}])))],
+         "expect": r"suite2\.json: benchmarks\[0\]: unknown scorer 'vizwiz'", "rc": 1},
     ]

@@ -13,7 +13,7 @@ options() {
     completion) echo "" ;;
     answer) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template
                   --questions --images --answers --model-id --system --batch --max-new-tokens --top-p --temperature
-                  --seed --num-chunks --chunk-idx --allow-problems! --format --single-pred-prompt!" ;;
+                  --seed --num-chunks --chunk-idx --allow-problems! --format --single-pred-prompt! --stats" ;;
     arank) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template --max-len
                  --data --images --samples --batch --out --full-conversations!" ;;
     convert) echo "--model --out --rule --arank --skip-frac --router --forced --router-init --router-seed --dtype" ;;
@@ -31,6 +31,7 @@ options() {
     plan) echo "--world --gpu-mem --reserve-gb --checkpointing --checkpoint-every --model --images --mod-kept --set
                 --json" ;;
     plot) echo "--metrics --out --gnuplot" ;;
+    report) echo "--config --out --force! --gmod" ;;
     score) echo "--answers --annotations --questions --split --json --allow-problems! --show" ;;
     serve) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template --host --port
                  --max-batch --max-queue --max-new-tokens --api-key --name --max-image-pixels --max-images" ;;

@@ -4,17 +4,22 @@
 the short-answer instruction) and DIR/gqa_questions.json as GQA's annotation ({question_id: {"answer", "types"}});
 DIR/sqa_test.json in model_vqa_science's form (id, image, conversations) with two options per question, and
 DIR/sqa/problems.json + pid_splits.json as ScienceQA's annotation; DIR/mmbench_dev.tsv as MMBench's table (base64
-images, three options, circular copies index + 1e6 with the options rotated).
+images, three options, circular copies index + 1e6 with the options rotated); DIR/mme/ as MME's release folder
+(category "color" with question files beside the images, "commonsense_reasoning" with images/ and
+questions_answers_YN/; two yes/no questions per image); DIR/mmmu.jsonl as MMMU's samples exported from its
+Hugging Face rows (id, question, options as a Python list literal, answer, question_type, image_1), multiple
+choice and open.
 Python standard library only. Usage: make_demo_questions.py DEMO_DIR"""
 import base64
 import csv
 import json
 import os
+import shutil
 import sys
 
 d = sys.argv[1]
 with open(d + "/heldout.json") as f:
-    records = json.load(f)
+    records = [r for r in json.load(f) if "image" in r]  # the benchmarks ask about images
 questions, truth = [], {}
 for i, r in enumerate(records):
     q = r["conversations"][0]["value"].replace("<image>", "").strip()
@@ -54,6 +59,34 @@ with open(d + "/mmbench_dev.tsv", "w", newline="") as f:
     w.writerow(["index", "question", "hint", "A", "B", "C", "D", "answer", "category", "l2-category", "source", "comment",
                 "image"])
     w.writerows(rows)
+# MME's release layout: one folder per category; NAME.txt holds "question<TAB>Yes|No" per question.
+colours = ["red", "green", "blue", "yellow", "orange", "purple"]
+for i, r in enumerate(records):
+    q = r["conversations"][0]["value"]
+    present = next((c for c in colours if c in q), colours[i % len(colours)])
+    absent = next(c for c in colours if c != present and c not in q)
+    cat = "color" if i % 2 == 0 else "commonsense_reasoning"
+    base = os.path.join(d, "mme", cat)
+    img_dir, qa_dir = (base, base) if cat == "color" else (base + "/images", base + "/questions_answers_YN")
+    os.makedirs(img_dir, exist_ok=True)
+    os.makedirs(qa_dir, exist_ok=True)
+    stem = "%04d" % i
+    shutil.copyfile(os.path.join(d, r["image"]), os.path.join(img_dir, stem + ".png"))
+    with open(os.path.join(qa_dir, stem + ".txt"), "w") as f:
+        f.write("Is there a %s object in the image? Please answer yes or no.\tYes\n" % present)
+        f.write("Is there a %s object in the image?  Please answer yes or no.\tNo\n" % absent)
+# MMMU's samples: shape questions as multiple choice, counting questions as open ones.
+with open(d + "/mmmu.jsonl", "w") as f:
+    for i, r in enumerate(records):
+        q = r["conversations"][0]["value"].replace("<image>", "").strip()
+        a = r["conversations"][1]["value"]
+        rec = {"id": "validation_Demo_Shapes_%d" % (i + 1), "question": "<image 1> " + q, "image_1": r["image"]}
+        if a.isdigit():
+            rec.update(question_type="open", options="[]", answer=a)
+        else:
+            opts = [a, "Hexagon", "Star"] if i % 2 else ["Hexagon", a, "Star's"]
+            rec.update(question_type="multiple-choice", options=repr(opts), answer="AB"[opts.index(a)])
+        f.write(json.dumps(rec) + "\n")
 with open(d + "/questions.jsonl", "w") as f:
     f.write("".join(json.dumps(q) + "\n" for q in questions))
 with open(d + "/gqa_questions.json", "w") as f:
