@@ -13,8 +13,8 @@ const char* const kVicunaSystem =
 const char* const kChatmlSystem = "You are a helpful assistant.";
 const char* const kQwen25System = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 const char* const kLlama3System =
-    "You are a helpful language and vision assistant. You are able to understand the visual content that the user "
-    "provides, and assist the user with a variety of tasks using natural language.";
+    "You are a helpful language and vision assistant. You are able to understand the visual content that "
+    "the user provides, and assist the user with a variety of tasks using natural language.";
 const char* const kLlama31Preamble = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
 
 namespace {
@@ -34,9 +34,12 @@ const char* conversation_template_list() {
 std::string resolve_conversation_template(const std::string& name, const LlamaConfig& llm) {
   if (name != "auto") return name;
   switch (llm.family) {
-    case LlmFamily::kQwen2: return "chatml";
-    case LlmFamily::kMistral: return "mistral";
-    case LlmFamily::kLlama: break;
+    case LlmFamily::kQwen2:
+      return "chatml";
+    case LlmFamily::kMistral:
+      return "mistral";
+    case LlmFamily::kLlama:
+      break;
   }
   if (llm.vocab_size >= 128000) return llm.rope_scaling.type == "llama3" ? "llama3_1" : "llama3";
   return "vicuna_v1";
@@ -96,8 +99,9 @@ ConversationEncoder::ConversationEncoder(std::shared_ptr<const Tokenizer> tokeni
   if (!tok_) throw std::invalid_argument("ConversationEncoder: no tokenizer");
   const std::string& t = config_.template_name;
   if (t == "auto")
-    throw std::invalid_argument("conversation template 'auto' is resolved from the model's family first "
-                                "(resolve_conversation_template)");
+    throw std::invalid_argument(
+        "conversation template 'auto' is resolved from the model's family first "
+        "(resolve_conversation_template)");
   if (!is_template(t))
     throw std::invalid_argument("unknown conversation template '" + t + "' (expected " +
                                 conversation_template_list() + ")");
@@ -185,8 +189,8 @@ EncodedConversation ConversationEncoder::encode(const Record& record, const std:
     pieces.push_back({Piece::kImage, "", 0, TokenRole::kImage});
     add_text(pieces, turns[1].value + "\n", TokenRole::kAnswer, true, false, true);
   } else if (tname == "llama3" || tname == "llama3_1") {
-    // The template strips every message (`| trim`); a system block only when there is something to say, except
-    // 3.1's, which always carries the date lines.
+    // The template strips every message (`| trim`); a system block only when there is something to say,
+    // except 3.1's, which always carries the date lines.
     const std::string system = strip(config_.system_prompt.value_or(kLlama3System));
     pieces.push_back({Piece::kToken, "", *bos_, TokenRole::kSystem});
     if (tname == "llama3_1" || !system.empty())

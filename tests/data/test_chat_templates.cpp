@@ -1,7 +1,7 @@
 // The LLM families' chat templates (llama3, llama3_1, chatml, qwen2_5, mistral) against transformers'
 // apply_chat_template with the models' own templates (tests/fixtures/chat/cases.json from
-// make_chat_template_fixtures.py): ids and answer-only labels, system messages, images, several rounds; the family's
-// default template, the turn-end token generation stops at, truncation at round boundaries.
+// make_chat_template_fixtures.py): ids and answer-only labels, system messages, images, several rounds; the
+// family's default template, the turn-end token generation stops at, truncation at round boundaries.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,7 +72,8 @@ TEST(ChatTemplates, IdsAndLabelsMatchApplyChatTemplate) {
     EXPECT_EQ(out.labels[out.round_ends.back() - 1], *encoder(tmpl).end_of_turn_id()) << what;
     ++per_template[tmpl];
   }
-  for (const char* t : {"llama3", "llama3_1", "chatml", "qwen2_5", "mistral"}) EXPECT_GE(per_template[t], 6) << t;
+  for (const char* t : {"llama3", "llama3_1", "chatml", "qwen2_5", "mistral"})
+    EXPECT_GE(per_template[t], 6) << t;
 }
 
 TEST(ChatTemplates, AnswersEndWithTheTurnEndToken) {
@@ -88,7 +89,8 @@ TEST(ChatTemplates, AnswersEndWithTheTurnEndToken) {
     for (int32_t l : out.labels)
       if (l != kIgnoreIndex) answer.push_back(l);
     EXPECT_EQ(tokenizer_for(tmpl)->decode(answer), answers) << tmpl;
-    EXPECT_EQ(std::count(out.roles.begin(), out.roles.end(), TokenRole::kImage), int(cases()["image_seq_length"]));
+    EXPECT_EQ(std::count(out.roles.begin(), out.roles.end(), TokenRole::kImage),
+              int(cases()["image_seq_length"]));
     EXPECT_EQ(out.roles[0], TokenRole::kSystem) << tmpl;
   }
   // mistral: "[/INST]" then the answer and </s>, both supervised
