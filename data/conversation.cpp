@@ -3,12 +3,47 @@
 
 #include <algorithm>
 
+#include "model/config.h"
+
 namespace gmod {
 
 const char* const kVicunaSystem =
     "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
     "detailed, and polite answers to the user's questions.";
 const char* const kChatmlSystem = "You are a helpful assistant.";
+const char* const kQwen25System = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+const char* const kLlama3System =
+    "You are a helpful language and vision assistant. You are able to understand the visual content that "
+    "the user provides, and assist the user with a variety of tasks using natural language.";
+const char* const kLlama31Preamble = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+
+namespace {
+const char* const kTemplates[] = {"vicuna_v1", "plain", "chatml", "qwen2_5", "llama3", "llama3_1", "mistral"};
+bool is_template(const std::string& name) {
+  return std::find(std::begin(kTemplates), std::end(kTemplates), name) != std::end(kTemplates);
+}
+}  // namespace
+
+bool is_conversation_template(const std::string& name) { return name == "auto" || is_template(name); }
+
+const char* conversation_template_list() {
+  return "vicuna_v1, plain, chatml, qwen2_5, llama3, llama3_1, mistral or auto (the model family's)";
+}
+
+// LLaMA-3's 128256-id vocabulary tells it from LLaMA-1/2 (32000); its 3.1+ releases use rope_scaling llama3.
+std::string resolve_conversation_template(const std::string& name, const LlamaConfig& llm) {
+  if (name != "auto") return name;
+  switch (llm.family) {
+    case LlmFamily::kQwen2:
+      return "chatml";
+    case LlmFamily::kMistral:
+      return "mistral";
+    case LlmFamily::kLlama:
+      break;
+  }
+  if (llm.vocab_size >= 128000) return llm.rope_scaling.type == "llama3" ? "llama3_1" : "llama3";
+  return "vicuna_v1";
+}
 
 namespace {
 
@@ -63,25 +98,46 @@ ConversationEncoder::ConversationEncoder(std::shared_ptr<const Tokenizer> tokeni
     : tok_(std::move(tokenizer)), config_(std::move(config)) {
   if (!tok_) throw std::invalid_argument("ConversationEncoder: no tokenizer");
   const std::string& t = config_.template_name;
-  if (t != "vicuna_v1" && t != "plain" && t != "chatml")
-    throw std::invalid_argument("unknown conversation template '" + t +
-                                "' (expected vicuna_v1, plain or chatml)");
+  if (t == "auto")
+    throw std::invalid_argument(
+        "conversation template 'auto' is resolved from the model's family first "
+        "(resolve_conversation_template)");
+  if (!is_template(t))
+    throw std::invalid_argument("unknown conversation template '" + t + "' (expected " +
+                                conversation_template_list() + ")");
   if (config_.image_seq_length < 1)
     throw std::invalid_argument("ConversationEncoder: image_seq_length must be >= 1, got " +
                                 std::to_string(config_.image_seq_length));
-  if (t == "chatml") {
-    for (const char* s : {"<|im_start|>", "<|im_end|>"})
+  auto need = [&](std::initializer_list<const char*> tokens) {
+    for (const char* s : tokens)
       if (!tok_->token_to_id(s))
-        throw std::invalid_argument(std::string("template chatml needs the token ") + s +
-                                    " in the tokenizer");
+        throw std::invalid_argument("template " + t + " needs the token " + s + " in the tokenizer");
+  };
+  if (t == "chatml" || t == "qwen2_5") {
+    need({"<|im_start|>", "<|im_end|>"});
+    pad_id_ = config_.pad_id.value_or(tok_->pad_id().value_or(tok_->eos_id().value_or(0)));
+  } else if (t == "llama3" || t == "llama3_1") {
+    need({"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"});
+    bos_ = tok_->token_to_id("<|begin_of_text|>");
     pad_id_ = config_.pad_id.value_or(tok_->pad_id().value_or(tok_->eos_id().value_or(0)));
   } else {
     bos_ = tok_->bos_id();
     if (!bos_) throw std::invalid_argument("template " + t + " needs a BOS token in the tokenizer");
-    if (t == "vicuna_v1" && !tok_->token_to_id("</s>"))
-      throw std::invalid_argument("template vicuna_v1 needs the token </s> in the tokenizer");
+    if (t == "vicuna_v1") need({"</s>"});
+    if (t == "mistral") {
+      eos_ = tok_->eos_id();
+      if (!eos_) throw std::invalid_argument("template mistral needs an EOS token in the tokenizer");
+    }
     pad_id_ = config_.pad_id.value_or(tok_->unk_id().value_or(tok_->pad_id().value_or(0)));
   }
+}
+
+std::optional<int32_t> ConversationEncoder::end_of_turn_id() const {
+  const std::string& t = config_.template_name;
+  if (t == "chatml" || t == "qwen2_5") return tok_->token_to_id("<|im_end|>");
+  if (t == "llama3" || t == "llama3_1") return tok_->token_to_id("<|eot_id|>");
+  if (t == "vicuna_v1") return tok_->token_to_id("</s>");
+  return tok_->eos_id();
 }
 
 EncodedConversation ConversationEncoder::encode(const Record& record, const std::string& where) const {
@@ -132,8 +188,39 @@ EncodedConversation ConversationEncoder::encode(const Record& record, const std:
     pieces.push_back({Piece::kToken, "", *bos_, TokenRole::kSystem});
     pieces.push_back({Piece::kImage, "", 0, TokenRole::kImage});
     add_text(pieces, turns[1].value + "\n", TokenRole::kAnswer, true, false, true);
-  } else {  // chatml
-    add_text(pieces, "<|im_start|>system\n" + config_.system_prompt.value_or(kChatmlSystem) + "<|im_end|>\n",
+  } else if (tname == "llama3" || tname == "llama3_1") {
+    // The template strips every message (`| trim`); a system block only when there is something to say,
+    // except 3.1's, which always carries the date lines.
+    const std::string system = strip(config_.system_prompt.value_or(kLlama3System));
+    pieces.push_back({Piece::kToken, "", *bos_, TokenRole::kSystem});
+    if (tname == "llama3_1" || !system.empty())
+      add_text(pieces,
+               "<|start_header_id|>system<|end_header_id|>\n\n" +
+                   std::string(tname == "llama3_1" ? kLlama31Preamble : "") + system + "<|eot_id|>",
+               TokenRole::kSystem);
+    for (size_t k = 0; k < turns.size(); k += 2) {
+      add_text(pieces,
+               "<|start_header_id|>user<|end_header_id|>\n\n" + strip(turns[k].value) +
+                   "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+               TokenRole::kQuestion);
+      add_text(pieces, strip(turns[k + 1].value) + "<|eot_id|>", TokenRole::kAnswer, true, true, true);
+    }
+  } else if (tname == "mistral") {
+    const std::string system = config_.system_prompt.value_or("");
+    pieces.push_back({Piece::kToken, "", *bos_, TokenRole::kSystem});
+    for (size_t k = 0; k < turns.size(); k += 2) {
+      if (k == 0 && !system.empty()) {
+        add_text(pieces, "[INST] " + system + "\n\n", TokenRole::kSystem);
+        add_text(pieces, turns[k].value + " [/INST]", TokenRole::kQuestion);
+      } else {
+        add_text(pieces, "[INST] " + turns[k].value + " [/INST]", TokenRole::kQuestion);
+      }
+      add_text(pieces, turns[k + 1].value, TokenRole::kAnswer, true);
+      pieces.push_back({Piece::kToken, "", *eos_, TokenRole::kAnswer, true, true, true});
+    }
+  } else {  // chatml, qwen2_5
+    const char* default_system = tname == "qwen2_5" ? kQwen25System : kChatmlSystem;
+    add_text(pieces, "<|im_start|>system\n" + config_.system_prompt.value_or(default_system) + "<|im_end|>\n",
              TokenRole::kSystem);
     for (size_t k = 0; k < turns.size(); k += 2) {
       add_text(pieces,

@@ -60,7 +60,7 @@ inline void add_model_options(CLI::App& app, ModelOptions& o) {
 // --tokenizer, --template, --max-len: how records become tokens.
 struct TextOptions {
   std::string tokenizer;  // empty: the model dir
-  std::string template_name = "vicuna_v1";
+  std::string template_name = "auto";
   std::optional<int> max_len;  // empty: the model's max_position_embeddings
 };
 
@@ -69,7 +69,9 @@ inline void add_text_options(CLI::App& app, TextOptions& o, bool with_max_len = 
       "tokenizer.model / tokenizer.json or a dir holding one (default: --model)")
       ->type_name("PATH");
   // Checked by data/conversation.cpp, which owns the list of templates.
-  add(app, "--template", o.template_name, "conversation template: vicuna_v1, plain or chatml");
+  add(app, "--template", o.template_name,
+      "conversation template: vicuna_v1, plain, chatml, qwen2_5, llama3, llama3_1, mistral or auto (the "
+      "model family's: LLaMA-2 vicuna_v1, LLaMA-3 llama3/llama3_1, Qwen2 chatml, Mistral mistral)");
   if (with_max_len)
     add(app, "--max-len", o.max_len, "tokens per sample after truncation (default: the model's context)")
         ->check(positive());
@@ -161,7 +163,7 @@ inline std::shared_ptr<const Tokenizer> load_cli_tokenizer(const TextOptions& t,
 // Conversation and image settings that follow the model (image tokens, crop size, preprocessor_config.json).
 inline DatasetConfig cli_dataset_config(const TextOptions& t, const CliModel& m) {
   DatasetConfig dc;
-  dc.conversation.template_name = t.template_name;
+  dc.conversation.template_name = resolve_conversation_template(t.template_name, m.model->config.text);
   dc.conversation.image_token_id = m.model->config.image_token_id;
   dc.conversation.image_seq_length = m.model->config.vision ? m.model->config.image_seq_length() : 0;
   // Default: the model's context (LLaVA-1.5 trains at 2048).

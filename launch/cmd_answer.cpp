@@ -139,7 +139,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     qs.push_back(std::move(q));
   }
 
-  const GenerateOptions g = cli::sampling_options(o, tok->eos_id(), enc.pad_id());
+  const GenerateOptions g = cli::sampling_options(o, enc.end_of_turn_id(), enc.pad_id());
 
   ComputeReport& compute = res.compute;
   int64_t& generated = res.generated;

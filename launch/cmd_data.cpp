@@ -65,7 +65,8 @@ Runner setup(CLI::App& app) {
   add(*check, "--tokenizer", c.tokenizer, "tokenizer.model / tokenizer.json or a dir holding one")
       ->type_name("PATH")
       ->required();
-  add(*check, "--template", c.template_name, "conversation template: vicuna_v1, plain or chatml");
+  add(*check, "--template", c.template_name,
+      "conversation template: vicuna_v1, plain, chatml, qwen2_5, llama3, llama3_1 or mistral");
   add(*check, "--max-len", c.max_len, "tokens per sample after truncation")->check(positive());
   add(*check, "--image-tokens", c.image_tokens, "tokens each image expands to")->check(non_negative());
   add(*check, "--image-token-id", c.image_token_id, "id of the image placeholder token")

@@ -65,7 +65,7 @@ int run_generate(const GenerateCliOptions& o) {
   in.input_ids = in.input_ids.to(m.device);
   in.token_roles = in.token_roles.to(m.device);
 
-  const GenerateOptions g = cli::sampling_options(o, tok->eos_id(), enc.pad_id());
+  const GenerateOptions g = cli::sampling_options(o, enc.end_of_turn_id(), enc.pad_id());
   const GenerateResult r = generate(*m.model, in, g);
 
   const at::Tensor out = r.tokens.cpu()[0];

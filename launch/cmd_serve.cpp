@@ -47,7 +47,7 @@ int run_serve(const ServeCliOptions& o) {
   eo.max_queue = size_t(o.max_queue);
   eo.max_new_tokens = o.max_new_tokens;
   eo.context = m.model->config.text.max_position_embeddings;
-  eo.eos_id = tok->eos_id() ? *tok->eos_id() : -1;
+  eo.eos_id = enc->end_of_turn_id().value_or(-1);  // the template's turn end (<|eot_id|>, <|im_end|>, </s>)
   eo.pad_id = enc->pad_id();
   eo.device = m.device;
   eo.dtype = m.dtype;

@@ -292,6 +292,8 @@ void Trainer::setup_data() {
   dc.data_path = cfg_.data.train;
   dc.image_folder =
       cfg_.data.image_folder.empty() ? fs::path(cfg_.data.train).parent_path().string() : cfg_.data.image_folder;
+  // "auto" -> the LLM family's template; resolved in cfg_ so checkpoints record (and resume compares) the one used.
+  cfg_.data.template_name = resolve_conversation_template(cfg_.data.template_name, model_->config.text);
   dc.conversation.template_name = cfg_.data.template_name;
   dc.conversation.image_token_id = model_->config.image_token_id;
   dc.conversation.image_seq_length = model_->config.vision ? model_->config.image_seq_length() : 0;

@@ -1,5 +1,6 @@
 #include "trainer/config/train_config.h"
 
+#include "data/conversation.h"
 #include "mod/conversion.h"
 #include "model/activation_checkpoint.h"
 #include "model/config.h"
@@ -412,8 +413,8 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
   need_file("data.tokenizer", !c.data.tokenizer.empty() ? c.data.tokenizer
                               : !c.model.path.empty() ? c.model.path
                                                       : c.model.llm);
-  if (c.data.template_name != "vicuna_v1" && c.data.template_name != "plain" && c.data.template_name != "chatml")
-    e.push_back("data.template: \"" + c.data.template_name + "\", expected vicuna_v1, plain or chatml");
+  if (!is_conversation_template(c.data.template_name))
+    e.push_back("data.template: \"" + c.data.template_name + "\", expected " + conversation_template_list());
   if (c.data.truncation != "turn" && c.data.truncation != "skip")
     e.push_back("data.truncation: \"" + c.data.truncation + "\", expected turn or skip");
   if (c.data.max_len < 8) e.push_back("data.max_len: " + std::to_string(c.data.max_len) + ", expected >= 8");

@@ -59,7 +59,7 @@ struct DataSection {
   std::string train;             // LLaVA instruction records: .json (list) or .jsonl
   std::string image_folder;      // image paths in the records are relative to it ("" = folder of `train`)
   std::string tokenizer;         // tokenizer.model / tokenizer.json or a directory holding one ("" = model.path)
-  std::string template_name = "vicuna_v1";  // conversation template: vicuna_v1 | plain | chatml
+  std::string template_name = "auto";  // conversation template (data/conversation.h); auto: the LLM family's
   int max_len = 2048;            // tokens per sample after image expansion (image tokens per image: model config)
   std::string truncation = "turn";  // "turn": keep whole leading rounds that fit; "skip": drop long samples
   int workers = 2;               // loader threads per rank (0 = prepare inside the training thread)
