@@ -1,12 +1,26 @@
 #include "mod/generate.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <chrono>
 #include <stdexcept>
 
+#include "model/kv_cache.h"
 #include "model/token_roles.h"
 
 namespace gmod {
+
+namespace {
+// Waits for the work queued on `d` (nothing to wait for on the CPU): the timing boundaries of generate().
+void sync_device(at::Device d) {
+  if (!d.is_cpu()) c10::impl::VirtualGuardImpl(d.type()).synchronizeDevice(d.index());
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
 
 at::Tensor choose_next_tokens(const at::Tensor& logits, const GenerateOptions& opt, at::Generator& gen) {
   if (opt.greedy) return logits.argmax(-1);
@@ -23,6 +37,7 @@ at::Tensor choose_next_tokens(const at::Tensor& logits, const GenerateOptions& o
 
 GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const GenerateOptions& opt) {
   at::NoGradGuard no_grad;
+  const auto t_start = std::chrono::steady_clock::now();
   const int64_t B = prompt.input_ids.size(0), L = prompt.input_ids.size(1);
   const auto dev = prompt.input_ids.device();
   const auto lopts = at::TensorOptions().dtype(at::kLong).device(dev);
@@ -65,32 +80,52 @@ GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const Ge
     shape.head_tokens = B;  // the last prompt position of each sample
     res.compute = account_forward(st.tokens, model.config, shape);
   }
-  auto key_hist = mask;
+  // Room for every token still to come: decode steps write their K/V in place (model/kv_cache.h).
+  if (opt.use_cache)
+    for (auto& c : caches) kv_reserve(c, c.length() + opt.max_new_tokens);
+  sync_device(dev);
+  res.prefill_seconds = seconds_since(t_start);
+  const auto t_decode = std::chrono::steady_clock::now();
+
+  // Key validity of the cached path: the prompt's, then one column per fed token, written in place.
+  auto key_buf = at::zeros({B, L + std::max<int64_t>(opt.max_new_tokens, 0)}, lopts.dtype(at::kBool));
+  key_buf.narrow(1, 0, L).copy_(mask);
   for (int64_t t = 0; t < opt.max_new_tokens; ++t) {
+    // Each step's next tokens are chosen here, and only here.
     auto next = at::where(finished, at::full_like(lengths, opt.pad_token_id), choose_next_tokens(logits, opt, gen));
     if (opt.keep_logits) res.step_logits.push_back(logits);
     out.push_back(next);
     auto new_valid = finished.logical_not();
     lengths = lengths + new_valid.to(at::kLong);
     if (eos >= 0) finished = finished | (next == eos);
-    if (t + 1 == opt.max_new_tokens || finished.all().item<bool>()) break;
+    // The one device-to-host copy of the step: which samples got a token, which are finished now.
+    const auto host = at::stack({new_valid, finished}).cpu();
+    const auto ha = host.accessor<bool, 2>();
+    std::vector<int64_t> step_new(B);  // 1 per unfinished sample
+    int64_t n_new = 0;
+    bool all_finished = true;
+    for (int64_t b = 0; b < B; ++b) {
+      step_new[b] = ha[0][b] ? 1 : 0;
+      n_new += step_new[b];
+      all_finished = all_finished && ha[1][b];
+    }
+    if (t + 1 == opt.max_new_tokens || all_finished) break;
 
     auto step_roles = at::where(new_valid.unsqueeze(1), answer, pad_role);
-    const std::vector<int64_t> step_new = sample_lengths(new_valid.unsqueeze(1));  // 1 per unfinished sample
-    int64_t n_new = 0;
-    for (auto v : step_new) n_new += v;
     ForwardShape shape;
     auto step_pos = (n + t).unsqueeze(1);
     ForwardState st;
     at::Tensor h;
+    ++res.decode_steps;
     if (opt.use_cache) {
-      key_hist = at::cat({key_hist, new_valid.unsqueeze(1)}, 1);
-      const int64_t T = key_hist.size(1);
+      key_buf.select(1, L + t).copy_(new_valid);
+      const int64_t T = L + t + 1;
+      auto key_hist = key_buf.narrow(1, 0, T);
       st.positions = step_pos;
       st.key_valid = key_hist;
       st.mask = AttentionMask::causal(key_hist, 1, T, T - 1);
       st.token_roles = step_roles;
-      st.valid_tokens = new_valid.sum().item<int64_t>();
+      st.valid_tokens = n_new;
       st.caches = &caches;
       h = model.llm->forward(model.llm->embed(next.unsqueeze(1)), st).select(1, 0);
       // Dense reference: the new token attends to the prompt and the t tokens generated before it.
@@ -113,6 +148,8 @@ GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const Ge
   }
   res.tokens = at::stack(out, 1);
   res.lengths = lengths;
+  sync_device(dev);
+  res.decode_seconds = seconds_since(t_decode);
   return res;
 }
 

@@ -2,7 +2,8 @@
 // (ModelInputs with images; right-padded batches with per-sample prompt lengths), with per-layer KV
 // caches (MoD layers cache only the tokens they processed, with per-sample lengths; at a decode step only the
 // samples a MoD layer processes go through its matmuls, mod/mod_decode.cpp) or by full recomputation each step
-// (the reference the cached path is tested against).
+// (the reference the cached path is tested against). The caches are reserved after the prefill for every token to
+// come, so that decode steps write into them in place (model/kv_cache.h).
 #pragma once
 
 #include <vector>
@@ -32,6 +33,13 @@ struct GenerateResult {
   // Prefill and every decode step accounted against the same generation without MoD (mod/accounting.h): each
   // step's dense reference attends to the sample's whole history. Finished samples are not counted.
   ComputeReport compute;
+  // Wall-clock of the generation (one device synchronisation at each boundary): the prefill up to the first
+  // token's logits (caches reserved for the tokens to come included), then the decode loop (choosing every token
+  // and the decode_steps forwards of one new token per sample; decode_steps = generated tokens - 1 of the longest
+  // sample). Next-token time = decode_seconds / decode_steps.
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  int64_t decode_steps = 0;
 };
 
 // Prompt: input_ids [B, L] with images expanded, pixel_values, attention_mask (right padding),

@@ -1,4 +1,5 @@
 #include "model/layers.h"
+#include "model/kv_cache.h"
 
 #include <ATen/ops/_scaled_dot_product_efficient_attention.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention.h>
@@ -164,13 +165,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   auto [q, k] = rotated_qk(x, cos, sin);
   auto v = v_proj->forward(x).view({B, L, n_kv_heads, head_dim}).transpose(1, 2);
   if (cache) {
-    if (cache->k.defined()) {
-      cache->k = at::cat({cache->k, k}, 2);
-      cache->v = at::cat({cache->v, v}, 2);
-    } else {
-      cache->k = k;
-      cache->v = v;
-    }
+    kv_append(*cache, k, v);  // in place into the cache's buffer (model/kv_cache.h)
     k = cache->k;
     v = cache->v;
   }

@@ -59,7 +59,77 @@ TEST(Generate, ModWithoutSkippingEqualsRecomputation) {
   for (const auto& t : cached.layer_tokens) EXPECT_EQ(t.processed, t.total);
 }
 
-TEST(Generate, ModWithSkippingEqualsRecomputationWithSameDecisions) {
+namespace {
+
+struct DecodeCases {
+  int64_t none = 0, some = 0, all = 0;  // (MoD layer, decode step) pairs where no / some / every live sample processed
+  int64_t split_runs = 0;               // pairs where the processing samples are not consecutive (several runs)
+};
+
+// Cached generation of a skipping γ-MoD model against one full forward of prompt + generated tokens with the
+// routing decisions replayed (prefill decisions [B, L] followed by one [B, 1] per fed token). With `eos` >= 0
+// samples stop at different steps; a finished sample's later steps feed pad tokens (masked) and are not compared.
+DecodeCases expect_replay_equal(MultimodalLM& model, const ModelInputs& p, int64_t eos, int64_t max_new) {
+  auto layers = mod_layers(model);
+  for (auto& l : layers) {
+    l->forced_selection = at::Tensor();
+    l->recorded.clear();
+    l->record_selection = true;
+  }
+  auto o = opts(true);
+  o.eos_token_id = eos;
+  o.max_new_tokens = max_new;
+  auto cached = generate(model, p, o);
+  const int64_t B = p.input_ids.size(0), L = p.input_ids.size(1), T = cached.tokens.size(1);
+  EXPECT_EQ(cached.decode_steps, T - 1);
+
+  // Live samples at step t (the token fed at step t is real): t < length.
+  auto live = at::arange(T).unsqueeze(0) < cached.lengths.unsqueeze(1);  // [B, T]
+  DecodeCases cases;
+  int64_t skipped_prefill = 0;
+  auto valid = p.attention_mask;
+  for (auto& l : layers) {
+    EXPECT_EQ(static_cast<int64_t>(l->recorded.size()), T);
+    skipped_prefill += (valid & l->recorded[0].logical_not()).sum().item<int64_t>();
+    for (int64_t t = 1; t < T; ++t) {
+      auto fed_live = live.select(1, t - 1);
+      auto proc = l->recorded[t].squeeze(1) & fed_live;
+      const int64_t n = proc.sum().item<int64_t>(), n_live = fed_live.sum().item<int64_t>();
+      if (n == 0) ++cases.none;
+      else if (n == n_live) ++cases.all;
+      else ++cases.some;
+      auto where = proc.nonzero().squeeze(1);
+      if (n > 1 && (where[-1] - where[0]).item<int64_t>() != n - 1) ++cases.split_runs;
+    }
+    l->forced_selection = at::cat(l->recorded, 1);
+    l->record_selection = false;
+  }
+  EXPECT_GT(skipped_prefill, 0);
+
+  auto n = valid.sum(1);
+  ModelInputs full = p;
+  auto fed = cached.tokens.narrow(1, 0, T - 1);
+  full.input_ids = at::cat({p.input_ids, fed}, 1);
+  full.attention_mask = at::cat({valid, live.narrow(1, 0, T - 1)}, 1);
+  full.positions = at::cat({at::arange(L).unsqueeze(0).expand({B, L}), n.unsqueeze(1) + at::arange(T - 1).unsqueeze(0)}, 1);
+  auto fed_roles = at::where(live.narrow(1, 0, T - 1), static_cast<int64_t>(TokenRole::kAnswer),
+                             static_cast<int64_t>(TokenRole::kPad)).to(at::kChar);
+  full.token_roles = at::cat({p.token_roles, fed_roles}, 1);
+  at::NoGradGuard ng;
+  auto logits = model.forward(full).logits;  // [B, L + T - 1, V]
+  for (int64_t t = 0; t < T; ++t) {
+    auto at_pos = t == 0 ? (n - 1) : at::full({B}, L + t - 1, at::kLong);
+    auto ref = logits.gather(1, at_pos.view({B, 1, 1}).expand({B, 1, logits.size(2)})).squeeze(1);
+    for (int64_t b = 0; b < B; ++b) {
+      if (!live[b][t].item<bool>()) continue;  // finished: its logits are of pad tokens
+      EXPECT_LT((cached.step_logits[t][b] - ref[b]).abs().max().item<double>(), 1e-4) << "step " << t << " sample " << b;
+    }
+  }
+  for (auto& l : layers) l->forced_selection = at::Tensor();
+  return cases;
+}
+
+std::shared_ptr<MultimodalLM> skipping_mod_model(double router_scale) {
   auto model = test::random_llava(4, 3);
   MoDConfig cfg;
   cfg.mod_layers = {1, 2, 3};
@@ -67,42 +137,78 @@ TEST(Generate, ModWithSkippingEqualsRecomputationWithSameDecisions) {
   convert_to_mod(*model, cfg);
   {
     at::NoGradGuard ng;
-    shared_router(*model)->weight.mul_(40.0);  // spread p around 0.5
+    shared_router(*model)->weight.mul_(router_scale);  // spread p around 0.5
   }
   model->eval();
-  auto layers = mod_layers(*model);
-  for (auto& l : layers) l->record_selection = true;
+  return model;
+}
+
+}  // namespace
+
+TEST(Generate, ModWithSkippingEqualsRecomputationWithSameDecisions) {
+  auto model = skipping_mod_model(40.0);
+  auto cases = expect_replay_equal(*model, prompt(), -1, 6);
+  // The decode step's paths: mixed routed and skipped samples, all routed (samples with unequal cached lengths:
+  // one masked attention run).
+  EXPECT_GT(cases.some, 0);
+  EXPECT_GT(cases.all, 0);
+  // Processing samples that are not consecutive (attention in several runs over views of the caches): the batch
+  // twice over decides alike for sample b and b + 3, so any step where some samples process has such a split.
+  auto p = prompt(), twice = p;
+  twice.input_ids = at::cat({p.input_ids, p.input_ids});
+  twice.attention_mask = at::cat({p.attention_mask, p.attention_mask});
+  twice.pixel_values = at::cat({p.pixel_values, p.pixel_values});
+  twice.token_roles = at::cat({p.token_roles, p.token_roles});
+  EXPECT_GT(expect_replay_equal(*model, twice, -1, 6).split_runs, 0);
+  // No sample routed at any decode step: every MoD layer skips its matmuls at every step.
+  for (auto& l : mod_layers(*model)) l->cfg.decode_threshold = 1.01;
+  cases = expect_replay_equal(*model, prompt(), -1, 6);
+  EXPECT_EQ(cases.none, 3 * 5);
+  EXPECT_EQ(cases.some + cases.all, 0);
+}
+
+TEST(Generate, ModSamplesFinishingAtDifferentStepsEqualRecomputation) {
+  auto model = skipping_mod_model(40.0);
   auto p = prompt();
-  auto cached = generate(*model, p, opts(true));
-  const int64_t B = 3, L = p.input_ids.size(1), T = cached.tokens.size(1);
+  // An EOS that one sample generates early and the others later or never: the token sample 0 generates at step 2.
+  auto free_run = generate(*model, p, opts(true));
+  const int64_t eos = free_run.tokens[0][2].item<int64_t>();
+  auto cases = expect_replay_equal(*model, p, eos, 10);
+  auto o = opts(true);
+  o.eos_token_id = eos;
+  o.max_new_tokens = 10;
+  auto r = generate(*model, p, o);
+  EXPECT_LE(r.lengths[0].item<int64_t>(), 3);
+  EXPECT_GT(r.lengths.max().item<int64_t>(), r.lengths.min().item<int64_t>()) << "samples must finish apart";
+  EXPECT_GT(cases.some + cases.all, 0);
+}
 
-  // Replay: prefill decisions [B, L] followed by one [B, 1] per fed generated token.
-  int64_t skipped_prefill = 0, skipped_decode = 0;
-  auto valid = p.attention_mask;
-  for (auto& l : layers) {
-    ASSERT_EQ(static_cast<int64_t>(l->recorded.size()), T);
-    skipped_prefill += (valid & l->recorded[0].logical_not()).sum().item<int64_t>();
-    for (int64_t t = 1; t < T; ++t) skipped_decode += l->recorded[t].logical_not().sum().item<int64_t>();
-    l->forced_selection = at::cat(l->recorded, 1);
-    l->record_selection = false;
-  }
-  EXPECT_GT(skipped_prefill, 0);
-  EXPECT_GT(skipped_decode, 0);
-
-  auto n = valid.sum(1);
-  ModelInputs full = p;
-  auto fed = cached.tokens.narrow(1, 0, T - 1);
-  full.input_ids = at::cat({p.input_ids, fed}, 1);
-  full.attention_mask = at::cat({valid, at::ones({B, T - 1}, at::kBool)}, 1);
-  full.positions = at::cat({at::arange(L).unsqueeze(0).expand({B, L}), n.unsqueeze(1) + at::arange(T - 1).unsqueeze(0)}, 1);
-  full.token_roles = at::cat({p.token_roles, at::full({B, T - 1}, static_cast<int64_t>(TokenRole::kAnswer), at::kChar)}, 1);
-  at::NoGradGuard ng;
-  auto logits = model->forward(full).logits;  // [B, L + T - 1, V]
-  for (int64_t t = 0; t < T; ++t) {
-    auto at_pos = t == 0 ? (n - 1) : at::full({B}, L + t - 1, at::kLong);
-    auto ref = logits.gather(1, at_pos.view({B, 1, 1}).expand({B, 1, logits.size(2)})).squeeze(1);
-    EXPECT_LT((cached.step_logits[t] - ref).abs().max().item<double>(), 1e-4) << "step " << t;
-  }
+TEST(Generate, DenseSamplesFinishingAtDifferentStepsEqualRecomputation) {
+  auto model = load_pretrained(test::llava_fixture());
+  model->eval();
+  auto p = prompt();
+  auto free_run = generate(*model, p, opts(true));
+  auto o = opts(true);
+  o.eos_token_id = free_run.tokens[1][1].item<int64_t>();
+  o.max_new_tokens = 8;
+  auto cached = generate(*model, p, o);
+  auto r = opts(false);
+  r.eos_token_id = o.eos_token_id;
+  r.max_new_tokens = 8;
+  auto full = generate(*model, p, r);
+  EXPECT_TRUE(at::equal(cached.lengths, full.lengths));
+  EXPECT_GT(cached.lengths.max().item<int64_t>(), cached.lengths.min().item<int64_t>()) << "samples must finish apart";
+  EXPECT_TRUE(at::equal(cached.tokens, full.tokens));
+  ASSERT_EQ(cached.step_logits.size(), full.step_logits.size());
+  for (size_t t = 0; t < cached.step_logits.size(); ++t)
+    for (int64_t b = 0; b < cached.tokens.size(0); ++b)
+      if (static_cast<int64_t>(t) < cached.lengths[b].item<int64_t>()) {  // finished samples' logits are of pads
+        EXPECT_LT((cached.step_logits[t][b] - full.step_logits[t][b]).abs().max().item<double>(), 1e-4)
+            << "step " << t << " sample " << b;
+      }
+  EXPECT_GT(cached.prefill_seconds, 0.0);
+  EXPECT_GT(cached.decode_seconds, 0.0);
+  EXPECT_EQ(cached.decode_steps, cached.lengths.max().item<int64_t>() - 1);
 }
 
 TEST(Generate, TopPSamplingIsSeededAndTinyTopPIsGreedy) {
