@@ -122,7 +122,7 @@ Json build_report(const ReportInput& in) {
     // Timing: present once `gmod answer` measures prefill and decode separately (null in its stats until
     // then).
     const auto prefill = sum_all(cells, "prefill_seconds"), decode = sum_all(cells, "decode_seconds");
-    const auto decode_steps = sum_all(cells, "decode_tokens");
+    const auto decode_steps = sum_all(cells, "decode_steps");
     row["prefill_ms"] = prefill && samples > 0 ? Json(*prefill / samples * 1e3) : Json();
     row["decode_ms_per_token"] =
         decode && decode_steps && *decode_steps > 0 ? Json(*decode / *decode_steps * 1e3) : Json();

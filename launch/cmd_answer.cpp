@@ -41,14 +41,18 @@ struct Question {
   std::string problem;        // why it could not be asked (then written with an empty answer)
 };
 
-// Prefill and decode time of the generate calls. GenerateResult does not report them yet (issue 20 item 3,
-// the decode branch adds them): add_timing is where they are summed once it does; until then the stats file
-// records null (not measured), never an estimate.
+// Prefill and decode time of the generate calls (GenerateResult's timing, mod/generate.h), summed over the
+// batches: the next-token time is decode_seconds / decode_steps (one decode step gives each unfinished sample of
+// its batch its next token).
 struct GenerateTiming {
   std::optional<double> prefill_seconds, decode_seconds;
-  std::optional<int64_t> decode_tokens;  // the tokens the decode seconds generated (after each first one)
+  std::optional<int64_t> decode_steps;
 };
-void add_timing(const GenerateResult& /*r*/, GenerateTiming* /*t*/) {}
+void add_timing(const GenerateResult& r, GenerateTiming* t) {
+  t->prefill_seconds = t->prefill_seconds.value_or(0) + r.prefill_seconds;
+  t->decode_seconds = t->decode_seconds.value_or(0) + r.decode_seconds;
+  t->decode_steps = t->decode_steps.value_or(0) + r.decode_steps;
+}
 
 struct AnswerCliOptions {
   ModelOptions model;
@@ -212,7 +216,7 @@ std::string counts_text(const Answered& a) {
                 static_cast<long long>(c.total), static_cast<long long>(c.mod_processed),
                 static_cast<long long>(c.mod_total), c.flops, c.dense_flops,
                 a.timing.prefill_seconds.value_or(NAN), a.timing.decode_seconds.value_or(NAN),
-                static_cast<long long>(a.timing.decode_tokens.value_or(-1)));
+                static_cast<long long>(a.timing.decode_steps.value_or(-1)));
   return buf;
 }
 
@@ -230,21 +234,14 @@ void add_counts(const std::string& text, bool first, Answered* a) {
   c.processed += proc, c.total += total, c.mod_processed += mproc, c.mod_total += mtotal;
   c.flops += flops, c.dense_flops += dense;
   GenerateTiming& t = a->timing;
-  auto sum = [first](std::optional<double>& acc, double v) {
-    if (std::isnan(v))
-      acc.reset();
-    else if (first)
-      acc = v;
-    else if (acc)
-      *acc += v;
+  // A rank that generated nothing (no questions) has no timing: it adds nothing rather than voiding the sum.
+  auto sum = [first](auto& acc, auto v, bool measured) {
+    if (first) acc.reset();
+    if (measured) acc = acc.value_or(0) + v;
   };
-  sum(t.prefill_seconds, pre), sum(t.decode_seconds, dec);
-  if (dtok < 0)
-    t.decode_tokens.reset();
-  else if (first)
-    t.decode_tokens = dtok;
-  else if (t.decode_tokens)
-    *t.decode_tokens += dtok;
+  sum(t.prefill_seconds, pre, !std::isnan(pre));
+  sum(t.decode_seconds, dec, !std::isnan(dec));
+  sum(t.decode_steps, static_cast<int64_t>(dtok), dtok >= 0);
 }
 
 std::string stats_path(const AnswerCliOptions& o) {
@@ -288,7 +285,7 @@ eval::Json stats_json(const AnswerCliOptions& o, const Answered& res, eval::Ques
                   {"samples_per_second", seconds > 0 ? eval::Json(n / seconds) : eval::Json()},
                   {"prefill_seconds", opt(res.timing.prefill_seconds)},
                   {"decode_seconds", opt(res.timing.decode_seconds)},
-                  {"decode_tokens", opt(res.timing.decode_tokens)}};
+                  {"decode_steps", opt(res.timing.decode_steps)}};
   return j;
 }
 

@@ -95,10 +95,12 @@ GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const Ge
     auto next = at::where(finished, at::full_like(lengths, opt.pad_token_id), choose_next_tokens(logits, opt, gen));
     if (opt.keep_logits) res.step_logits.push_back(logits);
     out.push_back(next);
-    auto new_valid = finished.logical_not();
-    lengths = lengths + new_valid.to(at::kLong);
+    lengths = lengths + finished.logical_not().to(at::kLong);  // a token this step, EOS included
     if (eos >= 0) finished = finished | (next == eos);
-    // The one device-to-host copy of the step: which samples got a token, which are finished now.
+    // The samples whose token is fed to the next step: not those that just ended with EOS (their step would be
+    // computed and counted for nothing, and the counts would depend on who else is in the batch).
+    auto new_valid = finished.logical_not();
+    // The one device-to-host copy of the step: which samples go on, which are finished now.
     const auto host = at::stack({new_valid, finished}).cpu();
     const auto ha = host.accessor<bool, 2>();
     std::vector<int64_t> step_new(B);  // 1 per unfinished sample

@@ -77,10 +77,10 @@ TEST(Report, TimingShownOnlyWhenEveryBenchmarkMeasuredIt) {
   in.benchmarks = {{"GQA", "gqa", ""}, {"MMMU", "mmmu", ""}};
   in.cells = {{cell(R"({"accuracy": 0.5})", 4, 4e12, 10, 10), cell(R"({"accuracy": 0.5})", 6, 6e12, 10, 10)}};
   in.cells[0][0].stats["prefill_seconds"] = 0.4, in.cells[0][0].stats["decode_seconds"] = 1.0;
-  in.cells[0][0].stats["decode_tokens"] = 10;
+  in.cells[0][0].stats["decode_steps"] = 10;
   EXPECT_TRUE(build_report(in)["models"][0]["prefill_ms"].is_null());
   in.cells[0][1].stats["prefill_seconds"] = 0.6, in.cells[0][1].stats["decode_seconds"] = 3.0;
-  in.cells[0][1].stats["decode_tokens"] = 30;
+  in.cells[0][1].stats["decode_steps"] = 30;
   const Json r = build_report(in);
   EXPECT_DOUBLE_EQ(r["models"][0]["prefill_ms"].get<double>(), 1.0 / 10 * 1e3);
   EXPECT_DOUBLE_EQ(r["models"][0]["decode_ms_per_token"].get<double>(), 4.0 / 40 * 1e3);
