@@ -45,7 +45,8 @@ struct Matcher {
 }  // namespace
 
 const std::vector<std::string>& param_parts() {
-  static const std::vector<std::string> parts{"projector", "vision_tower", "vision_adapters", "llm", "routers", "lora"};
+  static const std::vector<std::string> parts{"projector", "vision_tower", "vision_adapters",
+                                              "llm",       "routers",      "lora"};
   return parts;
 }
 
@@ -53,7 +54,8 @@ std::string param_part(const std::string& name, bool vision_adapter) {
   if (name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos) return "lora";
   if (starts_with(name, "vision.")) return vision_adapter ? "vision_adapters" : "vision_tower";
   if (starts_with(name, "projector.")) return "projector";
-  if (starts_with(name, "mod_router.") || (starts_with(name, "llm.layers.") && name.find(".router.") != std::string::npos))
+  if (starts_with(name, "mod_router.") ||
+      (starts_with(name, "llm.layers.") && name.find(".router.") != std::string::npos))
     return "routers";
   return "llm";
 }
@@ -70,30 +72,37 @@ std::vector<ParamGroupConfig> param_groups_from_json(const json& v, const std::s
     ParamGroupConfig g;
     const json& o = v[i];
     if (!o.is_object()) {
-      errs.push_back(k + ": expected an object {\"name\", \"parts\", \"params\", \"params_regex\", \"lr\", "
-                     "\"weight_decay\", \"freeze\"}, got " + std::string(o.type_name()));
+      errs.push_back(k +
+                     ": expected an object {\"name\", \"parts\", \"params\", \"params_regex\", \"lr\", "
+                     "\"weight_decay\", \"freeze\"}, got " +
+                     std::string(o.type_name()));
       out.push_back(g);
       continue;
     }
     auto strings = [&](const json& a, const std::string& f, std::vector<std::string>& dst) {
-      if (!a.is_array()) return errs.push_back(k + "." + f + ": expected an array of strings, got " + a.dump());
+      if (!a.is_array())
+        return errs.push_back(k + "." + f + ": expected an array of strings, got " + a.dump());
       for (const auto& s : a) {
-        if (!s.is_string()) return errs.push_back(k + "." + f + ": expected an array of strings, got " + a.dump());
+        if (!s.is_string())
+          return errs.push_back(k + "." + f + ": expected an array of strings, got " + a.dump());
         dst.push_back(s.get<std::string>());
       }
     };
     auto number = [&](const json& a, const std::string& f, double& dst) {
       if (!a.is_number()) return errs.push_back(k + "." + f + ": expected a number, got " + a.dump());
       const double x = a.get<double>();
-      if (!std::isfinite(x) || x < 0) return errs.push_back(k + "." + f + ": " + a.dump() + ", expected >= 0");
+      if (!std::isfinite(x) || x < 0)
+        return errs.push_back(k + "." + f + ": " + a.dump() + ", expected >= 0");
       dst = x;
     };
     for (auto it = o.begin(); it != o.end(); ++it) {
       const std::string& f = it.key();
       const json& a = it.value();
       if (f == "name") {
-        if (!a.is_string()) errs.push_back(k + ".name: expected a string, got " + a.dump());
-        else g.name = a.get<std::string>();
+        if (!a.is_string())
+          errs.push_back(k + ".name: expected a string, got " + a.dump());
+        else
+          g.name = a.get<std::string>();
       } else if (f == "parts") {
         strings(a, f, g.parts);
       } else if (f == "params") {
@@ -105,10 +114,13 @@ std::vector<ParamGroupConfig> param_groups_from_json(const json& v, const std::s
       } else if (f == "weight_decay") {
         number(a, f, g.weight_decay);
       } else if (f == "freeze") {
-        if (!a.is_boolean()) errs.push_back(k + ".freeze: expected true or false, got " + a.dump());
-        else g.freeze = a.get<bool>();
+        if (!a.is_boolean())
+          errs.push_back(k + ".freeze: expected true or false, got " + a.dump());
+        else
+          g.freeze = a.get<bool>();
       } else {
-        errs.push_back(k + "." + f + ": unknown key (a group has name, parts, params, params_regex, lr, weight_decay, "
+        errs.push_back(k + "." + f +
+                       ": unknown key (a group has name, parts, params, params_regex, lr, weight_decay, "
                        "freeze)");
       }
     }
@@ -157,7 +169,8 @@ std::vector<std::string> check_param_groups(const OptimizerSection& o) {
     if (g.parts.empty() && g.params.empty() && g.params_regex.empty())
       e.push_back(k + ": selects nothing; give parts, params (globs) or params_regex");
     for (const auto& p : g.parts)
-      if (!known.count(p)) e.push_back(k + ".parts: unknown part \"" + p + "\", expected one of " + known_list);
+      if (!known.count(p))
+        e.push_back(k + ".parts: unknown part \"" + p + "\", expected one of " + known_list);
     for (const auto& p : g.params)
       if (p.empty()) e.push_back(k + ".params: empty pattern");
     for (const auto& r : g.params_regex) {
@@ -167,14 +180,16 @@ std::vector<std::string> check_param_groups(const OptimizerSection& o) {
         e.push_back(k + ".params_regex: \"" + r + "\" is not a valid regex (" + ex.what() + ")");
       }
     }
-    if ((g.lr < 0 && g.lr != -1) || !std::isfinite(g.lr)) e.push_back(k + ".lr: " + num(g.lr) + ", expected >= 0");
+    if ((g.lr < 0 && g.lr != -1) || !std::isfinite(g.lr))
+      e.push_back(k + ".lr: " + num(g.lr) + ", expected >= 0");
     if ((g.weight_decay < 0 && g.weight_decay != -1) || !std::isfinite(g.weight_decay))
       e.push_back(k + ".weight_decay: " + num(g.weight_decay) + ", expected >= 0");
     if (g.freeze && (g.lr >= 0 || g.weight_decay >= 0))
       e.push_back(k + ": freeze with lr or weight_decay; a frozen group has no optimizer (drop one of them)");
     const std::string n = group_name(g, i);
     if (!names.insert(n).second)
-      e.push_back(k + ".name: \"" + n + "\" is used twice (or is the reserved name of the ungrouped parameters)");
+      e.push_back(k + ".name: \"" + n +
+                  "\" is used twice (or is the reserved name of the ungrouped parameters)");
   }
   auto shorthand = [&](double lr, const char* key, const char* part) {
     const std::string k = std::string("optimizer.") + key;
@@ -192,7 +207,8 @@ std::vector<std::string> check_param_groups(const OptimizerSection& o) {
   return e;
 }
 
-ResolvedParamGroups resolve_param_groups(const OptimizerSection& o, const std::vector<ParamGroupInput>& params,
+ResolvedParamGroups resolve_param_groups(const OptimizerSection& o,
+                                         const std::vector<ParamGroupInput>& params,
                                          std::vector<std::string>* problems) {
   const std::vector<ParamGroupConfig> cfg = effective_param_groups(o);
   ResolvedParamGroups r;
@@ -200,9 +216,10 @@ ResolvedParamGroups resolve_param_groups(const OptimizerSection& o, const std::v
   std::vector<Matcher> match;
   for (size_t i = 0; i < cfg.size(); ++i) {
     const ParamGroupConfig& g = cfg[i];
-    const std::string key = i < o.groups.size() ? "optimizer.groups[" + std::to_string(i) + "]" : "optimizer." + g.name;
-    r.groups.push_back({g.name, key, g.lr >= 0 ? g.lr : o.lr, g.weight_decay >= 0 ? g.weight_decay : o.weight_decay,
-                        g.freeze, 0, 0, 0});
+    const std::string key =
+        i < o.groups.size() ? "optimizer.groups[" + std::to_string(i) + "]" : "optimizer." + g.name;
+    r.groups.push_back({g.name, key, g.lr >= 0 ? g.lr : o.lr,
+                        g.weight_decay >= 0 ? g.weight_decay : o.weight_decay, g.freeze, 0, 0, 0});
     Matcher m;
     m.parts.insert(g.parts.begin(), g.parts.end());
     m.globs = g.params;
@@ -236,12 +253,13 @@ ResolvedParamGroups resolve_param_groups(const OptimizerSection& o, const std::v
     if (g.params == 0 && g.frozen_params == 0) {
       std::string have;
       for (const auto& p : parts_present) have += (have.empty() ? "" : ", ") + p;
-      errs.push_back(g.key + " (" + g.name + "): " + sel + " matches no parameter of the model (its parts: " + have +
-                     "; an earlier group may have taken them)");
+      errs.push_back(g.key + " (" + g.name + "): " + sel + " matches no parameter of the model (its parts: " +
+                     have + "; an earlier group may have taken them)");
     } else if (g.params == 0 && !g.freeze) {
-      errs.push_back(g.key + " (" + g.name + "): " + sel + " matches " + std::to_string(g.frozen_params) +
-                     " parameters, all frozen (by freeze.*: e.g. freeze.vision is true by default), so its lr "
-                     "and weight_decay would apply to nothing; unfreeze them or drop the group");
+      errs.push_back(
+          g.key + " (" + g.name + "): " + sel + " matches " + std::to_string(g.frozen_params) +
+          " parameters, all frozen (by freeze.*: e.g. freeze.vision is true by default), so its lr "
+          "and weight_decay would apply to nothing; unfreeze them or drop the group");
     }
   }
   if (problems) {
@@ -284,8 +302,8 @@ std::string describe_group_changes(const json& saved, const ResolvedParamGroups&
     }
     for (const char* k : {"lr", "weight_decay", "freeze", "params", "tensors"})
       if (s.value(k, json()) != g[k])
-        out += "\n  group " + g["name"].get<std::string>() + " " + k + ": checkpoint " + s.value(k, json()).dump() +
-               ", now " + g[k].dump();
+        out += "\n  group " + g["name"].get<std::string>() + " " + k + ": checkpoint " +
+               s.value(k, json()).dump() + ", now " + g[k].dump();
   }
   if (saved.is_array())
     for (const auto& s : saved)
