@@ -68,6 +68,35 @@ std::unique_ptr<CommRequest> Comm::reduce_scatter_v_start(at::Tensor in, at::Ten
   return completed_request();
 }
 
+void Comm::check_gather_counts(const at::Tensor& buf, const std::vector<int64_t>& counts) const {
+  int64_t sum = 0;
+  bool negative = false;
+  for (int64_t c : counts) {
+    negative = negative || c < 0;
+    sum += c;
+  }
+  if (negative || static_cast<int>(counts.size()) != world_size() || sum != buf.numel())
+    throw std::runtime_error("parallel/comm (" + backend() + "): all_gather_v_start needs " +
+                             std::to_string(world_size()) + " non-negative counts summing to buf.numel() = " +
+                             std::to_string(buf.numel()) + "; got " + std::to_string(counts.size()) +
+                             " counts summing to " + std::to_string(sum));
+}
+
+std::unique_ptr<CommRequest> Comm::all_gather_v_start(at::Tensor buf, std::vector<int64_t> counts) {
+  check_tensor(buf, "all_gather_v_start");
+  check_gather_counts(buf, counts);
+  at::Tensor flat = buf.view({-1});
+  int64_t off = 0;
+  for (int k = 0; k < world_size(); ++k) {
+    if (counts[size_t(k)] > 0) {
+      at::Tensor part = flat.narrow(0, off, counts[size_t(k)]);
+      broadcast(part, k);
+    }
+    off += counts[size_t(k)];
+  }
+  return completed_request();
+}
+
 void Comm::count(int64_t payload_bytes, double wire_factor) {
   stats_.calls += 1;
   stats_.payload_bytes += payload_bytes;

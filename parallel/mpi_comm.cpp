@@ -58,6 +58,8 @@ class MpiRequest final : public CommRequest {
   std::vector<MPI_Request> reqs;
   std::function<void()> finish;
   CollectiveId id;
+  std::vector<int> counts, displs;  // vector arguments must live until completion (MPI-3, 5.12)
+  at::Tensor keep;                  // a buffer MPI reads or writes until completion
 
   ~MpiRequest() override {
     try {
@@ -145,6 +147,27 @@ std::unique_ptr<CommRequest> MpiComm::reduce_scatter_v_start(at::Tensor in, at::
     if (op == ReduceOp::Avg) got.div_(world);
     out.view({-1}).copy_(got);
   };
+  return r;
+}
+
+std::unique_ptr<CommRequest> MpiComm::all_gather_v_start(at::Tensor buf, std::vector<int64_t> counts) {
+  check_tensor(buf, "all_gather_v_start");
+  check_gather_counts(buf, counts);
+  if (buf.numel() > max_count_) return Comm::all_gather_v_start(buf, counts);  // (displacements are ints too)
+  count(buf.numel() * buf.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
+  auto r = std::make_unique<MpiRequest>();
+  r->id = next_id("all_gather_v_start (MPI_Iallgatherv)");
+  r->keep = buf;
+  int off = 0;
+  for (int64_t c : counts) {
+    r->counts.push_back(static_cast<int>(c));
+    r->displs.push_back(off);
+    off += static_cast<int>(c);
+  }
+  r->reqs.emplace_back();
+  check_mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf.data_ptr(), r->counts.data(),
+                            r->displs.data(), move_type(buf), comm_, &r->reqs.back()),
+            r->id);
   return r;
 }
 

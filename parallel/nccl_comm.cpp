@@ -2,6 +2,7 @@
 
 #include "parallel/nccl_comm.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -68,6 +69,32 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   }
   return ncclSum;
 }
+
+// A gather started on the gather stream: wait() orders the then-current stream after its event (the host does
+// not block), test() says whether the device has passed it.
+class NcclStreamRequest final : public CommRequest {
+ public:
+  NcclStreamRequest(cudaEvent_t done, c10::DeviceIndex device) : done_(done), device_(device) {}
+  ~NcclStreamRequest() override {
+    try {
+      wait();
+    } catch (...) {
+    }
+    cudaEventDestroy(done_);
+  }
+  void wait() override {
+    if (waited_) return;
+    waited_ = true;
+    check_cuda(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(), done_, 0),
+               "cudaStreamWaitEvent (all_gather_v_start)");
+  }
+  bool test() override { return cudaEventQuery(done_) == cudaSuccess; }
+
+ private:
+  cudaEvent_t done_;
+  c10::DeviceIndex device_;
+  bool waited_ = false;
+};
 
 }  // namespace
 
@@ -280,6 +307,47 @@ std::unique_ptr<CommRequest> NcclComm::reduce_scatter_v_start(at::Tensor in, at:
     return ncclGroupEnd();  // ncclInProgress while a non-blocking communicator connects
   });
   return completed_request();  // stream-ordered: nothing left to wait for on the host
+}
+
+std::unique_ptr<CommRequest> NcclComm::all_gather_v_start(at::Tensor buf, std::vector<int64_t> counts) {
+  check_tensor(buf, "all_gather_v_start");
+  check_gather_counts(buf, counts);
+  count(buf.numel() * buf.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
+  const auto dev = static_cast<c10::DeviceIndex>(device_);
+  c10::cuda::CUDAGuard guard(dev);
+  if (!gather_stream_) gather_stream_ = c10::cuda::getStreamFromPool(false, dev).unwrap();
+  const c10::cuda::CUDAStream side(*gather_stream_);
+  // The gather stream starts after what the current stream has queued (the buffer's allocation, our block).
+  cudaEvent_t ready, done;
+  check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check_cuda(cudaEventRecord(ready, c10::cuda::getCurrentCUDAStream(dev).stream()), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(side.stream(), ready, 0), "cudaStreamWaitEvent");
+  cudaEventDestroy(ready);  // (freed once the recorded work is done)
+  c10::cuda::CUDACachingAllocator::recordStream(buf.storage().data_ptr(), side);
+  {
+    c10::cuda::CUDAStreamGuard on_side(side);
+    char* base = static_cast<char*>(buf.data_ptr());
+    const size_t es = static_cast<size_t>(buf.element_size());
+    enqueue("all_gather_v_start (grouped ncclBroadcast)", [&] {
+      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      int64_t off = 0;
+      for (int k = 0; k < world_; ++k) {
+        if (counts[size_t(k)] > 0) {
+          const ncclResult_t rc = ncclBroadcast(base + off * es, base + off * es, static_cast<size_t>(counts[size_t(k)]),
+                                                nccl_type(buf.scalar_type()), k, comm_, side.stream());
+          if (rc != ncclSuccess && rc != ncclInProgress) {
+            ncclGroupEnd();
+            check_nccl(rc, "ncclBroadcast");
+          }
+        }
+        off += counts[size_t(k)];
+      }
+      return ncclGroupEnd();
+    });
+  }
+  check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check_cuda(cudaEventRecord(done, side.stream()), "cudaEventRecord");
+  return std::make_unique<NcclStreamRequest>(done, dev);
 }
 
 std::shared_ptr<Comm> NcclComm::duplicate() const { return std::make_shared<NcclComm>(mpi_, device_); }
