@@ -68,7 +68,8 @@ json to_json(const TrainConfig& c) {
         {"max_grad_norm", c.optimizer.max_grad_norm}, {"zero_stage", c.optimizer.zero_stage},
         {"zero3_prefetch", c.optimizer.zero3_prefetch}, {"bucket_mb", c.optimizer.bucket_mb}, {"no_decay", c.optimizer.no_decay},
         {"reduce_dtype", c.optimizer.reduce_dtype}, {"overlap_comm", c.optimizer.overlap_comm},
-        {"accumulate_fp32", c.optimizer.accumulate_fp32}, {"offload", c.optimizer.offload}}},
+        {"accumulate_fp32", c.optimizer.accumulate_fp32}, {"offload", c.optimizer.offload},
+        {"zero3_reshard_after_forward", c.optimizer.zero3_reshard_after_forward}}},
       {"batch",
        {{"micro_batch", c.batch.micro_batch}, {"grad_accum", c.batch.grad_accum},
         {"global_batch", c.batch.global_batch}}},
@@ -143,6 +144,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(o, "no_decay", c.optimizer.no_decay), get(o, "reduce_dtype", c.optimizer.reduce_dtype);
       get(o, "overlap_comm", c.optimizer.overlap_comm), get(o, "accumulate_fp32", c.optimizer.accumulate_fp32);
       get(o, "offload", c.optimizer.offload);
+      get(o, "zero3_reshard_after_forward", c.optimizer.zero3_reshard_after_forward);
       get(b, "micro_batch", c.batch.micro_batch), get(b, "grad_accum", c.batch.grad_accum);
       get(b, "global_batch", c.batch.global_batch);
       get(s, "epochs", c.schedule.epochs), get(s, "max_steps", c.schedule.max_steps);

@@ -115,6 +115,10 @@ struct OptimizerSection {
   // "cpu": fp32 master + Adam moments of this rank's shard in (pinned) host memory, the AdamW update on CPU threads,
   // the updated shard copied back to the device; bitwise the same training as "none" (docs/parallel.md).
   std::string offload = "none";
+  // Stage 3: release each unit's gathered parameters after its forward and gather them again for its backward
+  // (true, FSDP's reshard_after_forward); false keeps them from the forward to the backward (no second gather,
+  // every unit held at the end of the forward).
+  bool zero3_reshard_after_forward = true;
 };
 
 struct BatchSection {
