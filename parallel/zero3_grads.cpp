@@ -124,6 +124,10 @@ void Zero3Grads::finish() {
 #endif
 }
 
+void Zero3Grads::limit_in_flight(size_t n) {
+  while (inflight_.size() > n) retire_front();
+}
+
 void Zero3Grads::reduce(int u) {
   reduce_start(u);
   finish();

@@ -43,6 +43,8 @@ class Zero3Grads {
   void poll();
   // Waits for every started reduction; shard_grad() is complete afterwards.
   void finish();
+  // Waits for the oldest reductions until at most n are in flight (bounds the gradient memory they hold).
+  void limit_in_flight(size_t n);
   // reduce_start(u) + finish().
   void reduce(int u);
   bool attached(int u) const { return bool(grad_.at(size_t(u)).defined()); }

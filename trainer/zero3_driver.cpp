@@ -244,6 +244,9 @@ void Zero3Driver::start_reductions_from(int lowest_pos) {
     grads_->reduce_start(u);
     reduce_started_[size_t(u)] = 1;
     ++rnext_;
+    // Only the new reduction in flight: the older one had a whole unit's backward to complete, and every rank
+    // started it at the same cursor point (no deadlock); each holds a unit's gradient and buffers.
+    grads_->limit_in_flight(1);
   }
 }
 

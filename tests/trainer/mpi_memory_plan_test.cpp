@@ -28,6 +28,8 @@ std::shared_ptr<MpiComm> world() {
   return c;
 }
 
+double ckpt_tolerance() { return world()->world_size() > 1 ? 0.10 : 0.03; }
+
 double rel_err(double plan, double measured) { return std::fabs(plan - measured) / measured; }
 
 void check(MemoryPlanInputs in, const char* label, double tolerance = 0.10) {
@@ -161,13 +163,15 @@ TEST(MemoryPlanMeasured, OffloadStatesHeavyFp32Zero0) {  // the peak is the opti
 
 // ZeRO-3 (the plan's stage-3 terms: parameter shard, persistent units + prefetch + 1 gathered layers, the
 // persistent units' and the running unit's gradients, a reduction in flight), with activation checkpointing off
-// and on, without reshard after forward, and at prefetch 2; within 3%, tighter than the other stages' 10%.
+// and on, without reshard after forward, and at prefetch 2; within 3%, tighter than the other stages' 10%, except
+// checkpointing at world > 1: whether the previous unit's reduction is still in flight during a recompute (no MPI
+// call runs there; the plan counts it) depends on the peers' timing, measured -5.5% to +7.5%.
 TEST(MemoryPlanMeasured, Zero3Fp32) { check(gmod::testing::small_plan_inputs(1, 3), "ZeRO-3", 0.03); }
 
 TEST(MemoryPlanMeasured, Zero3Fp32Checkpointing) {
   MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 3);
   in.checkpointing = "full";
-  check(in, "ZeRO-3 checkpointing", 0.03);
+  check(in, "ZeRO-3 checkpointing", ckpt_tolerance());
 }
 
 TEST(MemoryPlanMeasured, Zero3Bf16Offload) {
@@ -179,7 +183,7 @@ TEST(MemoryPlanMeasured, Zero3Bf16Offload) {
 TEST(MemoryPlanMeasured, Zero3Bf16Checkpointing) {
   MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 3, "bf16");
   in.checkpointing = "full";
-  check(in, "ZeRO-3 bf16 checkpointing", 0.03);
+  check(in, "ZeRO-3 bf16 checkpointing", ckpt_tolerance());
 }
 
 TEST(MemoryPlanMeasured, Zero3NoReshardAfterForward) {
@@ -192,7 +196,7 @@ TEST(MemoryPlanMeasured, Zero3Prefetch2Checkpointing) {
   MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 3);
   in.zero3_prefetch = 2;
   in.checkpointing = "full";
-  check(in, "ZeRO-3 prefetch 2 checkpointing", 0.03);
+  check(in, "ZeRO-3 prefetch 2 checkpointing", ckpt_tolerance());
 }
 
 TEST(MemoryPlanMeasured, TrackerCountsTensorBytes) {

@@ -346,7 +346,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     const int64_t U = units.max_unit, own = std::min(U, shard);
     z3_inflight = mpi ? (src_e != r ? r : grad_elem_bytes) * U + (r != 4 ? 4 * U : 0) + r * own +
                             std::max<int64_t>(r, 4) * own
-                      : (src_e != r ? r * U : 0) + r * own;
+                      : r * own;  // (the reduce-dtype copy is freed, stream-ordered, when enqueued)
     if (mpi && N == 1) z3_inflight = 0;
     inflight = z3_inflight;
   }
