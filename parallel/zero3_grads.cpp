@@ -8,9 +8,8 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-#include <optional>
-
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace gmod {

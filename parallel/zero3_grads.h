@@ -10,9 +10,9 @@
 // (which depends on when its units' backward ends) never has to match the other ranks'; only the reductions'
 // own order must.
 // CUDA: reductions run on a reduction stream (from the pool) that first waits for an event of the compute
-// stream; the unit's gradient buffer is recordStream'ed to it and dropped at once (the caching allocator reuses
-// the block only after the reduction stream passed it), the reduce-dtype copy and the received block live on
-// that stream, and finish() makes the compute stream wait for it before anything reads shard_grad().
+// stream; the unit's gradient buffer is recordStream'ed to it and dropped at once (the caching allocator
+// reuses the block only after the reduction stream passed it), the reduce-dtype copy and the received block
+// live on that stream, and finish() makes the compute stream wait for it before anything reads shard_grad().
 #pragma once
 
 #include <ATen/ATen.h>

@@ -117,9 +117,9 @@ Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared
   // comm_ too (two NCCL communicators must not run at once), on Zero3Grads' reduction stream.
   grads_ = std::make_unique<Zero3Grads>(*params_, opts.reduce_dtype,
                                         comm_->device().is_cuda() ? nullptr : comm_->duplicate());
-  opt_ = std::make_unique<Zero3Optimizer>(*params_, *grads_,
-                                          AdamWHyper{opts.beta1, opts.beta2, opts.eps, opts.weight_decay, opts.offload},
-                                          opts.max_grad_norm, opts.decay);
+  opt_ = std::make_unique<Zero3Optimizer>(
+      *params_, *grads_, AdamWHyper{opts.beta1, opts.beta2, opts.eps, opts.weight_decay, opts.offload},
+      opts.max_grad_norm, opts.decay);
   for (int u = 0; u < n; ++u) params_->release(u);
   ran_.assign(size_t(n), 0);
   reduce_started_.assign(size_t(n), 0);

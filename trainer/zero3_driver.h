@@ -15,18 +15,20 @@
 //    and once per backward, in a fixed order (forward: vision units, then decoder layers; backward: the
 //    reverse), whether or not it runs the unit: a rank whose micro-batch has no image gathers (and drops at
 //    once) the vision units when its forward passes them, and a cursor catches up at the end of the forward
-//    and backward. Gradient reductions (per unit, on the last micro-batch of a window) start non-blocking in a
-//    fixed unit order (hooked units in backward order, then the persistent ones at the end of the backward);
-//    a hooked unit's starts when the backward cursor has moved prefetch + 1 positions below it (its backward
-//    is over on every rank that ran it), so the sequence of gathers and reductions is the same on every rank
-//    whatever its data: on CUDA both run on one NCCL communicator (gathers on its gather stream, reductions on
-//    Zero3Grads' reduction stream), on MPI the reductions use a second communicator. A gradient that arrives
-//    for a unit whose reduction started throws, naming the parameter.
-//  - Prefetch (`optimizer.zero3_prefetch` = d): before unit k runs, the gathers of the next d units of the pass
+//    and backward. Gradient reductions (per unit, on the last micro-batch of a window) start non-blocking in
+//    a fixed unit order (hooked units in backward order, then the persistent ones at the end of the
+//    backward); a hooked unit's starts when the backward cursor has moved prefetch + 1 positions below it
+//    (its backward is over on every rank that ran it), so the sequence of gathers and reductions is the same
+//    on every rank whatever its data: on CUDA both run on one NCCL communicator (gathers on its gather
+//    stream, reductions on Zero3Grads' reduction stream), on MPI the reductions use a second communicator. A
+//    gradient that arrives for a unit whose reduction started throws, naming the parameter.
+//  - Prefetch (`optimizer.zero3_prefetch` = d): before unit k runs, the gathers of the next d units of the
+//  pass
 //    (the forward's next layers, the backward's previous ones) are started, non-blocking
 //    (Comm::all_gather_v_start), and unit k's own gather is waited for; so d + 1 units are held at once and
 //    the next units' gathers overlap unit k's compute (MPI progresses them inside the hooks' MPI_Test calls).
-//  - Reshard after forward (`optimizer.zero3_reshard_after_forward`, default true): false keeps each unit that
+//  - Reshard after forward (`optimizer.zero3_reshard_after_forward`, default true): false keeps each unit
+//  that
 //    ran with gradients gathered from its forward to its backward (FSDP's reshard_after_forward=False): no
 //    backward gathers at all (also none for the units a rank skipped, so the ranks' collectives still pair
 //    up), every such unit held at the end of the forward.
@@ -100,8 +102,8 @@ class Zero3Driver final : public UnitHooks {
 
  private:
   friend class Zero3GradHook;
-  void pre_backward(int u);                // the unit's output gradient arrived
-  void on_grad_ready(size_t index);        // parameter `index` got its gradient of this backward
+  void pre_backward(int u);          // the unit's output gradient arrived
+  void on_grad_ready(size_t index);  // parameter `index` got its gradient of this backward
   // Moves the backward cursor down to position `lowest`: starts each position's gather (the running unit's
   // is waited for by the caller) and, on the window's last micro-batch, the reductions it makes safe.
   void backward_cursor_to(int lowest, int running);
@@ -115,7 +117,7 @@ class Zero3Driver final : public UnitHooks {
   std::unique_ptr<Zero3Grads> grads_;
   std::unique_ptr<Zero3Optimizer> opt_;
   int prefetch_ = 1;
-  bool reshard_ = true;             // optimizer.zero3_reshard_after_forward
+  bool reshard_ = true;  // optimizer.zero3_reshard_after_forward
 
   std::vector<std::pair<const torch::nn::Module*, int>> module_unit_;  // hooked module -> unit
   std::vector<int> order_;                                             // hooked units in forward order
@@ -128,13 +130,13 @@ class Zero3Driver final : public UnitHooks {
   std::mutex mu_;
   bool suspended_ = false;  // gather_all() .. release_all()
   bool last_ = false;
-  bool reduced_ = true;       // this window's reductions done (nothing pending)
-  int fcur_ = 0;              // next position of order_ the forward gathers
-  int bcur_ = -1;             // next position of order_ the backward gathers (descending)
-  std::vector<char> ran_;     // per unit: ran forward with gradients in this micro-batch
-  std::vector<int> pending_;  // per unit: parameters still without gradient in this backward
+  bool reduced_ = true;               // this window's reductions done (nothing pending)
+  int fcur_ = 0;                      // next position of order_ the forward gathers
+  int bcur_ = -1;                     // next position of order_ the backward gathers (descending)
+  std::vector<char> ran_;             // per unit: ran forward with gradients in this micro-batch
+  std::vector<int> pending_;          // per unit: parameters still without gradient in this backward
   std::vector<char> reduce_started_;  // per unit: its reduction of this window has started
-  size_t rnext_ = 0;          // next entry of red_order_ to start
+  size_t rnext_ = 0;                  // next entry of red_order_ to start
 };
 
 }  // namespace gmod

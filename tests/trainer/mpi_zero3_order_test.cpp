@@ -1,14 +1,14 @@
-// Zero3Driver's collectives (trainer/zero3_driver.h) are issued in the same sequence on every rank, whatever each
-// rank's data: the property a single NCCL communicator needs, since it runs its ops in issue order whatever their
-// stream (gathers on its gather stream, reductions on the reduction stream). Rank 0's micro-batches carry images,
-// the other ranks' are text-only, so only rank 0 runs the (trainable) CLIP layers' forward and backward and its
-// autograd reaches the units in a different pattern; a recording Comm over the real MpiComm (and over the
-// duplicate the reductions use on MPI) logs every collective start on one list per rank, and the lists must be
-// equal on all ranks: at prefetch 0, 1 and 2, with and without reshard after forward, with and without
-// activation checkpointing, with gradient accumulation. Run at 1, 2 and 3 ranks (ctest mpi_zero3_order*).
-#include <gtest/gtest.h>
-
+// Zero3Driver's collectives (trainer/zero3_driver.h) are issued in the same sequence on every rank, whatever
+// each rank's data: the property a single NCCL communicator needs, since it runs its ops in issue order
+// whatever their stream (gathers on its gather stream, reductions on the reduction stream). Rank 0's
+// micro-batches carry images, the other ranks' are text-only, so only rank 0 runs the (trainable) CLIP
+// layers' forward and backward and its autograd reaches the units in a different pattern; a recording Comm
+// over the real MpiComm (and over the duplicate the reductions use on MPI) logs every collective start on one
+// list per rank, and the lists must be equal on all ranks: at prefetch 0, 1 and 2, with and without reshard
+// after forward, with and without activation checkpointing, with gradient accumulation. Run at 1, 2 and 3
+// ranks (ctest mpi_zero3_order*).
 #include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
 
 #include <functional>
 #include <memory>
@@ -30,7 +30,8 @@ using Log = std::vector<std::string>;
 // Forwards every collective to `inner` and appends "<op> <numel>" to a log shared with its duplicates.
 class RecordingComm final : public Comm {
  public:
-  RecordingComm(std::shared_ptr<Comm> inner, std::shared_ptr<Log> log) : inner_(std::move(inner)), log_(std::move(log)) {}
+  RecordingComm(std::shared_ptr<Comm> inner, std::shared_ptr<Log> log)
+      : inner_(std::move(inner)), log_(std::move(log)) {}
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
   int local_rank() const override { return inner_->local_rank(); }
@@ -41,15 +42,17 @@ class RecordingComm final : public Comm {
   void reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) override {
     note("reduce_scatter", in), inner_->reduce_scatter(in, out, op);
   }
-  void all_gather(const at::Tensor& in, at::Tensor& out) override { note("all_gather", out), inner_->all_gather(in, out); }
+  void all_gather(const at::Tensor& in, at::Tensor& out) override {
+    note("all_gather", out), inner_->all_gather(in, out);
+  }
   void broadcast(at::Tensor& t, int root) override { note("broadcast", t), inner_->broadcast(t, root); }
   void barrier() override { log_->push_back("barrier"), inner_->barrier(); }
   std::unique_ptr<CommRequest> all_reduce_start(at::Tensor t, ReduceOp op) override {
     note("all_reduce_start", t);
     return inner_->all_reduce_start(t, op);
   }
-  std::unique_ptr<CommRequest> reduce_scatter_v_start(at::Tensor in, at::Tensor out, std::vector<int64_t> counts,
-                                                      ReduceOp op) override {
+  std::unique_ptr<CommRequest> reduce_scatter_v_start(at::Tensor in, at::Tensor out,
+                                                      std::vector<int64_t> counts, ReduceOp op) override {
     note("reduce_scatter_v_start", in);
     return inner_->reduce_scatter_v_start(in, out, std::move(counts), op);
   }
@@ -62,7 +65,9 @@ class RecordingComm final : public Comm {
   }
 
  private:
-  void note(const char* op, const at::Tensor& t) { log_->push_back(std::string(op) + " " + std::to_string(t.numel())); }
+  void note(const char* op, const at::Tensor& t) {
+    log_->push_back(std::string(op) + " " + std::to_string(t.numel()));
+  }
   std::shared_ptr<Comm> inner_;
   std::shared_ptr<Log> log_;
 };
