@@ -3,8 +3,10 @@
 // rank 0 prints the step time (mean of --steps real training steps: forward, label-only loss, backward with
 // bucketed reductions, AdamW, zero_grad), the peak CPU tensor bytes per rank (MemoryTracker, max over ranks)
 // next to the plan's device + host total, and the bytes communicated per step (every collective of the
-// optimizer's communicators, CommStats) next to the plan's theory (ZeRO-3: two parameter all-gathers and one
-// gradient reduce-scatter, about 1.5x ZeRO-2). A configuration the trainer config refuses (e.g. ZeRO-3
+// optimizer's communicators, CommStats) next to the plan's theory (ZeRO-3: the forward's gather of every unit,
+// the backward's of the hooked units, one gradient reduce-scatter; about 1.5x ZeRO-2 when the persistent units
+// are small). ZeRO-3 runs at prefetch 0, 1 and 2 (its gathers non-blocking, overlapping the running unit) and
+// without reshard after forward. A configuration the trainer config refuses (e.g. ZeRO-3
 // with bf16 accumulate_fp32) prints "refused by the config" in its row instead of failing. The model is the
 // memory-plan test's small LLaVA (tests/trainer/memory_plan_util.h) unless the options change it.
 //   bench_zero [--dtype fp32|bf16] [--batch B] [--seq L] [--layers N] [--hidden D] [--vocab V] [--steps K]
@@ -73,18 +75,24 @@ int main(int argc, char** argv) {
     if (root)
       std::printf(
           "bench_zero: world %d, %s, micro-batch %d x %d tokens, LLM %d layers x %d, vocab %d, %d steps\n"
-          "%-16s %10s %12s %12s %8s %12s %12s %12s %7s\n",
+          "%-18s %10s %12s %12s %8s %12s %12s %12s %7s\n",
           world, dtype.c_str(), batch, seq, layers, hidden, vocab, steps, "setting", "ms/step", "peak",
           "plan", "error", "plan device", "comm/step", "theory", "ratio");
     struct Row {
       int stage;
       const char* offload;
+      int prefetch = 1;
+      bool reshard = true;
     };
-    for (const Row r : {Row{1, "none"}, Row{2, "none"}, Row{3, "none"}, Row{1, "cpu"}, Row{2, "cpu"}}) {
-      const std::string name =
-          "ZeRO-" + std::to_string(r.stage) + (std::string(r.offload) == "cpu" ? " + offload" : "");
+    // ZeRO-3 at prefetch 0, 1 (the default) and 2, and without reshard after forward.
+    for (const Row r : {Row{1, "none"}, Row{2, "none"}, Row{3, "none", 0}, Row{3, "none", 1}, Row{3, "none", 2},
+                        Row{3, "none", 1, false}, Row{1, "cpu"}, Row{2, "cpu"}}) {
+      std::string name = "ZeRO-" + std::to_string(r.stage) + (std::string(r.offload) == "cpu" ? " + offload" : "");
+      if (r.stage == 3) name += r.reshard ? " pf" + std::to_string(r.prefetch) : " no reshard";
       MemoryPlanInputs in = testing::small_plan_inputs(world, r.stage, dtype);
       in.offload = r.offload;
+      in.zero3_prefetch = r.prefetch;
+      in.zero3_reshard_after_forward = r.reshard;
       in.micro_batch = batch;
       in.seq_len = seq;
       in.model.text.num_hidden_layers = layers;
@@ -95,7 +103,7 @@ int main(int argc, char** argv) {
       const MemoryPlan plan = plan_memory(in);
       auto refused = [&](const std::string& why) {
         if (root)
-          std::printf("%-16s refused by the config; plan %s (device %s), theory %s/step; %s\n", name.c_str(),
+          std::printf("%-18s refused by the config; plan %s (device %s), theory %s/step; %s\n", name.c_str(),
                       format_bytes(double(plan.total + plan.host_total)).c_str(),
                       format_bytes(double(plan.total)).c_str(), format_bytes(plan.comm_wire_bytes).c_str(),
                       why.c_str());
@@ -110,7 +118,7 @@ int main(int argc, char** argv) {
       const double wire = comm->all_reduce(m.comm_wire_bytes, ReduceOp::Max);
       if (!root) continue;
       const double planned = double(plan.total + plan.host_total);
-      std::printf("%-16s %10.1f %12s %12s %+7.2f%% %12s %12s %12s %7.3f\n", name.c_str(), ms,
+      std::printf("%-18s %10.1f %12s %12s %+7.2f%% %12s %12s %12s %7.3f\n", name.c_str(), ms,
                   format_bytes(peak).c_str(), format_bytes(planned).c_str(), 100.0 * (planned - peak) / peak,
                   format_bytes(double(plan.total)).c_str(), format_bytes(wire).c_str(),
                   format_bytes(plan.comm_wire_bytes).c_str(),

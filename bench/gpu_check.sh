@@ -14,7 +14,8 @@
 #           flash bf16), γ-MoD and A-MoD training forward + backward (test_mod MoDCuda.*)
 #   llava   LLaVA fp32 on CUDA vs the transformers fixtures (test_model HfParityCuda.*)
 #   nccl    NCCL ZeRO stages 0-2 (and 3 where built) fp32/bf16 vs the reference, and the overlap hooks, 1 rank
-#           (mpi_parallel ZeroNccl.*:OverlapNccl.* as an MPI singleton)
+#           (mpi_parallel ZeroNccl.*:OverlapNccl.*:Zero3Nccl.* as an MPI singleton; Zero3Nccl: ZeRO-3's gathers and
+#           reductions on side streams)
 #   train   gmod train of configs/tiny_parts.json on one GPU: 4 steps with a checkpoint at step 2, a second run stopped
 #           at step 2 and resumed, and the two final checkpoints' weights equal (h5 files compared by gmod export)
 # Prints one line per part (PASS / FAIL / SKIP and the figure that decided it) and "gpu_check: PASS" or
@@ -155,7 +156,7 @@ main() {
   if [[ -n ${bindir:-} ]]; then tm=$b/tests/mod/test_mod tmo=$b/tests/model/test_model mp=$b/tests/parallel/mpi_parallel g=$b/bin/gmod; fi
   gtest mod 120 "$tm" 'MoDCuda.*'
   gtest llava 90 "$tmo" 'HfParityCuda.*'
-  gtest nccl 150 "$mp" 'ZeroNccl.*:OverlapNccl.*'
+  gtest nccl 150 "$mp" 'ZeroNccl.*:OverlapNccl.*:Zero3Nccl.*'
   check_train "$(dirname "$g")"
   echo "---- gpu_check verdict ($((SECONDS - t0)) s)"
   printf '%s\n' "${VERDICT[@]}"

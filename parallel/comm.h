@@ -71,6 +71,13 @@ class Comm {
   virtual std::unique_ptr<CommRequest> reduce_scatter_v_start(at::Tensor in, at::Tensor out,
                                                               std::vector<int64_t> counts,
                                                               ReduceOp op = ReduceOp::Sum);
+  // All-gather with uneven blocks, in place and non-blocking: buf [sum(counts)] (counts.size() == world), rank
+  // k's block at off_k = counts[0] + ... + counts[k-1], written by rank k before the call; every block is in
+  // buf once the request's wait() returned (until then buf is not to be touched). MPI: MPI_Iallgatherv (the
+  // request keeps buf alive); NCCL: grouped broadcasts on the communicator's gather stream after an event of
+  // the current stream, buf recordStream'ed to it, wait() makes the then-current stream wait for it. Default:
+  // one blocking broadcast per non-empty block, a finished request.
+  virtual std::unique_ptr<CommRequest> all_gather_v_start(at::Tensor buf, std::vector<int64_t> counts);
   // A new communicator over the same ranks and device whose collectives never mix with this one's (so a
   // background stream of collectives can run while other code uses this Comm). Collective.
   virtual std::shared_ptr<Comm> duplicate() const = 0;
@@ -82,6 +89,8 @@ class Comm {
   void reset_stats() { stats_ = CommStats{}; }
 
  protected:
+  // Throws unless counts has world_size() non-negative entries summing to buf.numel() (all_gather_v_start).
+  void check_gather_counts(const at::Tensor& buf, const std::vector<int64_t>& counts) const;
   // Throws unless counts has world_size() entries summing to in.numel() and out has counts[rank()] elements.
   void check_counts(const at::Tensor& in, const at::Tensor& out, const std::vector<int64_t>& counts) const;
   void count(int64_t payload_bytes, double wire_factor);

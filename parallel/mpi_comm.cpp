@@ -1,12 +1,12 @@
 #include "parallel/mpi_comm.h"
 
-#include "parallel/watchdog.h"
-
 #include <algorithm>
 #include <climits>
 #include <functional>
 #include <stdexcept>
 #include <string>
+
+#include "parallel/watchdog.h"
 
 namespace gmod {
 namespace {
@@ -26,10 +26,14 @@ bool needs_upcast(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHal
 // Datatype for reductions; only types MPI can add.
 MPI_Datatype reduce_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
-    case at::kInt: return MPI_INT32_T;
-    case at::kLong: return MPI_INT64_T;
+    case at::kFloat:
+      return MPI_FLOAT;
+    case at::kDouble:
+      return MPI_DOUBLE;
+    case at::kInt:
+      return MPI_INT32_T;
+    case at::kLong:
+      return MPI_INT64_T;
     default:
       throw std::runtime_error(std::string("parallel/mpi_comm: cannot reduce dtype ") + c10::toString(t) +
                                " (supported: float32, float64, int32, int64, bfloat16, float16)");
@@ -39,12 +43,17 @@ MPI_Datatype reduce_type(at::ScalarType t) {
 // Datatype for data movement: any element size.
 MPI_Datatype move_type(const at::Tensor& t) {
   switch (t.element_size()) {
-    case 1: return MPI_UINT8_T;
-    case 2: return MPI_UINT16_T;
-    case 4: return MPI_UINT32_T;
-    case 8: return MPI_UINT64_T;
-    default: throw std::runtime_error("parallel/mpi_comm: unsupported element size for dtype " +
-                                      std::string(c10::toString(t.scalar_type())));
+    case 1:
+      return MPI_UINT8_T;
+    case 2:
+      return MPI_UINT16_T;
+    case 4:
+      return MPI_UINT32_T;
+    case 8:
+      return MPI_UINT64_T;
+    default:
+      throw std::runtime_error("parallel/mpi_comm: unsupported element size for dtype " +
+                               std::string(c10::toString(t.scalar_type())));
   }
 }
 
@@ -58,6 +67,8 @@ class MpiRequest final : public CommRequest {
   std::vector<MPI_Request> reqs;
   std::function<void()> finish;
   CollectiveId id;
+  std::vector<int> counts, displs;  // vector arguments must live until completion (MPI-3, 5.12)
+  at::Tensor keep;                  // a buffer MPI reads or writes until completion
 
   ~MpiRequest() override {
     try {
@@ -105,7 +116,8 @@ std::unique_ptr<CommRequest> MpiComm::all_reduce_start(at::Tensor t, ReduceOp op
   for (int64_t off = 0; off < n; off += max_count_) {
     const int cnt = static_cast<int>(std::min(max_count_, n - off));
     r->reqs.emplace_back();
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bytes(f) + off * es, cnt, dt, mpi_op(op), comm_, &r->reqs.back()), r->id);
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bytes(f) + off * es, cnt, dt, mpi_op(op), comm_, &r->reqs.back()),
+              r->id);
   }
   const int world = world_;
   r->finish = [t, f, op, world]() mutable {
@@ -129,7 +141,8 @@ std::unique_ptr<CommRequest> MpiComm::reduce_scatter_v_start(at::Tensor in, at::
   at::Tensor fin = needs_upcast(in.scalar_type()) ? in.to(at::kFloat) : in;
   if (op == ReduceOp::Avg && !at::isFloatingType(fin.scalar_type()))
     throw std::runtime_error("parallel/mpi_comm: reduce_scatter(avg) needs a floating dtype");
-  // Always receive into a fresh buffer: MPI forbids aliasing and `out` may be a strided-free view of anything.
+  // Always receive into a fresh buffer: MPI forbids aliasing and `out` may be a strided-free view of
+  // anything.
   at::Tensor recv = at::empty({std::max<int64_t>(1, out.numel())}, fin.options());
   std::vector<int> rc(counts.begin(), counts.end());
   auto r = std::make_unique<MpiRequest>();
@@ -148,10 +161,32 @@ std::unique_ptr<CommRequest> MpiComm::reduce_scatter_v_start(at::Tensor in, at::
   return r;
 }
 
+std::unique_ptr<CommRequest> MpiComm::all_gather_v_start(at::Tensor buf, std::vector<int64_t> counts) {
+  check_tensor(buf, "all_gather_v_start");
+  check_gather_counts(buf, counts);
+  if (buf.numel() > max_count_) return Comm::all_gather_v_start(buf, counts);  // (displacements are ints too)
+  count(buf.numel() * buf.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
+  auto r = std::make_unique<MpiRequest>();
+  r->id = next_id("all_gather_v_start (MPI_Iallgatherv)");
+  r->keep = buf;
+  int off = 0;
+  for (int64_t c : counts) {
+    r->counts.push_back(static_cast<int>(c));
+    r->displs.push_back(off);
+    off += static_cast<int>(c);
+  }
+  r->reqs.emplace_back();
+  check_mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf.data_ptr(), r->counts.data(),
+                            r->displs.data(), move_type(buf), comm_, &r->reqs.back()),
+            r->id);
+  return r;
+}
+
 MpiComm::MpiComm(MPI_Comm parent) : max_count_(INT_MAX) {
   int inited = 0;
   MPI_Initialized(&inited);
-  if (!inited) throw std::runtime_error("parallel/mpi_comm: MPI is not initialised (call gmod::Runtime first)");
+  if (!inited)
+    throw std::runtime_error("parallel/mpi_comm: MPI is not initialised (call gmod::Runtime first)");
   // Creation waits for every rank of `parent`: non-blocking and polled, or timed by the watchdog thread (no
   // non-blocking split exists), so a rank that never arrives ends the job within the deadline.
   {
@@ -160,7 +195,8 @@ MpiComm::MpiComm(MPI_Comm parent) : max_count_(INT_MAX) {
     check_mpi(MPI_Comm_idup(parent, &comm_, &req), id);
     watchdog_wait_mpi(1, &req, id);
   }
-  // Errors come back as return codes (named by check_mpi) instead of Open MPI's default abort without context.
+  // Errors come back as return codes (named by check_mpi) instead of Open MPI's default abort without
+  // context.
   check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   id_ = next_comm_id();
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
@@ -168,7 +204,8 @@ MpiComm::MpiComm(MPI_Comm parent) : max_count_(INT_MAX) {
   MPI_Comm node;
   {
     WaitScope wait(CollectiveId{"MPI_Comm_split_type (creation)", id_, 0});
-    check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+              "MPI_Comm_split_type");
   }
   check_mpi(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank(node)");
   check_mpi(MPI_Comm_free(&node), "MPI_Comm_free(node)");
@@ -207,7 +244,8 @@ void MpiComm::all_reduce_native(at::Tensor& t, ReduceOp op) {
   for (int64_t off = 0; off < n; off += max_count_) {
     const int cnt = static_cast<int>(std::min(max_count_, n - off));
     reqs.emplace_back();
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bytes(t) + off * es, cnt, dt, mpi_op(op), comm_, &reqs.back()), id);
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bytes(t) + off * es, cnt, dt, mpi_op(op), comm_, &reqs.back()),
+              id);
   }
   watchdog_wait_mpi(static_cast<int>(reqs.size()), reqs.data(), id);
   if (op == ReduceOp::Avg) t.div_(world_);
@@ -217,9 +255,10 @@ void MpiComm::reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op)
   check_tensor(in, "reduce_scatter(in)");
   check_tensor(out, "reduce_scatter(out)");
   if (in.numel() != world_ * out.numel() || in.scalar_type() != out.scalar_type())
-    throw std::runtime_error("parallel/mpi_comm: reduce_scatter needs in.numel() == world * out.numel() and equal "
-                             "dtypes, got " + std::to_string(in.numel()) + " vs " + std::to_string(world_) + " * " +
-                             std::to_string(out.numel()));
+    throw std::runtime_error(
+        "parallel/mpi_comm: reduce_scatter needs in.numel() == world * out.numel() and equal "
+        "dtypes, got " +
+        std::to_string(in.numel()) + " vs " + std::to_string(world_) + " * " + std::to_string(out.numel()));
   count(in.numel() * in.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
   if (needs_upcast(in.scalar_type())) {
     at::Tensor fin = in.to(at::kFloat), fout = at::empty({out.numel()}, fin.options());
@@ -248,8 +287,8 @@ void MpiComm::reduce_scatter_native(const at::Tensor& in, at::Tensor& out, Reduc
   const CollectiveId id = next_id("reduce_scatter (MPI_Ireduce_scatter_block)");
   MPI_Request req;
   if (n <= max_count_) {
-    check_mpi(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), static_cast<int>(n), dt, mpi_op(op), comm_,
-                                        &req),
+    check_mpi(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), static_cast<int>(n), dt, mpi_op(op),
+                                        comm_, &req),
               id);
     watchdog_wait_mpi(1, &req, id);
   } else {
@@ -271,9 +310,10 @@ void MpiComm::all_gather(const at::Tensor& in, at::Tensor& out) {
   check_tensor(out, "all_gather(out)");
   const int64_t n = in.numel(), es = in.element_size();
   if (out.numel() != world_ * n || in.scalar_type() != out.scalar_type())
-    throw std::runtime_error("parallel/mpi_comm: all_gather needs out.numel() == world * in.numel() and equal dtypes, "
-                             "got " + std::to_string(out.numel()) + " vs " + std::to_string(world_) + " * " +
-                             std::to_string(n));
+    throw std::runtime_error(
+        "parallel/mpi_comm: all_gather needs out.numel() == world * in.numel() and equal dtypes, "
+        "got " +
+        std::to_string(out.numel()) + " vs " + std::to_string(world_) + " * " + std::to_string(n));
   count(out.numel() * es, world_ > 1 ? double(world_ - 1) / world_ : 0.0);
   MPI_Datatype dt = move_type(in);
   const bool in_place = bytes(in) == bytes(out) + rank_ * n * es;
@@ -286,14 +326,14 @@ void MpiComm::all_gather(const at::Tensor& in, at::Tensor& out) {
     watchdog_wait_mpi(1, &req, id);
     return;
   }
-  // Chunked: gather column ranges [off, off+len) of every block. When in place, later chunks of `in` are untouched
-  // by earlier ones (each chunk only rewrites its own columns, with the same values for our block).
+  // Chunked: gather column ranges [off, off+len) of every block. When in place, later chunks of `in` are
+  // untouched by earlier ones (each chunk only rewrites its own columns, with the same values for our block).
   at::Tensor blocks = out.view({world_, n});
   for (int64_t off = 0; off < n; off += max_count_) {
     const int64_t len = std::min(max_count_, n - off);
     at::Tensor tmp = at::empty({world_, len}, out.options());
-    check_mpi(MPI_Iallgather(bytes(in) + off * es, static_cast<int>(len), dt, tmp.data_ptr(), static_cast<int>(len),
-                             dt, comm_, &req),
+    check_mpi(MPI_Iallgather(bytes(in) + off * es, static_cast<int>(len), dt, tmp.data_ptr(),
+                             static_cast<int>(len), dt, comm_, &req),
               id);
     watchdog_wait_mpi(1, &req, id);
     blocks.narrow(1, off, len).copy_(tmp);

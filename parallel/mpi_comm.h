@@ -37,6 +37,8 @@ class MpiComm final : public Comm {
   std::unique_ptr<CommRequest> all_reduce_start(at::Tensor t, ReduceOp op = ReduceOp::Sum) override;
   std::unique_ptr<CommRequest> reduce_scatter_v_start(at::Tensor in, at::Tensor out, std::vector<int64_t> counts,
                                                       ReduceOp op = ReduceOp::Sum) override;
+  // MPI_Iallgatherv in place; blocks above max_count go through the blocking chunked broadcasts instead.
+  std::unique_ptr<CommRequest> all_gather_v_start(at::Tensor buf, std::vector<int64_t> counts) override;
   // MPI_Comm_dup of ours (same max_count).
   std::shared_ptr<Comm> duplicate() const override;
 

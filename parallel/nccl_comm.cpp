@@ -2,6 +2,7 @@
 
 #include "parallel/nccl_comm.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -19,7 +20,8 @@ namespace {
 
 void check_nccl(ncclResult_t rc, const char* what) {
   if (rc != ncclSuccess)
-    throw std::runtime_error(std::string("parallel/nccl_comm: ") + what + " failed: " + ncclGetErrorString(rc));
+    throw std::runtime_error(std::string("parallel/nccl_comm: ") + what +
+                             " failed: " + ncclGetErrorString(rc));
 }
 
 void check_mpi(int rc, const std::string& what) {
@@ -32,7 +34,8 @@ void check_mpi(int rc, const std::string& what) {
 
 void check_cuda(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess)
-    throw std::runtime_error(std::string("parallel/nccl_comm: ") + what + " failed: " + cudaGetErrorString(rc));
+    throw std::runtime_error(std::string("parallel/nccl_comm: ") + what +
+                             " failed: " + cudaGetErrorString(rc));
 }
 
 double now_s() {
@@ -47,14 +50,22 @@ std::string secs(double s) {
 
 ncclDataType_t nccl_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return ncclFloat32;
-    case at::kDouble: return ncclFloat64;
-    case at::kHalf: return ncclFloat16;
-    case at::kBFloat16: return ncclBfloat16;
-    case at::kInt: return ncclInt32;
-    case at::kLong: return ncclInt64;
-    case at::kByte: return ncclUint8;
-    case at::kChar: return ncclInt8;
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
+    case at::kByte:
+      return ncclUint8;
+    case at::kChar:
+      return ncclInt8;
     default:
       throw std::runtime_error(std::string("parallel/nccl_comm: unsupported dtype ") + c10::toString(t));
   }
@@ -62,19 +73,49 @@ ncclDataType_t nccl_type(at::ScalarType t) {
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Avg: return ncclAvg;
-    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Avg:
+      return ncclAvg;
+    case ReduceOp::Max:
+      return ncclMax;
   }
   return ncclSum;
 }
+
+// A gather started on the gather stream: wait() orders the then-current stream after its event (the host does
+// not block), test() says whether the device has passed it.
+class NcclStreamRequest final : public CommRequest {
+ public:
+  NcclStreamRequest(cudaEvent_t done, c10::DeviceIndex device) : done_(done), device_(device) {}
+  ~NcclStreamRequest() override {
+    try {
+      wait();
+    } catch (...) {
+    }
+    cudaEventDestroy(done_);
+  }
+  void wait() override {
+    if (waited_) return;
+    waited_ = true;
+    check_cuda(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(), done_, 0),
+               "cudaStreamWaitEvent (all_gather_v_start)");
+  }
+  bool test() override { return cudaEventQuery(done_) == cudaSuccess; }
+
+ private:
+  cudaEvent_t done_;
+  c10::DeviceIndex device_;
+  bool waited_ = false;
+};
 
 }  // namespace
 
 NcclComm::NcclComm(MPI_Comm parent, int device_index) {
   int inited = 0;
   MPI_Initialized(&inited);
-  if (!inited) throw std::runtime_error("parallel/nccl_comm: MPI is not initialised (call gmod::Runtime first)");
+  if (!inited)
+    throw std::runtime_error("parallel/nccl_comm: MPI is not initialised (call gmod::Runtime first)");
   {
     MPI_Request req;
     const CollectiveId id{"bootstrap (MPI_Comm_idup)", 0, 0};
@@ -88,13 +129,15 @@ NcclComm::NcclComm(MPI_Comm parent, int device_index) {
   MPI_Comm node;
   {
     WaitScope wait(CollectiveId{"bootstrap (MPI_Comm_split_type)", id_, 0});
-    check_mpi(MPI_Comm_split_type(mpi_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    check_mpi(MPI_Comm_split_type(mpi_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+              "MPI_Comm_split_type");
   }
   check_mpi(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank(node)");
   check_mpi(MPI_Comm_free(&node), "MPI_Comm_free(node)");
 
   const int ndev = static_cast<int>(c10::cuda::device_count());
-  if (ndev == 0) throw std::runtime_error("parallel/nccl_comm: no CUDA device visible on rank " + std::to_string(rank_));
+  if (ndev == 0)
+    throw std::runtime_error("parallel/nccl_comm: no CUDA device visible on rank " + std::to_string(rank_));
   device_ = device_index >= 0 ? device_index : local_rank_ % ndev;
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_));
 
@@ -104,9 +147,9 @@ NcclComm::NcclComm(MPI_Comm parent, int device_index) {
   MPI_Request req;
   check_mpi(MPI_Ibcast(&uid, sizeof(uid), MPI_BYTE, 0, mpi_, &req), describe(bcast));
   watchdog_wait_mpi(1, &req, bcast);
-  // Non-blocking: creation (and later the connection setup inside a first collective) answers ncclInProgress instead
-  // of blocking, and is polled under the deadline here; a blocked peer cannot hold this rank beyond it, and
-  // ncclCommAbort never has to interrupt a thread stuck inside NCCL.
+  // Non-blocking: creation (and later the connection setup inside a first collective) answers ncclInProgress
+  // instead of blocking, and is polled under the deadline here; a blocked peer cannot hold this rank beyond
+  // it, and ncclCommAbort never has to interrupt a thread stuck inside NCCL.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   const double t0 = now_s(), timeout = collective_timeout();
@@ -121,8 +164,8 @@ NcclComm::~NcclComm() {
   watchdog_unregister(this);
   for (auto& p : pending_) cudaEventDestroy(static_cast<cudaEvent_t>(p.event));
   if (comm_ && !aborted_.exchange(true)) {
-    // Non-blocking communicator: finalize, poll until quiescent (bounded), then destroy; abort when it does not
-    // settle (a peer gone), which frees it without waiting for peers.
+    // Non-blocking communicator: finalize, poll until quiescent (bounded), then destroy; abort when it does
+    // not settle (a peer gone), which frees it without waiting for peers.
     ncclResult_t rc = ncclCommFinalize(comm_);
     const double t0 = now_s(), limit = collective_timeout();
     ncclResult_t state = rc;
@@ -174,17 +217,20 @@ void NcclComm::track(const char* what, double t0, double timeout, std::string de
   check_cuda(cudaEventRecord(ev, static_cast<cudaStream_t>(stream())), "cudaEventRecord");
   std::lock_guard<std::mutex> lock(mu_);
   // Drop what has completed, so the queue stays short even when no watchdog thread polls it.
-  while (!pending_.empty() && cudaEventQuery(static_cast<cudaEvent_t>(pending_.front().event)) == cudaSuccess) {
+  while (!pending_.empty() &&
+         cudaEventQuery(static_cast<cudaEvent_t>(pending_.front().event)) == cudaSuccess) {
     cudaEventDestroy(static_cast<cudaEvent_t>(pending_.front().event));
     pending_.pop_front();
   }
-  pending_.push_back(Pending{ev, CollectiveId{what, id_, ++seq_}, watchdog_step(), t0, timeout, std::move(deadline)});
+  pending_.push_back(
+      Pending{ev, CollectiveId{what, id_, ++seq_}, watchdog_step(), t0, timeout, std::move(deadline)});
 }
 
 std::string NcclComm::check_locked(double timeout_s) {
   if (aborted_.load()) return "";
   ncclResult_t async = ncclSuccess;
-  // ncclInProgress is not an error: the calling thread is settling a call (connection setup) under its deadline.
+  // ncclInProgress is not an error: the calling thread is settling a call (connection setup) under its
+  // deadline.
   if (comm_ && ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
       async != ncclInProgress) {
     std::string m = std::string("NCCL asynchronous error on communicator ") + std::to_string(id_) + ": " +
@@ -218,9 +264,10 @@ std::string NcclComm::poll(double timeout_s) {
 }
 
 void NcclComm::abort() {
-  // Called once, from the watchdog's abort thread (bounded by the watchdog: ncclCommAbort may block). aborted_ first,
-  // so that poll() and the destructor leave comm_ alone; mu_ if it can be had within 1 s, so that no poll() is
-  // inside ncclCommGetAsyncError on comm_ while it is freed (a thread stuck while holding it must not stop the abort).
+  // Called once, from the watchdog's abort thread (bounded by the watchdog: ncclCommAbort may block).
+  // aborted_ first, so that poll() and the destructor leave comm_ alone; mu_ if it can be had within 1 s, so
+  // that no poll() is inside ncclCommGetAsyncError on comm_ while it is freed (a thread stuck while holding
+  // it must not stop the abort).
   if (!comm_ || aborted_.exchange(true)) return;
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   const double t0 = now_s();
@@ -233,8 +280,8 @@ void NcclComm::all_reduce(at::Tensor& t, ReduceOp op) {
   count(t.numel() * t.element_size(), world_ > 1 ? 2.0 * (world_ - 1) / world_ : 0.0);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
   enqueue("all_reduce (ncclAllReduce)", [&] {
-    return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.scalar_type()),
-                         nccl_op(op), comm_, static_cast<cudaStream_t>(stream()));
+    return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                         nccl_type(t.scalar_type()), nccl_op(op), comm_, static_cast<cudaStream_t>(stream()));
   });
 }
 
@@ -242,13 +289,15 @@ void NcclComm::reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op
   check_tensor(in, "reduce_scatter(in)");
   check_tensor(out, "reduce_scatter(out)");
   if (in.numel() != world_ * out.numel() || in.scalar_type() != out.scalar_type())
-    throw std::runtime_error("parallel/nccl_comm: reduce_scatter needs in.numel() == world * out.numel() and equal "
-                             "dtypes");
+    throw std::runtime_error(
+        "parallel/nccl_comm: reduce_scatter needs in.numel() == world * out.numel() and equal "
+        "dtypes");
   count(in.numel() * in.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
   enqueue("reduce_scatter (ncclReduceScatter)", [&] {
     return ncclReduceScatter(in.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()),
-                             nccl_type(in.scalar_type()), nccl_op(op), comm_, static_cast<cudaStream_t>(stream()));
+                             nccl_type(in.scalar_type()), nccl_op(op), comm_,
+                             static_cast<cudaStream_t>(stream()));
   });
 }
 
@@ -267,9 +316,9 @@ std::unique_ptr<CommRequest> NcclComm::reduce_scatter_v_start(at::Tensor in, at:
     int64_t off = 0;
     for (int k = 0; k < world_; ++k) {
       if (counts[k] > 0) {
-        const ncclResult_t rc = ncclReduce(base + off * es, k == rank_ ? out.data_ptr() : nullptr,
-                                           static_cast<size_t>(counts[k]), nccl_type(in.scalar_type()), nccl_op(op),
-                                           k, comm_, st);
+        const ncclResult_t rc =
+            ncclReduce(base + off * es, k == rank_ ? out.data_ptr() : nullptr, static_cast<size_t>(counts[k]),
+                       nccl_type(in.scalar_type()), nccl_op(op), k, comm_, st);
         if (rc != ncclSuccess && rc != ncclInProgress) {
           ncclGroupEnd();
           check_nccl(rc, "ncclReduce");
@@ -282,18 +331,61 @@ std::unique_ptr<CommRequest> NcclComm::reduce_scatter_v_start(at::Tensor in, at:
   return completed_request();  // stream-ordered: nothing left to wait for on the host
 }
 
+std::unique_ptr<CommRequest> NcclComm::all_gather_v_start(at::Tensor buf, std::vector<int64_t> counts) {
+  check_tensor(buf, "all_gather_v_start");
+  check_gather_counts(buf, counts);
+  count(buf.numel() * buf.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
+  const auto dev = static_cast<c10::DeviceIndex>(device_);
+  c10::cuda::CUDAGuard guard(dev);
+  if (!gather_stream_) gather_stream_ = c10::cuda::getStreamFromPool(false, dev).unwrap();
+  const c10::cuda::CUDAStream side(*gather_stream_);
+  // The gather stream starts after what the current stream has queued (the buffer's allocation, our block).
+  cudaEvent_t ready, done;
+  check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check_cuda(cudaEventRecord(ready, c10::cuda::getCurrentCUDAStream(dev).stream()), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(side.stream(), ready, 0), "cudaStreamWaitEvent");
+  cudaEventDestroy(ready);  // (freed once the recorded work is done)
+  c10::cuda::CUDACachingAllocator::recordStream(buf.storage().data_ptr(), side);
+  {
+    c10::cuda::CUDAStreamGuard on_side(side);
+    char* base = static_cast<char*>(buf.data_ptr());
+    const size_t es = static_cast<size_t>(buf.element_size());
+    enqueue("all_gather_v_start (grouped ncclBroadcast)", [&] {
+      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      int64_t off = 0;
+      for (int k = 0; k < world_; ++k) {
+        if (counts[size_t(k)] > 0) {
+          const ncclResult_t rc =
+              ncclBroadcast(base + off * es, base + off * es, static_cast<size_t>(counts[size_t(k)]),
+                            nccl_type(buf.scalar_type()), k, comm_, side.stream());
+          if (rc != ncclSuccess && rc != ncclInProgress) {
+            ncclGroupEnd();
+            check_nccl(rc, "ncclBroadcast");
+          }
+        }
+        off += counts[size_t(k)];
+      }
+      return ncclGroupEnd();
+    });
+  }
+  check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check_cuda(cudaEventRecord(done, side.stream()), "cudaEventRecord");
+  return std::make_unique<NcclStreamRequest>(done, dev);
+}
+
 std::shared_ptr<Comm> NcclComm::duplicate() const { return std::make_shared<NcclComm>(mpi_, device_); }
 
 void NcclComm::all_gather(const at::Tensor& in, at::Tensor& out) {
   check_tensor(in, "all_gather(in)");
   check_tensor(out, "all_gather(out)");
   if (out.numel() != world_ * in.numel() || in.scalar_type() != out.scalar_type())
-    throw std::runtime_error("parallel/nccl_comm: all_gather needs out.numel() == world * in.numel() and equal dtypes");
+    throw std::runtime_error(
+        "parallel/nccl_comm: all_gather needs out.numel() == world * in.numel() and equal dtypes");
   count(out.numel() * out.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
   enqueue("all_gather (ncclAllGather)", [&] {
-    return ncclAllGather(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()), nccl_type(in.scalar_type()),
-                         comm_, static_cast<cudaStream_t>(stream()));
+    return ncclAllGather(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()),
+                         nccl_type(in.scalar_type()), comm_, static_cast<cudaStream_t>(stream()));
   });
 }
 
@@ -302,8 +394,8 @@ void NcclComm::broadcast(at::Tensor& t, int root) {
   count(t.numel() * t.element_size(), rank_ == root ? double(world_ - 1) : 0.0);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
   enqueue("broadcast (ncclBroadcast)", [&] {
-    return ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.scalar_type()), root,
-                         comm_, static_cast<cudaStream_t>(stream()));
+    return ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                         nccl_type(t.scalar_type()), root, comm_, static_cast<cudaStream_t>(stream()));
   });
 }
 

@@ -20,10 +20,13 @@
 
 #include <mpi.h>
 
+#include <c10/core/Stream.h>
+
 #include <atomic>
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 
 struct ncclComm;
 
@@ -53,6 +56,12 @@ class NcclComm final : public Comm, private WatchdogClient {
   // Grouped ncclReduce, one per non-empty block, to its owner (enqueued on the current stream).
   std::unique_ptr<CommRequest> reduce_scatter_v_start(at::Tensor in, at::Tensor out, std::vector<int64_t> counts,
                                                       ReduceOp op = ReduceOp::Sum) override;
+  // Grouped ncclBroadcast of every non-empty block on this communicator's gather stream (a pool stream), which
+  // first waits for an event of the current stream; buf is recordStream'ed to the gather stream (the caching
+  // allocator reuses its block only after the gather stream passed it) and wait() makes the current stream
+  // wait for the gather's event. Ops of one NCCL communicator run in issue order whatever their stream, so
+  // every rank must start them in the same order (as for every collective).
+  std::unique_ptr<CommRequest> all_gather_v_start(at::Tensor buf, std::vector<int64_t> counts) override;
   // A new NCCL communicator on the same device (bootstrapped over our MPI communicator).
   std::shared_ptr<Comm> duplicate() const override;
 
@@ -83,6 +92,7 @@ class NcclComm final : public Comm, private WatchdogClient {
   std::atomic<bool> aborted_{false};  // set by the watchdog's abort thread, read by every other
   int id_ = 0;
   int64_t seq_ = 0;
+  std::optional<c10::Stream> gather_stream_;  // all_gather_v_start's stream, from the pool on first use
   ncclComm* comm_ = nullptr;
   MPI_Comm mpi_ = MPI_COMM_NULL;
   int rank_ = 0, world_ = 1, local_rank_ = 0, device_ = 0;

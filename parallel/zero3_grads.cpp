@@ -1,11 +1,26 @@
 #include "parallel/zero3_grads.h"
 
 #include <c10/core/GradMode.h>
+#ifdef GMOD_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace gmod {
+
+struct Zero3Grads::CudaState {
+#ifdef GMOD_WITH_CUDA
+  explicit CudaState(c10::DeviceIndex d) : stream(c10::cuda::getStreamFromPool(false, d)), device(d) {}
+  c10::cuda::CUDAStream stream;
+  c10::DeviceIndex device;
+#endif
+};
 
 Zero3Grads::Zero3Grads(Zero3Params& params, at::ScalarType reduce_dtype, std::shared_ptr<Comm> reduce_comm)
     : params_(params), reduce_dtype_(reduce_dtype), rcomm_(std::move(reduce_comm)) {
@@ -24,6 +39,9 @@ Zero3Grads::Zero3Grads(Zero3Params& params, at::ScalarType reduce_dtype, std::sh
       }
   gshard_ = at::zeros({params_.layout().shard_size()},
                       params_.params().front().second.options().dtype(at::kFloat).requires_grad(false));
+#ifdef GMOD_WITH_CUDA
+  if (gshard_.is_cuda()) cuda_ = std::make_unique<CudaState>(gshard_.device().index());
+#endif
 }
 
 Zero3Grads::~Zero3Grads() {
@@ -57,6 +75,17 @@ void Zero3Grads::reduce_start(int u) {
   for (int k = 0; k < world; ++k)
     counts[size_t(k)] = std::max<int64_t>(0, std::min(hi, (k + 1) * S) - std::max(lo, k * S));
   at::Tensor& g = grad_[size_t(u)];
+#ifdef GMOD_WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> guard;
+  if (cuda_) {
+    // The reduction stream starts after everything the compute stream queued so far (this unit's backward).
+    at::cuda::CUDAEvent ready;
+    ready.record(c10::cuda::getCurrentCUDAStream(cuda_->device));
+    ready.block(cuda_->stream);
+    guard.emplace(cuda_->stream);
+    c10::cuda::CUDACachingAllocator::recordStream(g.storage().data_ptr(), cuda_->stream);
+  }
+#endif
   at::Tensor red = g.scalar_type() == reduce_dtype_ ? g : g.to(reduce_dtype_);
   Inflight f;
   f.out = at::empty({counts[size_t(rank)]}, red.options());
@@ -70,6 +99,10 @@ void Zero3Grads::reduce_start(int u) {
 void Zero3Grads::retire_front() {
   Inflight f = std::move(inflight_.front());
   inflight_.pop_front();
+#ifdef GMOD_WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> guard;
+  if (cuda_) guard.emplace(cuda_->stream);  // the add below follows the reduction on its stream
+#endif
   f.req->wait();
   c10::NoGradGuard no_grad;
   if (f.out.numel() > 0) gshard_.narrow(0, f.begin, f.out.numel()).add_(f.out);
@@ -81,6 +114,17 @@ void Zero3Grads::poll() {
 
 void Zero3Grads::finish() {
   while (!inflight_.empty()) retire_front();
+#ifdef GMOD_WITH_CUDA
+  if (cuda_) {  // consumers on the compute stream (norm, AdamW) start after the reductions
+    at::cuda::CUDAEvent done;
+    done.record(cuda_->stream);
+    done.block(c10::cuda::getCurrentCUDAStream(cuda_->device));
+  }
+#endif
+}
+
+void Zero3Grads::limit_in_flight(size_t n) {
+  while (inflight_.size() > n) retire_front();
 }
 
 void Zero3Grads::reduce(int u) {

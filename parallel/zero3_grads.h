@@ -9,6 +9,10 @@
 // (the constructor's reduce_comm), so that the order in which a rank interleaves them with parameter gathers
 // (which depends on when its units' backward ends) never has to match the other ranks'; only the reductions'
 // own order must.
+// CUDA: reductions run on a reduction stream (from the pool) that first waits for an event of the compute
+// stream; the unit's gradient buffer is recordStream'ed to it and dropped at once (the caching allocator
+// reuses the block only after the reduction stream passed it), the reduce-dtype copy and the received block
+// live on that stream, and finish() makes the compute stream wait for it before anything reads shard_grad().
 #pragma once
 
 #include <ATen/ATen.h>
@@ -39,6 +43,8 @@ class Zero3Grads {
   void poll();
   // Waits for every started reduction; shard_grad() is complete afterwards.
   void finish();
+  // Waits for the oldest reductions until at most n are in flight (bounds the gradient memory they hold).
+  void limit_in_flight(size_t n);
   // reduce_start(u) + finish().
   void reduce(int u);
   bool attached(int u) const { return bool(grad_.at(size_t(u)).defined()); }
@@ -58,7 +64,9 @@ class Zero3Grads {
     int64_t begin = 0;  // its start in shard coordinates
   };
   void retire_front();
+  struct CudaState;
 
+  std::unique_ptr<CudaState> cuda_;  // CUDA parameters: the reduction stream
   Zero3Params& params_;
   at::ScalarType reduce_dtype_;
   std::shared_ptr<Comm> rcomm_;   // null: params_.comm()

@@ -67,6 +67,7 @@ Zero3Params::Zero3Params(NamedParams params, const std::vector<int>& unit, std::
     full_.push_back(buf);
     unit_range_.push_back({lo, hi});
     gathered_.push_back(true);
+    pending_.emplace_back();
     i = j;
   }
   shard_ = at::zeros({layout_.shard_size()}, opt);
@@ -76,6 +77,7 @@ Zero3Params::Zero3Params(NamedParams params, const std::vector<int>& unit, std::
 void Zero3Params::store(int u) {
   if (!gathered(u))
     throw std::runtime_error("parallel/zero3_params: store of released unit " + std::to_string(u));
+  wait(u);
   c10::NoGradGuard no_grad;
   const auto [lo, hi] = unit_range_[size_t(u)];
   const auto [sb, se] = layout_.shard_range(comm_->rank());
@@ -84,27 +86,46 @@ void Zero3Params::store(int u) {
 }
 
 void Zero3Params::gather(int u) {
+  gather_start(u);
+  wait(u);
+}
+
+void Zero3Params::gather_start(int u) {
   if (gathered(u)) return;
   c10::NoGradGuard no_grad;
   at::Tensor& buf = full_[size_t(u)];
   const auto [lo, hi] = unit_range_[size_t(u)];
   alloc_storage(buf, size_t(hi - lo) * buf.element_size());
   gathered_[size_t(u)] = true;
-  // Each rank whose shard overlaps the unit broadcasts its part (a unit spans one or two shards at real
-  // sizes).
+  // Rank k holds the part of the unit inside its shard (a unit spans one or two shards at real sizes): an
+  // all-gather with uneven blocks, in place.
   const int rank = comm_->rank();
+  std::vector<int64_t> counts(size_t(comm_->world_size()), 0);
   for (int k = 0; k < comm_->world_size(); ++k) {
     const auto [sb, se] = layout_.shard_range(k);
     const int64_t a = std::max(lo, sb), b = std::min(hi, se);
     if (a >= b) continue;
-    at::Tensor part = buf.narrow(0, a - lo, b - a);
-    if (k == rank) part.copy_(shard_.narrow(0, a - sb, b - a));
-    comm_->broadcast(part, k);
+    counts[size_t(k)] = b - a;
+    if (k == rank) buf.narrow(0, a - lo, b - a).copy_(shard_.narrow(0, a - sb, b - a));
   }
+  pending_[size_t(u)] = comm_->all_gather_v_start(buf, std::move(counts));
+}
+
+void Zero3Params::wait(int u) {
+  auto& r = pending_.at(size_t(u));
+  if (!r) return;
+  std::unique_ptr<CommRequest> req = std::move(r);
+  req->wait();
+}
+
+void Zero3Params::progress() {
+  for (auto& r : pending_)
+    if (r) r->test();
 }
 
 void Zero3Params::release(int u) {
   if (!gathered(u)) return;
+  wait(u);
   free_storage(full_[size_t(u)]);
   gathered_[size_t(u)] = false;
 }

@@ -38,11 +38,21 @@ class Zero3Params {
   int num_units() const { return static_cast<int>(unit_range_.size()); }
   // [begin, end) of unit u in the flat vector (its first parameter's offset to its last one's end).
   std::pair<int64_t, int64_t> unit_range(int u) const { return unit_range_.at(size_t(u)); }
+  // Gathered or being gathered (its buffer allocated).
   bool gathered(int u) const { return gathered_.at(size_t(u)); }
+  bool in_flight(int u) const { return bool(pending_.at(size_t(u))); }
   // Collective (every rank, same order): allocates unit u's buffer and fills it from the owners' shards.
-  // No-op when already gathered.
+  // No-op when already gathered; completes a gather started earlier.
   void gather(int u);
-  // Local: frees unit u's buffer (its parameters keep their shapes, hold no memory). No-op when released.
+  // Collective, non-blocking: allocates unit u's buffer, copies our part in and starts the all-gather of the
+  // others' (Comm::all_gather_v_start). The unit's values are there after wait(u). No-op when gathered.
+  void gather_start(int u);
+  // Completes unit u's started gather (no-op when none is in flight).
+  void wait(int u);
+  // Drives the gathers in flight (MPI progresses only inside MPI calls); never blocks.
+  void progress();
+  // Local: frees unit u's buffer (its parameters keep their shapes, hold no memory); a gather in flight is
+  // completed first. No-op when released.
   void release(int u);
   // This rank's part of the flat vector, [S] in the params' dtype (padding zero). Writing it changes what the
   // next gather() returns (gathered units keep their values until released).
@@ -65,6 +75,7 @@ class Zero3Params {
   std::vector<at::Tensor> full_;  // per unit [end - begin]; storage freed when released
   std::vector<std::pair<int64_t, int64_t>> unit_range_;  // flat [begin, end) per unit
   std::vector<bool> gathered_;
+  std::vector<std::unique_ptr<CommRequest>> pending_;  // per unit: its gather in flight
 };
 
 }  // namespace gmod

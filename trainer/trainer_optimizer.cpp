@@ -52,10 +52,12 @@ void Trainer::setup_optimizer() {
   // or same init seed). The trainable ones start from rank 0's values.
   if (o.stage == 3) {
     o.stage = 2;  // the arithmetic and state format of stage 2 (parallel/zero3_optimizer.h)
-    z3_ = std::make_unique<Zero3Driver>(*model_, trainable_, comm_, o, c.zero3_prefetch);
+    z3_ = std::make_unique<Zero3Driver>(*model_, trainable_, comm_, o, c.zero3_prefetch,
+                                        c.zero3_reshard_after_forward);
     print("optimizer: ZeRO-3, " + std::to_string(z3_->num_units()) + " parameter units (" +
           std::to_string(z3_->num_hooked_units()) +
           " gathered around their forward and backward), prefetch " + std::to_string(c.zero3_prefetch) +
+          (c.zero3_reshard_after_forward ? "" : ", no reshard after forward") +
           (o.offload ? "; fp32 master + moments offloaded to host memory" : ""));
   } else {
     opt_ = std::make_unique<DataParallelOptimizer>(trainable_, comm_, o);

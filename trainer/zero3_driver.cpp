@@ -57,8 +57,8 @@ std::vector<std::shared_ptr<torch::nn::Module>> unit_modules(MultimodalLM& model
 }  // namespace
 
 Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared_ptr<Comm> comm,
-                         const DataParallelOptions& opts, int prefetch)
-    : comm_(std::move(comm)), prefetch_(prefetch) {
+                         const DataParallelOptions& opts, int prefetch, bool reshard_after_forward)
+    : comm_(std::move(comm)), prefetch_(prefetch), reshard_(reshard_after_forward) {
   if (!comm_) throw std::runtime_error("trainer/zero3_driver: null Comm");
   if (prefetch_ < 0) throw std::invalid_argument("optimizer.zero3_prefetch must be >= 0");
   if (trainable.empty()) throw std::runtime_error("trainer/zero3_driver: no trainable parameters");
@@ -113,16 +113,16 @@ Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared
   for (int u : unit) ++members_[size_t(u)];
 
   params_ = std::make_unique<Zero3Params>(std::move(trainable), unit, comm_);
-  // CPU (MPI): reductions during the backward, on their own communicator; CUDA: at its end, on comm_'s
-  // stream.
-  reduce_in_backward_ = !comm_->device().is_cuda();
+  // MPI: the reductions on their own communicator (progress of one never waits for the other's); CUDA: on
+  // comm_ too (two NCCL communicators must not run at once), on Zero3Grads' reduction stream.
   grads_ = std::make_unique<Zero3Grads>(*params_, opts.reduce_dtype,
-                                        reduce_in_backward_ ? comm_->duplicate() : nullptr);
+                                        comm_->device().is_cuda() ? nullptr : comm_->duplicate());
   opt_ = std::make_unique<Zero3Optimizer>(*params_, *grads_,
                                           AdamWHyper{opts.beta1, opts.beta2, opts.eps, opts.weight_decay, opts.offload},
                                           opts.max_grad_norm, opts.decay, opts.group, opts.group_weight_decay);
   for (int u = 0; u < n; ++u) params_->release(u);
   ran_.assign(size_t(n), 0);
+  reduce_started_.assign(size_t(n), 0);
   pending_ = members_;
   const auto& ps = params_->params();
   for (size_t i = 0; i < ps.size(); ++i) {
@@ -153,7 +153,8 @@ void Zero3Driver::begin_forward() {
   std::lock_guard<std::mutex> lock(mu_);
   if (suspended_)
     throw std::logic_error("trainer/zero3_driver: training forward between gather_all and release_all");
-  for (int u : persistent_) params_->gather(u);
+  for (int u : persistent_) params_->gather_start(u);
+  for (int u : persistent_) params_->wait(u);
   fcur_ = 0;
 }
 
@@ -169,10 +170,11 @@ void Zero3Driver::pre_forward(const torch::nn::Module& m) {
   const int n = static_cast<int>(order_.size());
   for (; fcur_ < n && fcur_ <= k + prefetch_; ++fcur_) {
     const int v = order_[size_t(fcur_)];
-    params_->gather(v);
+    params_->gather_start(v);
     if (fcur_ < k)
       params_->release(v);  // a unit this rank's forward does not run (no image): gathered for the others
   }
+  params_->wait(u);  // the next units' gathers stay in flight while this one runs
 }
 
 at::Tensor Zero3Driver::post_forward(const torch::nn::Module& m, const at::Tensor& out) {
@@ -184,8 +186,10 @@ at::Tensor Zero3Driver::post_forward(const torch::nn::Module& m, const at::Tenso
     ran_[size_t(u)] = 1;
     at::Tensor o = out;
     o.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
+    if (!reshard_) return out;  // kept gathered until its backward is over
   }
   params_->release(u);  // reshard after forward; the backward gathers it again
+  params_->progress();
   return out;
 }
 
@@ -196,7 +200,8 @@ void Zero3Driver::end_forward() {
     params_->gather(order_[size_t(fcur_)]);
     params_->release(order_[size_t(fcur_)]);
   }
-  for (int u : order_) params_->release(u);  // prefetched and not run
+  for (int u : order_)
+    if (reshard_ || !ran_[size_t(u)]) params_->release(u);  // prefetched and not run
   for (int u : persistent_) grads_->attach(u);
   bcur_ = n - 1;
   pending_ = members_;
@@ -206,15 +211,43 @@ void Zero3Driver::end_forward() {
 void Zero3Driver::pre_backward(int u) {
   std::lock_guard<std::mutex> lock(mu_);
   const int k = pos_[size_t(u)];
-  if (k > bcur_ && !params_->gathered(u))  // (a gathered one was prefetched)
+  if (!params_->gathered(u) && (!reshard_ || k > bcur_))  // (a gathered one was prefetched or kept)
     throw std::logic_error("trainer/zero3_driver: the backward reached unit " + std::to_string(u) +
-                           " after an earlier unit of the forward order, or twice");
-  for (; bcur_ >= 0 && bcur_ >= k - prefetch_; --bcur_) {
-    const int v = order_[size_t(bcur_)];
-    params_->gather(v);
-    if (bcur_ != k && !ran_[size_t(v)]) params_->release(v);  // not run by this rank: gathered for the others
-  }
+                           (reshard_ ? " after an earlier unit of the forward order, or twice"
+                                     : " after its backward was over, or one whose forward did not run"));
+  backward_cursor_to(k - prefetch_, k);
+  grads_->poll();  // (a reduction that completed when started is retired before this unit's recompute)
+  params_->wait(u);
   grads_->attach(u);
+}
+
+void Zero3Driver::backward_cursor_to(int lowest, int running) {
+  // Positions -prefetch .. -1 gather nothing; they only move the reductions on (down to position 1).
+  for (; bcur_ >= -prefetch_ && bcur_ >= lowest; --bcur_) {
+    const int q = bcur_;
+    const int v = q >= 0 ? order_[size_t(q)] : -1;
+    if (reshard_ && v >= 0) {  // (without reshard the units that ran are still gathered; the others unneeded)
+      params_->gather_start(v);
+      if (q != running && !ran_[size_t(v)]) params_->release(v);  // not run by this rank: for the others
+    }
+    // The units above q + prefetch have had their backward on every rank that ran them (the backward is at
+    // q + prefetch or below): their reductions start here, a fixed point of the cursor, so every rank issues
+    // gathers and reductions in the same sequence (one NCCL communicator runs its ops in issue order).
+    if (last_) start_reductions_from(q + prefetch_ + 1);
+  }
+}
+
+void Zero3Driver::start_reductions_from(int lowest_pos) {
+  while (rnext_ < order_.size()) {  // red_order_ starts with the hooked units, last position first
+    const int u = red_order_[rnext_];
+    if (pos_[size_t(u)] < lowest_pos) return;
+    grads_->reduce_start(u);
+    reduce_started_[size_t(u)] = 1;
+    ++rnext_;
+    // Only the new reduction in flight: the older one had a whole unit's backward to complete, and every rank
+    // started it at the same cursor point (no deadlock); each holds a unit's gradient and buffers.
+    grads_->limit_in_flight(1);
+  }
 }
 
 void Zero3Driver::on_grad_ready(size_t index) {
@@ -222,6 +255,10 @@ void Zero3Driver::on_grad_ready(size_t index) {
   if (suspended_) return;
   c10::NoGradGuard no_grad;
   const int u = unit_of_param_[index];
+  if (reduce_started_[size_t(u)])
+    throw std::logic_error("trainer/zero3_driver: parameter '" + params_->params()[index].first +
+                           "' got its gradient after its unit's reduction had started (a gradient that "
+                           "reached a unit after the backward moved past it)");
   at::Tensor p = params_->params()[index].second;
   at::Tensor g = p.grad();
   if (!grads_->attached(u)) grads_->attach(u);  // (its output hook did not run: a gradient that bypassed it)
@@ -231,33 +268,22 @@ void Zero3Driver::on_grad_ready(size_t index) {
     p.mutable_grad() = view;
   }
   if (--pending_[size_t(u)] == 0 && pos_[size_t(u)] >= 0) params_->release(u);  // its backward is over
-  if (last_ && reduce_in_backward_) launch_ready_reductions(false);
   grads_->poll();
-}
-
-void Zero3Driver::launch_ready_reductions(bool all) {
-  while (rnext_ < red_order_.size()) {
-    const int u = red_order_[rnext_];
-    if (!all && pending_[size_t(u)] > 0) return;
-    grads_->reduce_start(u);
-    ++rnext_;
-  }
+  params_->progress();
 }
 
 void Zero3Driver::finish_reductions() {
-  launch_ready_reductions(true);
+  for (; rnext_ < red_order_.size(); ++rnext_) grads_->reduce_start(red_order_[rnext_]);
   grads_->finish();
   rnext_ = 0;
+  std::fill(reduce_started_.begin(), reduce_started_.end(), 0);
   reduced_ = true;
   last_ = false;
 }
 
 void Zero3Driver::end_backward() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (; bcur_ >= 0; --bcur_) {
-    params_->gather(order_[size_t(bcur_)]);
-    params_->release(order_[size_t(bcur_)]);
-  }
+  backward_cursor_to(-prefetch_, -1);  // the gathers (and reductions) the backward did not reach
   for (int u = 0; u < params_->num_units(); ++u) params_->release(u);
   if (last_) finish_reductions();
   reset_pass();
@@ -267,7 +293,7 @@ void Zero3Driver::reset_pass() {
   std::fill(ran_.begin(), ran_.end(), 0);
   pending_ = members_;
   fcur_ = 0;
-  bcur_ = -1;
+  bcur_ = -prefetch_ - 1;
 }
 
 void Zero3Driver::idle_micro_batch(bool last) {

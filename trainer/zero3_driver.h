@@ -15,14 +15,23 @@
 //    and once per backward, in a fixed order (forward: vision units, then decoder layers; backward: the
 //    reverse), whether or not it runs the unit: a rank whose micro-batch has no image gathers (and drops at
 //    once) the vision units when its forward passes them, and a cursor catches up at the end of the forward
-//    and backward. Gradient reductions (per unit, as its backward ends, on the last micro-batch of a window)
-//    run non-blocking on a second communicator in a fixed unit order (hooked units in backward order, then
-//    the persistent ones), so a rank's interleaving of gathers and reductions need not match the others'. On
-//    a CUDA communicator the reductions are started at the end of the backward instead (one stream: the order
-//    must be the same).
-//  - Prefetch (`optimizer.zero3_prefetch` = d): gathering unit k also gathers the next d units of the pass
-//  (the
-//    forward's next layers, the backward's previous ones), so that d + 1 units are held at once.
+//    and backward. Gradient reductions (per unit, on the last micro-batch of a window) start non-blocking in
+//    a fixed unit order (hooked units in backward order, then the persistent ones at the end of the
+//    backward); a hooked unit's starts when the backward cursor has moved prefetch + 1 positions below it
+//    (its backward is over on every rank that ran it), so the sequence of gathers and reductions is the same
+//    on every rank whatever its data: on CUDA both run on one NCCL communicator (gathers on its gather
+//    stream, reductions on Zero3Grads' reduction stream), on MPI the reductions use a second communicator. A
+//    gradient that arrives for a unit whose reduction started throws, naming the parameter.
+//  - Prefetch (`optimizer.zero3_prefetch` = d): before unit k runs, the gathers of the next d units of the
+//  pass
+//    (the forward's next layers, the backward's previous ones) are started, non-blocking
+//    (Comm::all_gather_v_start), and unit k's own gather is waited for; so d + 1 units are held at once and
+//    the next units' gathers overlap unit k's compute (MPI progresses them inside the hooks' MPI_Test calls).
+//  - Reshard after forward (`optimizer.zero3_reshard_after_forward`, default true): false keeps each unit
+//  that
+//    ran with gradients gathered from its forward to its backward (FSDP's reshard_after_forward=False): no
+//    backward gathers at all (also none for the units a rank skipped, so the ranks' collectives still pair
+//    up), every such unit held at the end of the forward.
 //  - Step: Zero3Optimizer (stage-2 arithmetic on the same shard, stage-2 state format), so parameters and
 //    checkpoints are bitwise those of ZeRO-2 and move between stages and world sizes through reshard_state.
 // Outside the training step (evaluation, saving, loading weights) gather_all() holds every unit until
@@ -52,7 +61,7 @@ class Zero3Driver final : public UnitHooks {
   // trainable: the model's trainable parameters in named_parameters order (as ZeRO-1/2 get them; rank 0's
   // values are broadcast). Uses opts' AdamW hyper-parameters, max_grad_norm, reduce_dtype, decay flags and groups.
   Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared_ptr<Comm> comm,
-              const DataParallelOptions& opts, int prefetch);
+              const DataParallelOptions& opts, int prefetch, bool reshard_after_forward = true);
   ~Zero3Driver() override;  // uninstalls the hooks
   Zero3Driver(const Zero3Driver&) = delete;
   Zero3Driver& operator=(const Zero3Driver&) = delete;
@@ -94,10 +103,13 @@ class Zero3Driver final : public UnitHooks {
 
  private:
   friend class Zero3GradHook;
-  void pre_backward(int u);                // the unit's output gradient arrived
-  void on_grad_ready(size_t index);        // parameter `index` got its gradient of this backward
-  void launch_ready_reductions(bool all);  // in red_order_, while complete (all: the rest too)
-  void finish_reductions();
+  void pre_backward(int u);          // the unit's output gradient arrived
+  void on_grad_ready(size_t index);  // parameter `index` got its gradient of this backward
+  // Moves the backward cursor down to position `lowest`: starts each position's gather (the running unit's
+  // is waited for by the caller) and, on the window's last micro-batch, the reductions it makes safe.
+  void backward_cursor_to(int lowest, int running);
+  void start_reductions_from(int lowest_pos);  // hooked units at positions >= lowest_pos, in red_order_
+  void finish_reductions();                    // the rest of red_order_, then waits for all
   int unit_of(const torch::nn::Module& m) const;
   void reset_pass();
 
@@ -106,7 +118,7 @@ class Zero3Driver final : public UnitHooks {
   std::unique_ptr<Zero3Grads> grads_;
   std::unique_ptr<Zero3Optimizer> opt_;
   int prefetch_ = 1;
-  bool reduce_in_backward_ = true;  // false on CUDA: reductions start at the end of the backward
+  bool reshard_ = true;  // optimizer.zero3_reshard_after_forward
 
   std::vector<std::pair<const torch::nn::Module*, int>> module_unit_;  // hooked module -> unit
   std::vector<int> order_;                                             // hooked units in forward order
@@ -119,12 +131,13 @@ class Zero3Driver final : public UnitHooks {
   std::mutex mu_;
   bool suspended_ = false;  // gather_all() .. release_all()
   bool last_ = false;
-  bool reduced_ = true;       // this window's reductions done (nothing pending)
-  int fcur_ = 0;              // next position of order_ the forward gathers
-  int bcur_ = -1;             // next position of order_ the backward gathers (descending)
-  std::vector<char> ran_;     // per unit: ran forward with gradients in this micro-batch
-  std::vector<int> pending_;  // per unit: parameters still without gradient in this backward
-  size_t rnext_ = 0;          // next entry of red_order_ to start
+  bool reduced_ = true;               // this window's reductions done (nothing pending)
+  int fcur_ = 0;                      // next position of order_ the forward gathers
+  int bcur_ = -1;                     // next position of order_ the backward gathers (descending)
+  std::vector<char> ran_;             // per unit: ran forward with gradients in this micro-batch
+  std::vector<int> pending_;          // per unit: parameters still without gradient in this backward
+  std::vector<char> reduce_started_;  // per unit: its reduction of this window has started
+  size_t rnext_ = 0;                  // next entry of red_order_ to start
 };
 
 }  // namespace gmod

@@ -144,6 +144,8 @@ def cases(ctx):
     train_file("json_section_wrong_type", base_config(ctx, batch=3), r"batch: expected an object, got integer")
     train_set("set_unknown_key", ["optimizer.learning_rate=1"], r"--set optimizer\.learning_rate: unknown key")
     train_set("set_bool_yes", ["deterministic=yes"], r"--set deterministic=yes: cannot parse as boolean")
+    train_set("set_zero3_reshard_not_bool", ["optimizer.zero3_reshard_after_forward=sometimes"],
+              r"--set optimizer\.zero3_reshard_after_forward=sometimes: cannot parse as boolean")
     train_set("set_section", ["optimizer=1"], r"--set optimizer: is a section")
     c.append(dict(name="train_missing_config", argv=["train", "--config", os.path.join(ctx.tmp, "nope.json")],
                   expect=r"cannot open config file .*nope\.json"))

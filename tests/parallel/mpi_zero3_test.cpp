@@ -11,7 +11,13 @@
 #include "parallel/zero3_grads.h"
 #include "parallel/zero3_optimizer.h"
 #include "parallel/zero3_params.h"
+#include "parallel/runtime.h"
 #include "tests/parallel/parallel_test_util.h"
+
+#include <climits>
+#ifdef GMOD_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 using namespace gmod;
 using namespace gmod::testing;
@@ -307,4 +313,106 @@ TEST(Zero3Optimizer, CheckpointsMoveBetweenStage3AndStages1And2) {
     EXPECT_TRUE(m.flat().equal(b.flat())) << "resumed stage 3 trains as resumed stage 2";
     EXPECT_EQ(z3.step_count(), 4);
   }
+}
+
+// Comm::all_gather_v_start (MPI_Iallgatherv in place) with uneven and empty blocks: every rank's block arrives
+// bitwise, several gathers in flight at once complete in any wait order, and a block above the per-call limit
+// goes through the blocking chunked path with the same result.
+TEST(Zero3Params, NonBlockingUnevenAllGather) {
+  const int N = world()->world_size(), r = world()->rank();
+  for (const int64_t limit : {int64_t(INT_MAX), int64_t(3)}) {
+    auto comm = std::dynamic_pointer_cast<MpiComm>(world()->duplicate());
+    ASSERT_TRUE(comm);
+    comm->set_max_count(limit);
+    std::vector<at::Tensor> bufs, want;
+    std::vector<std::unique_ptr<CommRequest>> reqs;
+    for (int g = 0; g < 3; ++g) {
+      std::vector<int64_t> counts(static_cast<size_t>(N));
+      for (int k = 0; k < N; ++k) counts[size_t(k)] = (k + g) % 3 == 1 ? 0 : 1 + 2 * k + g;  // some empty
+      int64_t total = 0, off = 0;
+      for (int64_t c : counts) total += c;
+      at::Tensor ref = at::arange(total, at::kFloat) * (g + 1) + 0.25;
+      at::Tensor buf = at::full({total}, -1.0f);
+      for (int k = 0; k < r; ++k) off += counts[size_t(k)];
+      buf.narrow(0, off, counts[size_t(r)]).copy_(ref.narrow(0, off, counts[size_t(r)]));
+      reqs.push_back(comm->all_gather_v_start(buf, counts));
+      bufs.push_back(buf);
+      want.push_back(ref);
+    }
+    for (int g = 2; g >= 0; --g) {  // waited in the reverse of the start order
+      reqs[size_t(g)]->wait();
+      EXPECT_TRUE(bufs[size_t(g)].equal(want[size_t(g)])) << "gather " << g << ", limit " << limit;
+    }
+  }
+  EXPECT_THROW(world()->all_gather_v_start(at::zeros({4}), std::vector<int64_t>(size_t(N) + 1, 0)),
+               std::runtime_error);
+}
+
+// Prefetch as Zero3Driver does it: both units' gathers started before either is waited for, the forward run
+// with the second still in flight; the parameters and gradients are bitwise those of blocking gathers.
+TEST(Zero3Params, StartedGathersEqualBlockingOnes) {
+  const int N = world()->world_size(), r = world()->rank();
+  Mlp a = Mlp::make(16), m = Mlp::make(16);
+  Zero3Params za(a.named(), kUnits, world()), zm(m.named(), kUnits, world());
+  for (Zero3Params* z : {&za, &zm}) z->release(0), z->release(1);
+  auto [x, y] = global_batch(1);
+  const int64_t per = kGlobalBatch / N;
+  za.gather(0);
+  za.gather(1);
+  a.loss(x.narrow(0, r * per, per), y.narrow(0, r * per, per)).backward();
+  zm.gather_start(0);
+  zm.gather_start(1);
+  EXPECT_TRUE(zm.gathered(0) && zm.gathered(1));
+  zm.wait(0);
+  zm.progress();
+  zm.wait(1);
+  EXPECT_FALSE(zm.in_flight(0) || zm.in_flight(1));
+  m.loss(x.narrow(0, r * per, per), y.narrow(0, r * per, per)).backward();
+  EXPECT_TRUE(m.flat().equal(a.flat()));
+  EXPECT_TRUE(m.w1.grad().equal(a.w1.grad()) && m.w2.grad().equal(a.w2.grad()));
+  zm.gather_start(0);
+  zm.release(0);  // a started gather is completed before its storage goes
+  EXPECT_FALSE(zm.gathered(0) || zm.in_flight(0));
+}
+
+// The same building blocks on CUDA with NCCL (gathers on the communicator's gather stream, reductions on
+// Zero3Grads' reduction stream with the unit's gradient recordStream'ed and dropped at once): bitwise the MPI
+// result. Skipped without one CUDA device per rank.
+TEST(Zero3Nccl, GathersAndReductionsOnSideStreamsEqualMpi) {
+#ifndef GMOD_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  const int N = world()->world_size(), r = world()->rank();
+  const bool have = at::hasCUDA() && static_cast<int>(c10::cuda::device_count()) >= N;
+  if (world()->all_reduce(have ? 0.0 : 1.0, ReduceOp::Max) != 0.0) GTEST_SKIP() << "needs one CUDA device per rank";
+  static std::shared_ptr<Comm> nccl = make_comm(at::Device(at::kCUDA));
+  ASSERT_EQ(nccl->backend(), "nccl");
+  Mlp a = Mlp::make(17), m = Mlp::make(17).to(nccl->device());
+  Zero3Params za(a.named(), kUnits, world()), zm(m.named(), kUnits, nccl);
+  Zero3Grads ga(za), gm(zm);
+  for (Zero3Params* z : {&za, &zm}) z->release(0), z->release(1);
+  zero3_backward(a, za, ga, 2);
+  auto [x, y] = global_batch(2);
+  const int64_t per = kGlobalBatch / N, mb = per / 2;
+  for (int i = 0; i < 2; ++i) {
+    zm.gather_start(0);
+    zm.gather_start(1);
+    zm.wait(0);
+    zm.wait(1);
+    gm.attach(1);
+    gm.attach(0);
+    const int64_t off = r * per + i * mb;
+    at::Tensor xd = x.narrow(0, off, mb).to(nccl->device()), yd = y.narrow(0, off, mb).to(nccl->device());
+    (m.loss(xd, yd) / 2).backward();
+    zm.release(1);
+    zm.release(0);
+  }
+  ga.reduce(1), ga.reduce(0);
+  gm.reduce_start(1);
+  gm.reduce_start(0);
+  EXPECT_FALSE(m.w1.grad().defined()) << "the unit's gradient is dropped when its reduction is enqueued";
+  gm.finish();
+  EXPECT_TRUE(gm.shard_grad().cpu().equal(ga.shard_grad()))
+      << "max diff " << (gm.shard_grad().cpu() - ga.shard_grad()).abs().max().item<double>();
+#endif
 }

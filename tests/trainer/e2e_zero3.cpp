@@ -113,6 +113,17 @@ TEST(Zero3E2E, EqualsZero2WithActivationCheckpointing) {
   expect_stage3_equals_stage2(2, {"model.activation_checkpointing=full"}, nan_on_last_rank(2));
 }
 
+// Without reshard after forward (units kept gathered from their forward to their backward, no backward
+// gathers on any rank, also not for the vision units a text-only rank skipped): the same numbers, at 2 ranks
+// and at 3 ranks with checkpointing and prefetch 0 (the recompute reads the kept units).
+TEST(Zero3E2E, EqualsZero2NoReshardAfterForward) {
+  expect_stage3_equals_stage2(2, {"optimizer.zero3_reshard_after_forward=false"}, nan_on_last_rank(2));
+  expect_stage3_equals_stage2(3,
+                              {"optimizer.zero3_reshard_after_forward=false", "model.activation_checkpointing=full",
+                               "optimizer.zero3_prefetch=0"},
+                              "");
+}
+
 // Checkpoints move both ways across stage and world size: [ZeRO-3 at 2 ranks to step 2, then ZeRO-2 at 3
 // ranks] and [ZeRO-2 at 3 ranks to step 2, then ZeRO-3 at 2 ranks] equal the same runs at ZeRO-2 throughout,
 // bitwise.

@@ -28,9 +28,11 @@ std::shared_ptr<MpiComm> world() {
   return c;
 }
 
+double ckpt_tolerance() { return world()->world_size() > 1 ? 0.12 : 0.03; }
+
 double rel_err(double plan, double measured) { return std::fabs(plan - measured) / measured; }
 
-void check(MemoryPlanInputs in, const char* label) {
+void check(MemoryPlanInputs in, const char* label, double tolerance = 0.10) {
   in.world = world()->world_size();
   const MemoryPlan plan = plan_memory(in);
   const MemoryMeasurement m = measure_training_memory(in, world());
@@ -53,9 +55,10 @@ void check(MemoryPlanInputs in, const char* label) {
   fwd_plan += plan.host_total;  // the CPU's one memory: device and host bytes together
   if (world()->rank() == 0) {
     std::printf(
-        "[%s] world %d ZeRO-%d %s%s: measured peak %s, plan %s (%s, %+.1f%%); after forward measured %s, "
+        "[%s] world %d ZeRO-%d %s%s%s: measured peak %s, plan %s (%s, %+.1f%%); after forward measured %s, "
         "plan %s (%+.1f%%)\n",
         label, in.world, in.stage, in.dtype.c_str(), in.offload == "cpu" ? " offload" : "",
+        in.checkpointing == "none" ? "" : (" checkpointing " + in.checkpointing).c_str(),
         format_bytes(double(m.peak_bytes)).c_str(),
         format_bytes(double(plan.total + plan.host_total)).c_str(), plan.peak_phase.c_str(),
         100.0 * (double(plan.total + plan.host_total) - double(m.peak_bytes)) / double(m.peak_bytes),
@@ -69,10 +72,10 @@ void check(MemoryPlanInputs in, const char* label) {
       std::printf("    phase %-20s %12lld\n", ph.name.c_str(), (long long)ph.bytes);
   }
   const int64_t total = plan.total + plan.host_total;
-  EXPECT_LE(rel_err(double(total), double(m.peak_bytes)), 0.10)
+  EXPECT_LE(rel_err(double(total), double(m.peak_bytes)), tolerance)
       << label << ": plan " << total << " B vs measured peak " << m.peak_bytes << " B on rank "
       << world()->rank();
-  EXPECT_LE(rel_err(double(fwd_plan), double(m.after_forward_bytes)), 0.10)
+  EXPECT_LE(rel_err(double(fwd_plan), double(m.after_forward_bytes)), tolerance)
       << label << ": plan after forward " << fwd_plan << " B vs measured " << m.after_forward_bytes
       << " B on rank " << world()->rank();
 }
@@ -158,15 +161,42 @@ TEST(MemoryPlanMeasured, OffloadStatesHeavyFp32Zero0) {  // the peak is the opti
   check(in, "short batch offload");
 }
 
-// ZeRO-3 (the plan's stage-3 terms: parameter shard, prefetch + 1 gathered units, per-unit gradients).
-TEST(MemoryPlanMeasured, Zero3Fp32) {
-  check(gmod::testing::small_plan_inputs(1, 3), "ZeRO-3");
+// ZeRO-3 (the plan's stage-3 terms: parameter shard, persistent units + prefetch + 1 gathered layers, the
+// persistent units' and the running unit's gradients, a reduction in flight), with activation checkpointing off
+// and on, without reshard after forward, and at prefetch 2; within 3%, tighter than the other stages' 10%, except
+// 12% for checkpointing at world > 1: whether the previous unit's reduction is still in flight during a recompute (no MPI
+// call runs there; the plan counts it, an upper bound) depends on the peers' timing, measured +3.1% to +10.4%.
+TEST(MemoryPlanMeasured, Zero3Fp32) { check(gmod::testing::small_plan_inputs(1, 3), "ZeRO-3", 0.03); }
+
+TEST(MemoryPlanMeasured, Zero3Fp32Checkpointing) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 3);
+  in.checkpointing = "full";
+  check(in, "ZeRO-3 checkpointing", ckpt_tolerance());
 }
 
 TEST(MemoryPlanMeasured, Zero3Bf16Offload) {
   MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 3, "bf16");
   in.offload = "cpu";
-  check(in, "ZeRO-3 offload");
+  check(in, "ZeRO-3 offload", 0.03);
+}
+
+TEST(MemoryPlanMeasured, Zero3Bf16Checkpointing) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 3, "bf16");
+  in.checkpointing = "full";
+  check(in, "ZeRO-3 bf16 checkpointing", ckpt_tolerance());
+}
+
+TEST(MemoryPlanMeasured, Zero3NoReshardAfterForward) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 3);
+  in.zero3_reshard_after_forward = false;
+  check(in, "ZeRO-3 no reshard", 0.03);
+}
+
+TEST(MemoryPlanMeasured, Zero3Prefetch2Checkpointing) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 3);
+  in.zero3_prefetch = 2;
+  in.checkpointing = "full";
+  check(in, "ZeRO-3 prefetch 2 checkpointing", ckpt_tolerance());
 }
 
 TEST(MemoryPlanMeasured, TrackerCountsTensorBytes) {

@@ -182,44 +182,68 @@ TEST(MemoryPlan, OffloadMovesTheStateToHost) {
   EXPECT_THROW(plan_memory(in), std::invalid_argument);
 }
 
-// ZeRO-3 against a hand count of the small model's units (LLM 4 layers x 128, vocab 1024, untied; frozen CLIP):
-// the parameter shard, prefetch + 1 gathered units of the largest size, and a communication volume of two
-// parameter all-gathers and one gradient reduce-scatter per step, 1.5x ZeRO-2's at the same dtype.
+// ZeRO-3 against a hand count of the small model's units (LLM 4 layers x 128, vocab 1024, untied; frozen CLIP)
+// as trainer/zero3_driver.h forms them: 4 hooked decoder layers; embeddings, projector, final norm and LM head
+// persistent. The parameter shard is the only static parameter storage; the persistent units are gathered in
+// every phase but the optimizer step, prefetch + 1 layers in a layer's backward (all 4 without reshard after
+// forward, also at the loss); communication per step: a forward gather of every parameter, a backward gather of
+// the layers (none without reshard), one reduce-scatter.
+namespace {
+int64_t phase_term(const MemoryPlan& p, const std::string& phase, const std::string& term) {
+  for (const auto& ph : p.phases)
+    if (ph.name == phase)
+      for (const auto& t : ph.terms)
+        if (t.name == term) return t.bytes;
+  return -1;  // absent
+}
+}  // namespace
+
 TEST(MemoryPlan, Zero3TermsFromTheUnits) {
   const LlavaConfig c = gmod::testing::small_llava_config();
   const int64_t D = 128, I = 344, V = 1024, Dv = 64;
   const int64_t layer = 4 * D * D + 3 * D * I + 2 * D, embed = V * D, head = V * D + D;
   const int64_t projector = Dv * D + D + D * D + D;
-  const int64_t largest = std::max({layer, embed, head, projector});
+  const int64_t trainable = 4 * layer + embed + head + projector, persistent = embed + head + projector;
   for (int world : {1, 2, 3})
-    for (int prefetch : {0, 1, 2}) {
-      MemoryPlanInputs in = gmod::testing::small_plan_inputs(world, 3, "bf16");
-      in.reduce_dtype = "bf16";
-      in.zero3_prefetch = prefetch;
-      const MemoryPlan p = plan_memory(in);
-      const int64_t S = p.params_padded / world;
-      EXPECT_EQ(p.params_trainable, 4 * layer + embed + head + projector);
-      EXPECT_EQ(p.zero3_unit_params, largest);
-      EXPECT_EQ(p.zero3_shared_params, 0);
-      EXPECT_EQ(p.term_bytes("weights"), 2 * S);
-      EXPECT_EQ(p.term_bytes("weights_gathered"), 2 * (prefetch + 1) * largest);
-      EXPECT_EQ(p.term_bytes("gradients"), 0);
-      EXPECT_EQ(p.term_bytes("optimizer_states"), 12 * S);
-      in.stage = 2;
-      const MemoryPlan z2 = plan_memory(in);
-      EXPECT_EQ(2 * p.comm_payload_bytes, 3 * z2.comm_payload_bytes) << "world " << world;
-      EXPECT_DOUBLE_EQ(2 * p.comm_wire_bytes, 3 * z2.comm_wire_bytes) << "world " << world;
-    }
-  // Tied embeddings stay gathered through the backward: the shared term is the embedding.
+    for (int prefetch : {0, 1, 2})
+      for (bool reshard : {true, false}) {
+        SCOPED_TRACE("world " + std::to_string(world) + " prefetch " + std::to_string(prefetch) +
+                     (reshard ? "" : " no reshard"));
+        MemoryPlanInputs in = gmod::testing::small_plan_inputs(world, 3, "bf16");
+        in.reduce_dtype = "bf16";
+        in.zero3_prefetch = prefetch;
+        in.zero3_reshard_after_forward = reshard;
+        const MemoryPlan p = plan_memory(in);
+        const int64_t S = p.params_padded / world;
+        EXPECT_EQ(p.params_trainable, trainable);
+        EXPECT_EQ(p.zero3_unit_params, layer);
+        EXPECT_EQ(p.zero3_persistent_params, persistent);
+        EXPECT_EQ(p.term_bytes("weights"), 2 * S);
+        EXPECT_EQ(p.term_bytes("gradients"), 0);
+        EXPECT_EQ(p.term_bytes("optimizer_states"), 12 * S);
+        EXPECT_EQ(phase_term(p, "forward (loss)", "weights_gathered"), 2 * (persistent + (reshard ? 0 : 4 * layer)));
+        EXPECT_EQ(phase_term(p, "layer backward", "weights_gathered"),
+                  2 * (persistent + (reshard ? (prefetch + 1) * layer : 4 * layer)));
+        EXPECT_EQ(phase_term(p, "end of backward", "weights_gathered"), 2 * persistent);
+        EXPECT_EQ(phase_term(p, "optimizer step", "weights_gathered"), -1);
+        // The persistent units' gradients from the end of the forward; the running layer's in its backward.
+        EXPECT_EQ(phase_term(p, "loss backward", "gradients_zero3"), 2 * persistent);
+        EXPECT_EQ(phase_term(p, "layer backward", "gradients_zero3"), 2 * (persistent + layer));
+        // At the end of the backward the first layer's reduction has not started yet (it starts there).
+        EXPECT_EQ(phase_term(p, "end of backward", "gradients_zero3"), 2 * (persistent + layer));
+        const int64_t payload = 2 * trainable + (reshard ? 2 * 4 * layer : 0) + 2 * trainable;
+        EXPECT_EQ(p.comm_payload_bytes, payload);
+        EXPECT_DOUBLE_EQ(p.comm_wire_bytes, world > 1 ? double(payload) * (world - 1) / world : 0.0);
+      }
   MemoryPlanInputs in = gmod::testing::small_plan_inputs(2, 3);
-  in.model.text.tie_word_embeddings = true;
+  in.model.text.tie_word_embeddings = true;  // one tensor for both: persistent, counted once
   const MemoryPlan tied = plan_memory(in);
-  EXPECT_EQ(tied.zero3_shared_params, embed);
-  EXPECT_EQ(tied.term_bytes("weights_gathered"), 4 * (2 * layer + embed));
-  // γ-MoD's shared router too.
+  EXPECT_EQ(tied.zero3_persistent_params, embed + D + projector);
+  EXPECT_EQ(phase_term(tied, "layer backward", "weights_gathered"), 4 * (embed + D + projector + 2 * layer));
+  // γ-MoD's shared router (used by every MoD layer) is persistent too.
   in = gmod::testing::small_plan_inputs(2, 3);
   in.mod_layers = {1, 2};
-  EXPECT_EQ(plan_memory(in).zero3_shared_params, 2 * D);
+  EXPECT_EQ(plan_memory(in).zero3_persistent_params, persistent + 2 * D);
   in.stage = 4;
   EXPECT_THROW(plan_memory(in), std::invalid_argument);
 }

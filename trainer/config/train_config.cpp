@@ -78,7 +78,8 @@ json to_json(const TrainConfig& c) {
         {"reduce_dtype", c.optimizer.reduce_dtype}, {"overlap_comm", c.optimizer.overlap_comm},
         {"accumulate_fp32", c.optimizer.accumulate_fp32}, {"offload", c.optimizer.offload},
         {"groups", groups_json(c.optimizer.groups)}, {"mm_projector_lr", c.optimizer.mm_projector_lr},
-        {"mm_vision_tower_lr", c.optimizer.mm_vision_tower_lr}}},
+        {"mm_vision_tower_lr", c.optimizer.mm_vision_tower_lr},
+        {"zero3_reshard_after_forward", c.optimizer.zero3_reshard_after_forward}}},
       {"batch",
        {{"micro_batch", c.batch.micro_batch}, {"grad_accum", c.batch.grad_accum},
         {"global_batch", c.batch.global_batch}}},
@@ -156,6 +157,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(o, "mm_projector_lr", c.optimizer.mm_projector_lr);
       get(o, "mm_vision_tower_lr", c.optimizer.mm_vision_tower_lr);
       c.optimizer.groups = param_groups_from_json(o["groups"], "optimizer.groups", errs);
+      get(o, "zero3_reshard_after_forward", c.optimizer.zero3_reshard_after_forward);
       get(b, "micro_batch", c.batch.micro_batch), get(b, "grad_accum", c.batch.grad_accum);
       get(b, "global_batch", c.batch.global_batch);
       get(s, "epochs", c.schedule.epochs), get(s, "max_steps", c.schedule.max_steps);

@@ -136,6 +136,10 @@ struct OptimizerSection {
   // mm_projector_lr, and {"parts": ["vision_tower"], "lr": x} named mm_vision_tower_lr, after `groups`.
   double mm_projector_lr = 0.0;
   double mm_vision_tower_lr = 0.0;
+  // Stage 3: release each unit's gathered parameters after its forward and gather them again for its backward
+  // (true, FSDP's reshard_after_forward); false keeps them from the forward to the backward (no second gather,
+  // every unit held at the end of the forward).
+  bool zero3_reshard_after_forward = true;
 };
 
 struct BatchSection {

@@ -193,14 +193,19 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const std::string grads_name = stage3 ? "gradients_zero3" : "gradients_zero2";
   const int64_t grad_elem_bytes = s.e + (acc32 ? 4 : 0);
   const bool offload = in.offload == "cpu", cuda = in.device == "cuda";
-  // ZeRO-3 (docs/parallel.md): the parameter shard in its dtype, `zero3_prefetch + 1` gathered units alive at a
-  // time (the running one and the prefetched ones; released after the forward, gathered again for the backward
-  // or the recompute), and the shared parameters kept gathered from their first use to the end of the backward.
-  const Zero3Units units = stage3 ? zero3_units(pc, in.model, in) : Zero3Units{};
-  const int64_t gathered =
-      stage3 ? std::min<int64_t>(in.zero3_prefetch + 1, units.count) * units.max_unit + units.shared : 0;
+  // ZeRO-3 (trainer/zero3_driver.h, docs/parallel.md): the parameter shard in its dtype is the only static
+  // parameter storage. The persistent units are gathered from the start of each micro-batch's forward to the end
+  // of its backward (a term of every phase but the optimizer step); of the hooked units, `zero3_prefetch + 1`
+  // are gathered at a time around a layer's forward or backward (or recompute), none at the loss; without
+  // reshard-after-forward every hooked unit stays gathered from its forward to its backward.
+  Zero3Units units = stage3 ? zero3_units(pc, in.model, in) : Zero3Units{};
+  if (stage3) units.persistent = trainable - units.hooked;
+  const bool reshard = in.zero3_reshard_after_forward;
+  const int64_t z3_persistent = s.e * units.persistent;
+  const int64_t z3_running = s.e * std::min<int64_t>(in.zero3_prefetch + 1, units.count) * units.max_unit;
+  const int64_t z3_all_hooked = s.e * units.hooked;
   p.zero3_unit_params = units.max_unit;
-  p.zero3_shared_params = units.shared;
+  p.zero3_persistent_params = units.persistent;
   const int64_t images = in.model.vision ? int64_t(in.images_per_sample) * s.B : 0;
   const int64_t img_px =
       in.model.vision ? 3 * int64_t(in.model.image_input_size()) * in.model.image_input_size() : 0;
@@ -208,9 +213,6 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
       {"weights", s.e * (stage3 ? shard : padded),
        stage3 ? "ZeRO-3 parameter shard [P_pad / world] in the params' dtype (Zero3Params::shard)"
               : "trainable parameters: flat compute buffer pflat_ [padded P] (data_parallel.cpp)"},
-      {"weights_gathered", s.e * gathered,
-       "ZeRO-3: zero3_prefetch + 1 gathered units of the largest size + shared parameters (tied embeddings, "
-       "γ-MoD router)"},
       {"weights_frozen", s.e * p.params_frozen, "frozen parameters (vision tower etc.), compute dtype"},
       {"gradients", stage2_grads ? 0 : s.e * padded,
        stage2_grads ? "ZeRO-2/3: per-bucket/unit gradient storage, counted in the phases (released when reduced)"
@@ -332,8 +334,26 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const int64_t bucket = std::max<int64_t>(1, in.bucket_bytes / r);
   int64_t inflight = cuda_release ? per_owned * shard + (src_e != r ? r : 0) * std::min(padded, bucket)
                                   : per_elem * padded + per_owned * shard;
-  // ZeRO-3: one unit is reduced at a time (Zero3Grads::reduce): its reduce-dtype copy and receive buffers.
-  if (stage3) inflight = per_elem * units.max_unit + per_owned * std::min(units.max_unit, shard);
+  // ZeRO-3 (parallel/zero3_grads.cpp, mpi_comm.cpp): a unit's reduction in flight holds what it reads (the
+  // unit's gradient buffer, or its reduce-dtype copy), Inflight::out [owned] in the reduce dtype (never a view of
+  // the shard) and, on MPI, the fp32 upcast of a bf16 reduction and the receive buffer [owned]. On MPI the unit
+  // before the running one is reduced when the backward reaches the running one, and polled to completion there
+  // and in every gradient hook: with ranks in step it is gone before the running unit's backward peaks (measured
+  // at 1-3 ranks), so a layer's backward plans none without checkpointing (a late peer can keep one unit in
+  // flight longer); the end of the backward plans one. CUDA: the gradient is released when its reduce-scatter is enqueued on the reduction
+  // stream (recordStream); the reduce-dtype copy and `out` remain until the next poll.
+  int64_t z3_inflight = 0;
+  if (stage3) {
+    const int64_t U = units.max_unit, own = std::min(U, shard);
+    z3_inflight = mpi ? (src_e != r ? r : grad_elem_bytes) * U + (r != 4 ? 4 * U : 0) + r * own +
+                            std::max<int64_t>(r, 4) * own
+                      : r * own;  // (the reduce-dtype copy is freed, stream-ordered, when enqueued)
+    if (mpi && N == 1) z3_inflight = 0;
+    inflight = z3_inflight;
+  }
+  // (Under activation checkpointing the recompute runs with no MPI call, so the previous unit's reduction, not
+  // complete when the backward reached this unit, stays in flight through the recompute: counted.)
+  const int64_t z3_layer_inflight = mpi && in.checkpointing == "none" ? 0 : z3_inflight;
   // Bucket 0 (the last parameters, lm_head first) is launched as soon as its gradients are done and stays in
   // flight during the rest of the backward.
   int64_t first_bucket = 0;
@@ -353,10 +373,22 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     zero2_layer = grad_elem_bytes * std::min(padded, max_layer_params + std::max(bucket, b0));
     zero2_end = grad_elem_bytes * std::min(padded, std::max(bucket, in.train_llm ? pc.embed : 0));
   }
-  // ZeRO-3 with one micro-batch per step: the running unit's gradient and the shared parameters' (reduced once,
-  // at the end of the backward).
-  if (stage3 && in.grad_accum == 1)
-    zero2_layer = zero2_end = grad_elem_bytes * std::min(padded, units.max_unit + units.shared);
+  // ZeRO-3 with one micro-batch per step: the running unit's gradient and the persistent units' (attached at the
+  // end of the forward, reduced once at the end of the backward; Zero3Driver::end_forward).
+  const int64_t z3_persistent_grads = grad_elem_bytes * units.persistent;
+  if (stage3 && in.grad_accum == 1) {
+    zero2_layer = grad_elem_bytes * std::min(padded, units.max_unit + units.persistent);
+    // (the first hooked unit's reduction starts at the end of the backward, with the persistent ones)
+    zero2_end = grad_elem_bytes * std::min(padded, units.max_unit + units.persistent);
+  }
+  // ZeRO-3's gathered parameters per phase (see z3_persistent above).
+  auto gathered = [&](std::vector<MemoryTerm>& terms, int64_t hooked, const char* what) {
+    if (stage3)
+      terms.push_back({"weights_gathered", z3_persistent + hooked,
+                       std::string("ZeRO-3: the persistent units (embeddings, head, projector, norms, shared "
+                                   "router) gathered for the micro-batch") +
+                           what});
+  };
 
   // ---- phases ----
   struct Phase {
@@ -377,6 +409,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     if (stage2_grads && in.grad_accum > 1)
       phases.back().terms.push_back({grads_name, grad_elem_bytes * padded,
                                      "ZeRO-2/3 gradient buffers written by the window's earlier backwards"});
+    gathered(phases.back().terms, reshard ? 0 : z3_all_hooked,
+             reshard ? "" : ", every hooked unit (no reshard after forward)");
   }
   if (head_rg) {
     phases.push_back(
@@ -389,6 +423,11 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     if (stage2_grads && in.grad_accum > 1)
       phases.back().terms.push_back(
           {grads_name, grad_elem_bytes * padded, "ZeRO-2/3 gradient buffers (written by earlier backwards)"});
+    if (stage3 && in.grad_accum == 1)
+      phases.back().terms.push_back(
+          {grads_name, z3_persistent_grads, "ZeRO-3 gradients of the persistent units (attached after the forward)"});
+    gathered(phases.back().terms, reshard ? 0 : z3_all_hooked,
+             reshard ? "" : ", every hooked unit (no reshard after forward)");
     // Layer backward: the last layers' saved tensors (all of them when nothing is checkpointed), a recomputed
     // layer, the gradient temporaries, and bucket 0 in flight.
     // The final norm and lm_head inputs are freed by then.
@@ -400,9 +439,14 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
         {"layer_backward_transient", max_transient, "gradients inside one decoder layer's backward"});
     if (first_bucket > 0)
       lt.push_back({"comm_inflight", first_bucket, "gradient bucket 0 (lm_head) in flight"});
+    if (z3_layer_inflight > 0)
+      lt.push_back({"comm_inflight", z3_layer_inflight, "ZeRO-3: the previous unit's reduce-scatter in flight"});
+    gathered(lt, reshard ? z3_running : z3_all_hooked,
+             reshard ? ", zero3_prefetch + 1 hooked units of the largest size"
+                     : ", the hooked units whose backward has not run (upper bound: all)");
     if (stage2_grads)  // upper bound: the buckets of the layers not yet reached are still unallocated
       lt.push_back({grads_name, zero2_layer,
-                    stage3         ? "ZeRO-3 gradients of the running unit and the shared parameters"
+                    stage3         ? "ZeRO-3 gradients of the running unit and the persistent units"
                     : cuda_release ? "ZeRO-2 gradient buckets not yet enqueued"
                                    : "ZeRO-2 gradient buckets (at most all)"});
     phases.push_back({"layer backward", lt});
@@ -414,9 +458,12 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                                      "layer / ConvNeXt stage) and the gradients inside its backward"}};
       if (first_bucket > 0)
         tt.push_back({"comm_inflight", first_bucket, "gradient bucket 0 (lm_head) in flight"});
+      if (z3_layer_inflight > 0)
+        tt.push_back({"comm_inflight", z3_layer_inflight, "ZeRO-3: the previous unit's reduce-scatter in flight"});
+      gathered(tt, reshard ? z3_running : z3_all_hooked, ", the running and prefetched hooked units");
       if (stage2_grads)
         tt.push_back({grads_name, zero2_layer,
-                      stage3 ? "ZeRO-3 gradients of the running unit and the shared parameters"
+                      stage3 ? "ZeRO-3 gradients of the running unit and the persistent units"
                              : "ZeRO-2 gradient buckets (at most all)"});
       phases.push_back({"tower backward", tt});
     }
@@ -428,10 +475,11 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                         "dense embedding weight gradient before it is accumulated"}}});
     if (stage2_grads)
       phases.back().terms.push_back({grads_name, zero2_end,
-                                     stage3 ? "ZeRO-3 gradients of the last unit and the shared parameters"
+                                     stage3 ? "ZeRO-3 gradients of the persistent units and the first hooked unit"
                                      : cuda_release
                                          ? "ZeRO-2: the last (embedding) bucket, released when enqueued"
                                          : "ZeRO-2 gradient buckets, all"});
+    gathered(phases.back().terms, 0, "");
   }
   // Optimizer step: AdamW's denominator temporaries (2 chunks of at most 64 Mi elements, sharded_adamw.cpp).
   phases.push_back({"optimizer step",
@@ -453,13 +501,17 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   // ---- communication per optimizer step (one reduction per step whatever grad_accum is) ----
   const double f = N > 1 ? double(N - 1) / double(N) : 0.0;
   if (stage3) {
-    // Each micro-batch gathers every unit for its forward and again for its backward (or recompute); the
-    // gradients are reduce-scattered once per step. ~1.5x ZeRO-2's volume at the same dtypes.
-    const int64_t ga = int64_t(in.grad_accum) * s.e * padded;
-    p.comm.push_back({"all_gather(params, forward)", ga, "per unit before it runs, every micro-batch"});
-    p.comm.push_back({"all_gather(params, backward)", ga, "per unit before its backward or recompute"});
-    p.comm.push_back({"reduce_scatter(gradients)", r * padded, "per unit after its backward, reduce dtype"});
-    p.comm_wire_bytes += f * double(2 * ga + r * padded);
+    // Each micro-batch gathers every unit for its forward (the persistent ones once, for forward and backward)
+    // and the hooked units again for their backward (or recompute), unless they stay gathered
+    // (zero3_reshard_after_forward false); the gradients are reduce-scattered once per step, per unit. Units
+    // hold no padding. 1.5x ZeRO-2's volume at the same dtypes when every parameter is in a hooked unit.
+    const int64_t gf = int64_t(in.grad_accum) * s.e * trainable;
+    const int64_t gb = reshard ? int64_t(in.grad_accum) * s.e * units.hooked : 0;
+    p.comm.push_back({"all_gather(params, forward)", gf, "per unit before it runs, every micro-batch"});
+    if (gb > 0)
+      p.comm.push_back({"all_gather(params, backward)", gb, "per hooked unit before its backward or recompute"});
+    p.comm.push_back({"reduce_scatter(gradients)", r * trainable, "per unit after its backward, reduce dtype"});
+    p.comm_wire_bytes += f * double(gf + gb + r * trainable);
   } else if (in.stage < 2) {
     p.comm.push_back({"all_reduce(gradients)", r * padded, "bucketed, reduce dtype"});
     p.comm_wire_bytes += 2 * f * double(r * padded);
@@ -547,6 +599,7 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw
       in.zero3_prefetch = raw["optimizer"]["zero3_prefetch"].get<int>();
   }
   in.accumulate_fp32 = cfg.optimizer.accumulate_fp32;
+  in.zero3_reshard_after_forward = cfg.optimizer.zero3_reshard_after_forward;
   in.reduce_dtype = effective_reduce_dtype(cfg);
   return in;
 }

@@ -28,6 +28,8 @@ struct MemoryPlanInputs {
   // of the converted parameter shard) in host memory: `host_terms`, not the device total.
   std::string offload = "none";
   int zero3_prefetch = 1;      // ZeRO-3: units gathered ahead of the running one (optimizer.zero3_prefetch)
+  // ZeRO-3: false keeps each unit gathered from its forward to its backward (optimizer.zero3_reshard_after_forward).
+  bool zero3_reshard_after_forward = true;
   std::string dtype = "bf16";  // parameter/compute dtype: "fp32" or "bf16" (model.dtype)
   int micro_batch = 1;         // samples per forward/backward (batch.micro_batch)
   int seq_len = 2048;         // padded tokens per sample (data.max_len: the plan assumes full-length batches)
@@ -92,8 +94,9 @@ struct MemoryPlan {
   // Host memory per rank (optimizer offload): its terms and their sum; not part of `total` or the budget.
   std::vector<MemoryTerm> host_terms;
   int64_t host_total = 0;
-  // ZeRO-3: the largest unit (parameters gathered together) and the shared parameters kept gathered.
-  int64_t zero3_unit_params = 0, zero3_shared_params = 0;
+  // ZeRO-3: the largest hooked unit (parameters gathered together around one unit's forward and backward)
+  // and the persistent parameters, gathered from each micro-batch's forward to the end of its backward.
+  int64_t zero3_unit_params = 0, zero3_persistent_params = 0;
   double budget_bytes = 0, reserve_bytes = 0;
   bool has_budget = false, fits = true;
 
@@ -108,6 +111,7 @@ struct ParamCounts {
   std::vector<int64_t> llm_layer;              // per decoder layer (inside `llm`)
   int64_t embed = 0, lm_head = 0;
   int64_t vision_unit = 0;    // the largest vision unit (a CLIP layer or a ConvNeXt stage): a ZeRO-3 unit
+  int64_t vision_hooked = 0;  // every CLIP layer and ConvNeXt stage (ZeRO-3 hooked units), summed
   int64_t shared_router = 0;  // γ-MoD's shared router (inside `llm`), used by every MoD layer
   int64_t total() const { return vision + projector + llm; }
 };
@@ -118,12 +122,16 @@ int64_t mgm_mining_params(const MgmConfig& m, int64_t d);
 ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layers,
                          const std::string& mod_router);
 
-// ZeRO-3 units of the trainable parameters (docs/parallel.md: a decoder layer, a vision block, the embeddings,
-// the head, the projector): the largest one and the parameters shared by several units, which stay gathered from
-// their first use to the end of the backward (tied embeddings, γ-MoD's shared router). trainer/plan/param_counts.cpp.
+// ZeRO-3 units of the trainable parameters as trainer/zero3_driver.h forms them: *hooked* units (each trainable
+// decoder layer, CLIP encoder layer and ConvNeXt stage), gathered around their forward and again for their
+// backward, and the *persistent* rest (embeddings, LM head, final norm, projector, vision stem and norms, γ-MoD's
+// shared router, adapters; tied embeddings are one tensor among them), gathered once per micro-batch from the
+// start of its forward to the end of its backward. trainer/plan/param_counts.cpp.
 struct Zero3Units {
-  int64_t max_unit = 0, shared = 0;
-  int count = 0;
+  int64_t max_unit = 0;    // the largest hooked unit
+  int64_t hooked = 0;      // parameters in hooked units
+  int64_t persistent = 0;  // trainable parameters in no hooked unit
+  int count = 0;           // hooked units
 };
 Zero3Units zero3_units(const ParamCounts& pc, const LlavaConfig& c, const MemoryPlanInputs& in);
 

@@ -127,7 +127,8 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
     std::unique_ptr<Zero3Driver> z3;
     if (in.stage == 3) {
       o.stage = 2;
-      z3 = std::make_unique<Zero3Driver>(*model, trainable, comm, o, in.zero3_prefetch);
+      z3 = std::make_unique<Zero3Driver>(*model, trainable, comm, o, in.zero3_prefetch,
+                                         in.zero3_reshard_after_forward);
     } else {
       opt = std::make_unique<DataParallelOptimizer>(trainable, comm, o);
       opt->broadcast_params(0);
@@ -161,10 +162,11 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
         if (in_k.pixel_values.defined()) in_k.pixel_values = in_k.pixel_values.to(dtype);
         if (z3) z3->begin_forward();
         ModelOutput out = forward_label_loss(*model, in_k, st);
-        if (z3) z3->end_forward();
         at::Tensor loss = out.lm_loss_sum * (double(in.world) / std::max(1.0, n_sup));
         if (!st.aux_losses.empty()) loss = loss + total_routing_loss(st, MoDConfig{}) / double(micro.size());
+        // (stage 3: before end_forward attaches the persistent units' gradient buffers for the backward)
         m.after_forward_bytes = tracker.live_bytes() - base;
+        if (z3) z3->end_forward();
         if (k + 1 == micro.size()) z3 ? z3->set_last_micro_batch() : opt->set_last_micro_batch();
         loss.backward();
         if (z3) z3->end_backward();

@@ -11,7 +11,7 @@ namespace {
 
 // A timm ConvNeXt's stem and stages (model/convnext.h), parameter count; `largest_stage`: the largest stage
 // (downsampling + blocks), a ZeRO-3 unit (trainer/zero3_driver.h hooks ConvNeXt stages).
-int64_t convnext_params(const ConvNextConfig& c, int64_t* largest_stage = nullptr) {
+int64_t convnext_params(const ConvNextConfig& c, int64_t* largest_stage = nullptr, int64_t* stages = nullptr) {
   const int64_t k2 = int64_t(c.kernel_size) * c.kernel_size, r = c.mlp_ratio;
   int64_t n = int64_t(c.dims[0]) * c.in_chans * c.patch_size * c.patch_size + 3 * int64_t(c.dims[0]);
   for (size_t i = 0; i < c.dims.size(); ++i) {
@@ -20,6 +20,7 @@ int64_t convnext_params(const ConvNextConfig& c, int64_t* largest_stage = nullpt
     stage += c.depths[i] * (C * k2 + C + 2 * C + 2 * r * C * C + r * C + C + (c.ls_init_value > 0 ? C : 0));
     n += stage;
     if (largest_stage) *largest_stage = std::max(*largest_stage, stage);
+    if (stages) *stages += stage;
   }
   return n;
 }
@@ -72,12 +73,13 @@ ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layer
                layer * v.num_hidden_layers;
     p.projector = Dv * D + D + D * D + D;
     p.vision_unit = layer;
+    p.vision_hooked = layer * v.num_hidden_layers;
     if (c.multipath) {  // LLaVA-HR: all CLIP layers run, plus the ConvNeXt and the adapters
       p.vision += multipath_extra_params(*c.multipath, Dv);
-      convnext_params(c.multipath->slow, &p.vision_unit);
+      convnext_params(c.multipath->slow, &p.vision_unit, &p.vision_hooked);
     }
     if (c.mgm) {  // MGM: the aux ConvNeXt and the patch info mining projectors
-      p.vision += convnext_params(c.mgm->aux, &p.vision_unit) + mgm_mining_params(*c.mgm, Dv);
+      p.vision += convnext_params(c.mgm->aux, &p.vision_unit, &p.vision_hooked) + mgm_mining_params(*c.mgm, Dv);
     }
   }
   return p;
@@ -88,23 +90,23 @@ Zero3Units zero3_units(const ParamCounts& pc, const LlavaConfig& c, const Memory
   auto unit = [&u](int64_t n) {
     if (n <= 0) return;
     u.max_unit = std::max(u.max_unit, n);
+    u.hooked += n;
     ++u.count;
   };
-  if (in.train_vision) {
-    const int blocks = c.vision ? c.vision->num_hidden_layers : 0;
-    for (int b = 0; b < blocks; ++b) unit(pc.vision_unit);  // upper bound: every vision unit as the largest
+  if (in.train_vision && c.vision) {
+    // Every CLIP layer (also those past vision_feature_layer: gathered in turn, not run) and ConvNeXt stage.
+    u.max_unit = std::max(u.max_unit, pc.vision_unit);
+    u.hooked += pc.vision_hooked;
+    u.count += c.vision->num_hidden_layers;
+    if (c.multipath) u.count += int(c.multipath->slow.dims.size());
+    if (c.mgm) u.count += int(c.mgm->aux.dims.size());
   }
-  if (in.train_projector) unit(pc.projector);
   if (in.train_llm) {
     const std::set<int> frozen(in.frozen_llm_layers.begin(), in.frozen_llm_layers.end());
-    unit(pc.embed);
     for (size_t l = 0; l < pc.llm_layer.size(); ++l)
       if (!frozen.count(int(l))) unit(pc.llm_layer[l]);
-    unit(pc.lm_head + c.text.hidden_size);  // the head: lm_head (absent when tied) and the final norm
-    if (c.text.tie_word_embeddings) u.shared += pc.embed;  // used by the first unit and the head
-    u.shared += pc.shared_router;                          // used by every MoD layer
   }
-  return u;
+  return u;  // (persistent: the trainable count minus `hooked`, set by plan_memory, which knows what trains)
 }
 
 }  // namespace gmod
