@@ -73,6 +73,7 @@ GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const Ge
     auto new_valid = finished.logical_not();
     lengths = lengths + new_valid.to(at::kLong);
     if (eos >= 0) finished = finished | (next == eos);
+    if (opt.on_step && !opt.on_step(t, next)) break;
     if (t + 1 == opt.max_new_tokens || finished.all().item<bool>()) break;
 
     auto step_roles = at::where(new_valid.unsqueeze(1), answer, pad_role);
