@@ -63,8 +63,9 @@ if [ ! -f "$LMMS_VENV/.complete" ]; then
   python3 -m venv "$LMMS_VENV"
   purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
   "$VENV/bin/python" -c "$purelib" > "$("$LMMS_VENV/bin/python" -c "$purelib")/gmod-torch-venv.pth"
+  # filelock < 4: lmms-eval 0.7.3 imports filelock._api, which filelock 4 no longer has.
   "$LMMS_VENV/bin/pip" install -q "lmms-eval==$LMMS_EVAL_VERSION" "torch==$TORCH_VERSION" \
-    "torchvision==$TORCHVISION_VERSION" >&2
+    "torchvision==$TORCHVISION_VERSION" "filelock==3.32.7" >&2
   touch "$LMMS_VENV/.complete"
 fi
 echo "$LMMS_VENV/bin/python" > "$VENV/lmms-eval-python"

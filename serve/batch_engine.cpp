@@ -112,13 +112,19 @@ void BatchEngine::loop() {
 }
 
 bool BatchEngine::step(Job& j, int64_t id) {
-  if (j.cancelled || j.answer->finished()) return false;
+  if (j.cancelled || j.failed || j.answer->finished()) return false;
   if (j.state->cancelled()) {
     j.cancelled = true;
     j.state->fail(api_error(499, "invalid_request_error", "the client closed the connection"));
     return false;
   }
-  j.state->append(j.answer->add(id));
+  try {
+    j.state->append(j.answer->add(id));
+  } catch (const std::exception& e) {  // e.g. an id the tokenizer does not have: this request fails, not the batch
+    j.failed = true;
+    j.state->fail(api_error(500, "server_error", std::string("decoding failed: ") + e.what()));
+    return false;
+  }
   if (!j.answer->finished()) return true;
   j.state->complete(j.answer->completion(int64_t(j.prompt.ids.size())));
   return false;
@@ -174,6 +180,7 @@ void BatchEngine::run_batch(std::vector<Job>& jobs) {
 
   int64_t generated = 0, prompt_tokens = 0, completed = 0, cancelled = 0;
   for (Job& j : jobs) {
+    if (j.failed) continue;
     if (!j.cancelled && !j.answer->finished()) {  // generation ended first (every sample at EOS)
       j.state->append(j.answer->end());
       j.state->complete(j.answer->completion(int64_t(j.prompt.ids.size())));

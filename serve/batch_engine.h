@@ -77,6 +77,7 @@ class BatchEngine {
     std::shared_ptr<RequestState> state;
     std::unique_ptr<AnswerText> answer;
     bool cancelled = false;
+    bool failed = false;  // its text did not decode: answered 500, the batch goes on
   };
   void loop();
   void run_batch(std::vector<Job>& jobs);

@@ -5,7 +5,7 @@ build's demo data with questions). The real command line is run: `python -m lmms
 openai_compatible --tasks gmod_shapes --include_path ...`, reaching the server through OPENAI_API_BASE and
 OPENAI_API_KEY as lmms-eval documents. Checks: lmms-eval finishes, every logged response equals `gmod generate
 --image` on the same image and question (the independent oracle), and the results file holds the task's
-exact_match.
+exact_match (one document's target is the oracle's answer: 1/3).
 
 Usage: serve_lmms_eval_test.py --gmod BIN --images DIR -- MODEL_ARGS...
 """
@@ -48,6 +48,7 @@ def main():
     docs = [{"id": i, "image": img, "question": q, "answer": "red"}
             for i, (img, q) in enumerate(zip(images, QUESTIONS))]
     want = {d["id"]: generate(args, d["question"], d["image"], max_new=MAX_NEW) for d in docs}
+    docs[0]["answer"] = want[0]  # so that the scored exact_match (1/3) shows lmms-eval scored what it got
     print("gmod generate:", want, flush=True)
 
     work = tempfile.mkdtemp(prefix="gmod-lmms-eval-")
@@ -76,15 +77,17 @@ def main():
             logged = [json.loads(line) for line in f if line.strip()]
         check(len(logged) == len(docs), f"{len(logged)} samples logged for {len(docs)} documents")
         for s in logged:
-            resp = s["resps"][0][0] if isinstance(s["resps"][0], list) else s["resps"][0]
-            doc_id = s["doc"]["id"] if "doc" in s else s["doc_id"]
+            resp = s["filtered_resps"]  # a string in 0.7.3's log; a list of them in older versions
+            while isinstance(resp, list):
+                resp = resp[0]
+            doc_id = s["doc_id"]  # the line of data.jsonl, whose "id" is that line's index
             check(resp == want[doc_id], f"document {doc_id}: lmms-eval's response equals gmod generate ({resp!r})")
         results = glob.glob(os.path.join(out, "**", "*results*.json"), recursive=True)
         check(results, "lmms-eval wrote its results file")
         with open(results[0]) as f:
             res = json.load(f)["results"]["gmod_shapes"]
         em = [v for k, v in res.items() if k.startswith("exact_match")]
-        expected = sum(want[d["id"]].strip().lower() == d["answer"] for d in docs) / len(docs)
+        expected = sum(want[d["id"]].strip().lower() == d["answer"].strip().lower() for d in docs) / len(docs)
         check(em and abs(em[0] - expected) < 1e-9, f"exact_match {em} equals the oracle's {expected}")
         check(server.proc.poll() is None, "the server is still running")
     finally:
