@@ -81,6 +81,8 @@ struct HttpApi::Impl {
         started = true;
         return write(event(api->chunk(id, created, {{"role", "assistant"}, {"content", ""}}, nullptr)));
       }
+      // Checked at every call, not only when idle: a write to a peer that has closed may still succeed.
+      if (client.gone()) return false;
       RequestState::Update u = state->take(std::chrono::milliseconds(200));
       if (!u.delta.empty() && !write(event(api->chunk(id, created, {{"content", u.delta}}, nullptr)))) return false;
       if (u.done) {
@@ -110,7 +112,6 @@ struct HttpApi::Impl {
         sink.done();
         return true;
       }
-      if (u.delta.empty() && client.gone()) return false;
       // A comment line now and then: keeps proxies from timing out, and a write to a closed peer fails.
       if (std::chrono::steady_clock::now() - last_write > std::chrono::seconds(5)) return write(": waiting\n\n");
       return true;

@@ -48,8 +48,7 @@ def open_request(server, payload, rcvbuf=None):
     return s
 
 
-def read_until(s, needle):
-    data = b""
+def read_until(s, needle, data=b""):
     while needle not in data:
         got = s.recv(4096)
         if not got:
@@ -103,6 +102,8 @@ def main():
         answer(server, PROMPT, LONG)
         long_s = time.time() - t0
         print(f"a {LONG}-token request takes {long_s:.2f} s", flush=True)
+        # A batch's figures are added just after its answers went out: wait for both batches so far.
+        wait_for(lambda: server.metrics()["gmod_batches_total"] >= 2, 30, "metrics of the first two batches")
         m0 = server.metrics()
 
         # 1. A streaming client gone after its first content chunk.
@@ -114,29 +115,38 @@ def main():
                  60, "the closed stream's request is cancelled")
         got, _ = answer(server, "Hello there")
         check(got == want, f"after a client left mid-stream, the next answer equals gmod generate ({got!r})")
+        wait_for(lambda: server.metrics()["gmod_batches_total"] >= m0["gmod_batches_total"] + 2, 30, "metrics")
         m1 = server.metrics()
-        check(m1["gmod_completion_tokens_total"] - m0["gmod_completion_tokens_total"] < LONG,
-              "the cancelled request's batch ended early (fewer than max_tokens tokens decoded)")
+        spent = m1["gmod_completion_tokens_total"] - m0["gmod_completion_tokens_total"]
+        check(spent < LONG, f"the cancelled request's batch ended early ({spent:.0f} tokens decoded for it and the "
+              f"next request, fewer than max_tokens {LONG}; closed {time.time() - t0:.2f} s ago)")
         check(m1["gmod_requests_completed_total"] == m0["gmod_requests_completed_total"] + 1,
               "the cancelled request is not counted as completed")
 
         # 2. A queued request whose client leaves before it runs: dropped, no batch for it.
         m0 = server.metrics()
         a = open_request(server, body(PROMPT, LONG, stream=True))
-        read_until(a, b'"content":"')  # A decodes; B must wait (max batch 1)
+        head = read_until(a, b'"content":"')  # A decodes; B must wait (max batch 1)
         b = open_request(server, body("Hello there", MAX_NEW))
         time.sleep(0.1)
         b.close()
-        data = read_until(a, b"data: [DONE]")
+        data = read_until(a, b"data: [DONE]", head)
         a.close()
         wait_for(lambda: server.metrics()["gmod_requests_cancelled_total"] >= m0["gmod_requests_cancelled_total"] + 1,
                  30, "the queued request of the closed client is dropped")
+        wait_for(lambda: server.metrics()["gmod_batches_total"] >= m0["gmod_batches_total"] + 1, 30, "A's batch")
+        time.sleep(1.0)  # time enough for a batch of B's, were it decoded
         m1 = server.metrics()
         check(m1["gmod_batches_total"] == m0["gmod_batches_total"] + 1,
               f"the dropped request was not decoded (batches {m0['gmod_batches_total']} -> {m1['gmod_batches_total']})")
         events = [json.loads(line[6:]) for line in data.decode().split("\n") if line.startswith("data: {")]
         streamed = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
-        check(streamed == long_text, "the stream that stayed got its whole answer, equal to gmod generate")
+        if streamed != long_text:
+            i = next((k for k in range(min(len(streamed), len(long_text))) if streamed[k] != long_text[k]), None)
+            print("first difference at", i, repr(streamed[max(0, (i or 0) - 20):(i or 0) + 20]),
+                  repr(long_text[max(0, (i or 0) - 20):(i or 0) + 20]), flush=True)
+        check(streamed == long_text, "the stream that stayed got its whole answer, equal to gmod generate "
+              f"({len(streamed)} of {len(long_text)} characters; last events {[e for e in events][-2:]})")
 
         # 3. A client that never reads its stream does not hold the server.
         slow = open_request(server, body(PROMPT, LONG, stream=True), rcvbuf=4096)
