@@ -1,8 +1,8 @@
 // `gmod serve`: one request's answer built token by token: the text decoded so far, cut at the first stop
 // string, and the part of it that is final and may be streamed. Text that could still change is held back: a
-// trailing incomplete UTF-8 character (a byte-fallback token's first bytes decode to U+FFFD) and a suffix that
-// is the start of a stop string. The streamed deltas add up to the final text. Independent of batching: a
-// request keeps its AnswerText whichever batch or step it is decoded in.
+// trailing incomplete UTF-8 character (a byte-fallback token's first bytes decode to U+FFFD) and a suffix
+// that is the start of a stop string. The streamed deltas add up to the final text. Independent of batching:
+// a request keeps its AnswerText whichever batch or step it is decoded in.
 #pragma once
 
 #include <memory>

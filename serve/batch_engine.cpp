@@ -120,7 +120,8 @@ bool BatchEngine::step(Job& j, int64_t id) {
   }
   try {
     j.state->append(j.answer->add(id));
-  } catch (const std::exception& e) {  // e.g. an id the tokenizer does not have: this request fails, not the batch
+  } catch (const std::exception& e) {
+    // E.g. an id the tokenizer does not have: this request fails, not its batch.
     j.failed = true;
     j.state->fail(api_error(500, "server_error", std::string("decoding failed: ") + e.what()));
     return false;

@@ -44,7 +44,7 @@ struct Sampling {
 };
 
 struct EngineMetrics {
-  int64_t requests = 0;  // completed by the decoding thread
+  int64_t requests = 0;   // completed by the decoding thread
   int64_t cancelled = 0;  // left by their client: while decoding, or dropped from the queue unrun
   int64_t batches = 0;
   int64_t prompt_tokens = 0, completion_tokens = 0;

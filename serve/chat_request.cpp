@@ -26,11 +26,23 @@ ApiError bad(const std::string& message, const std::string& param = {}) {
 
 // The body's fields gmod reads; anything else is refused rather than silently ignored, as OpenAI's API does
 // ("Unrecognized request argument"): a misspelt or unimplemented option must not pass unnoticed. The last
-// row: OpenAI fields accepted only with their neutral value (harnesses send them explicitly).
-const std::set<std::string> kKnownFields = {
-    "model",      "messages",          "max_tokens",       "max_completion_tokens", "temperature", "top_p",
-    "stop",       "seed",              "stream",           "stream_options",        "n",           "user",
-    "logprobs",   "frequency_penalty", "presence_penalty", "response_format"};
+// five: OpenAI fields accepted only with their neutral value (harnesses send them explicitly).
+const std::set<std::string> kKnownFields = {"model",
+                                            "messages",
+                                            "max_tokens",
+                                            "max_completion_tokens",
+                                            "temperature",
+                                            "top_p",
+                                            "stop",
+                                            "seed",
+                                            "stream",
+                                            "stream_options",
+                                            "n",
+                                            "user",
+                                            "logprobs",
+                                            "frequency_penalty",
+                                            "presence_penalty",
+                                            "response_format"};
 
 double number(const json& v, const std::string& name) {
   if (!v.is_number()) throw bad("'" + name + "' must be a number, not " + v.dump(), name);
@@ -46,7 +58,8 @@ int64_t integer(const json& v, const std::string& name) {
 
 // A local image: file:///abs, /abs or relative to the allowed folder; refused unless its real path (links
 // resolved) lies under the allowed folder's.
-std::vector<uint8_t> local_image(const std::string& url, const std::string& param, const RequestLimits& limits) {
+std::vector<uint8_t> local_image(const std::string& url, const std::string& param,
+                                 const RequestLimits& limits) {
   std::string path = url.rfind("file://", 0) == 0 ? url.substr(7) : url;
   if (limits.allowed_image_dir.empty())
     throw bad("local image paths are not served ('" + path +
@@ -60,12 +73,14 @@ std::vector<uint8_t> local_image(const std::string& url, const std::string& para
   }
   char root[PATH_MAX], real[PATH_MAX];
   if (!realpath(limits.allowed_image_dir.c_str(), root))
-    throw ApiError(500, "server_error", "the allowed image folder '" + limits.allowed_image_dir + "' is gone");
+    throw ApiError(500, "server_error",
+                   "the allowed image folder '" + limits.allowed_image_dir + "' is gone");
   if (path.empty() || path[0] != '/') path = std::string(root) + "/" + path;
   const std::string under = std::string(root) + (std::string(root) == "/" ? "" : "/");
   if (path.rfind(under, 0) != 0)
-    throw bad("image path '" + path + "' is outside the allowed image folder '" + limits.allowed_image_dir + "'",
-              param);
+    throw bad(
+        "image path '" + path + "' is outside the allowed image folder '" + limits.allowed_image_dir + "'",
+        param);
   if (!realpath(path.c_str(), real))
     throw bad("image path '" + path + "' does not exist under the allowed image folder", param);
   if (std::string(real).rfind(under, 0) != 0)
@@ -77,8 +92,8 @@ std::vector<uint8_t> local_image(const std::string& url, const std::string& para
   const std::streamoff size = f.tellg();
   if (size < 0) throw bad("image path '" + path + "' is not a readable file", param);
   if (size_t(size) > limits.max_image_bytes)
-    throw bad("image file '" + path + "' of " + std::to_string(size) + " bytes is over the server's limit of " +
-                  std::to_string(limits.max_image_bytes) + " bytes",
+    throw bad("image file '" + path + "' of " + std::to_string(size) +
+                  " bytes is over the server's limit of " + std::to_string(limits.max_image_bytes) + " bytes",
               param);
   std::vector<uint8_t> bytes(static_cast<size_t>(size));
   f.seekg(0);
@@ -112,7 +127,8 @@ ChatImage image_part(const json& part, const std::string& where, const RequestLi
   if (url.rfind("data:image/", 0) != 0 || comma == std::string::npos ||
       url.compare(comma - 7, 7, ";base64") != 0)
     throw bad(
-        "only base64 data URLs (data:image/png;base64,... or data:image/jpeg;base64,...) and local paths under "
+        "only base64 data URLs (data:image/png;base64,... or data:image/jpeg;base64,...) and local paths "
+        "under "
         "--allowed-image-dir are served; got '" +
             url.substr(0, 40) + (url.size() > 40 ? "...'" : "'"),
         param);

@@ -14,7 +14,8 @@ class ClientSocket {
   ClientSocket() = default;
   // Finds the connection local_addr:local_port <-> remote_addr:remote_port; fd -1 when none matches (then
   // gone() is always false).
-  ClientSocket(const std::string& local_addr, int local_port, const std::string& remote_addr, int remote_port);
+  ClientSocket(const std::string& local_addr, int local_port, const std::string& remote_addr,
+               int remote_port);
   bool found() const { return fd_ >= 0; }
   // True when the peer has closed its side or the connection failed. Does not read request bytes.
   bool gone() const;

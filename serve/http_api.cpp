@@ -48,20 +48,21 @@ struct HttpApi::Impl {
   }
 
   json chunk(const std::string& id, int64_t created, const json& delta, const json& finish) const {
-    return {{"id", id},
-            {"object", "chat.completion.chunk"},
-            {"created", created},
-            {"model", opt.model_name},
-            {"choices",
-             json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
+    return {
+        {"id", id},
+        {"object", "chat.completion.chunk"},
+        {"created", created},
+        {"model", opt.model_name},
+        {"choices",
+         json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
   }
   static std::string event(const json& j) { return "data: " + j.dump() + "\n\n"; }
 
   // The response of a stream: true request, written by httplib's chunked provider on the request's HTTP
   // thread: a role chunk, one chunk per piece of final text as the decoding thread produces it, the finish
   // chunk (and a usage chunk when asked), "data: [DONE]". Waiting, it checks every 200 ms whether the client
-  // is gone; a failed write (closed, or no progress within the write timeout) ends the response. Either cancels
-  // the request.
+  // is gone; a failed write (closed, or no progress within the write timeout) ends the response. Either
+  // cancels the request.
   struct Streamer {
     Impl* api;
     std::shared_ptr<RequestState> state;
@@ -84,7 +85,8 @@ struct HttpApi::Impl {
       // Checked at every call, not only when idle: a write to a peer that has closed may still succeed.
       if (client.gone()) return false;
       RequestState::Update u = state->take(std::chrono::milliseconds(200));
-      if (!u.delta.empty() && !write(event(api->chunk(id, created, {{"content", u.delta}}, nullptr)))) return false;
+      if (!u.delta.empty() && !write(event(api->chunk(id, created, {{"content", u.delta}}, nullptr))))
+        return false;
       if (u.done) {
         std::string tail;
         if (u.error) {
@@ -113,7 +115,8 @@ struct HttpApi::Impl {
         return true;
       }
       // A comment line now and then: keeps proxies from timing out, and a write to a closed peer fails.
-      if (std::chrono::steady_clock::now() - last_write > std::chrono::seconds(5)) return write(": waiting\n\n");
+      if (std::chrono::steady_clock::now() - last_write > std::chrono::seconds(5))
+        return write(": waiting\n\n");
       return true;
     }
   };
@@ -168,16 +171,16 @@ struct HttpApi::Impl {
     std::snprintf(buf, sizeof buf,
                   "# gmod serve metrics (Prometheus text format)\n"
                   "gmod_http_requests_total %lld\ngmod_http_errors_total %lld\n"
-                  "gmod_requests_completed_total %lld\ngmod_requests_cancelled_total %lld\ngmod_batches_total %lld\ngmod_max_batch_size %lld\n"
+                  "gmod_requests_completed_total %lld\ngmod_requests_cancelled_total "
+                  "%lld\ngmod_batches_total %lld\ngmod_max_batch_size %lld\n"
                   "gmod_prompt_tokens_total %lld\ngmod_completion_tokens_total %lld\n"
                   "gmod_decode_seconds_total %.6f\ngmod_decode_tokens_per_second %.3f\n"
                   "gmod_mod_skip_ratio %.6f\ngmod_queue_length %zu\ngmod_uptime_seconds %.3f\n",
                   static_cast<long long>(http_requests.load()), static_cast<long long>(http_errors.load()),
                   static_cast<long long>(m.requests), static_cast<long long>(m.cancelled),
-                  static_cast<long long>(m.batches),
-                  static_cast<long long>(m.max_batch_seen), static_cast<long long>(m.prompt_tokens),
-                  static_cast<long long>(m.completion_tokens), m.decode_seconds,
-                  m.decode_seconds > 0 ? m.completion_tokens / m.decode_seconds : 0.0,
+                  static_cast<long long>(m.batches), static_cast<long long>(m.max_batch_seen),
+                  static_cast<long long>(m.prompt_tokens), static_cast<long long>(m.completion_tokens),
+                  m.decode_seconds, m.decode_seconds > 0 ? m.completion_tokens / m.decode_seconds : 0.0,
                   m.mod_total ? 1.0 - double(m.mod_processed) / m.mod_total : 0.0, m.queue_length, up);
     return buf;
   }

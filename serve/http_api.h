@@ -22,8 +22,9 @@ struct HttpOptions {
   size_t max_body_bytes = size_t(64) << 20;
   RequestLimits limits;
   int64_t max_image_pixels = 0;
-  int write_timeout_s = 10;  // a client that takes no bytes for this long is cut off (and its request cancelled)
-  int read_timeout_s = 10;   // a request body that sends no bytes for this long is dropped
+  int write_timeout_s =
+      10;  // a client that takes no bytes for this long is cut off (and its request cancelled)
+  int read_timeout_s = 10;  // a request body that sends no bytes for this long is dropped
 };
 
 // Builds a PreparedPrompt for a parsed request (serve/chat_prompt.h with the model's encoder and image

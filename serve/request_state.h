@@ -29,8 +29,8 @@ class RequestState {
 
   // HTTP thread: waits up to `timeout` for new text or the end and takes what came.
   struct Update {
-    std::string delta;                // text since the last take
-    bool done = false;                // then exactly one of result / error
+    std::string delta;  // text since the last take
+    bool done = false;  // then exactly one of result / error
     std::optional<Completion> result;
     std::exception_ptr error;
   };

@@ -1,6 +1,7 @@
 // serve/answer_text.h: an answer built token by token with the SentencePiece fixture tokenizer. The oracle is
-// the tokenizer's decode of all the ids at once (cut at the stop string's first occurrence by std::string::find);
-// the streamed deltas must add up to it, each a whole UTF-8 text, none holding the start of a stop string.
+// the tokenizer's decode of all the ids at once (cut at the stop string's first occurrence by
+// std::string::find); the streamed deltas must add up to it, each a whole UTF-8 text, none holding the start
+// of a stop string.
 #include <gtest/gtest.h>
 
 #include "data/tokenizer.h"
@@ -10,7 +11,9 @@
 namespace gmod::serve {
 namespace {
 
-std::shared_ptr<const Tokenizer> sp() { return load_tokenizer(test::fixture("tokenizer/sp/tokenizer.model")); }
+std::shared_ptr<const Tokenizer> sp() {
+  return load_tokenizer(test::fixture("tokenizer/sp/tokenizer.model"));
+}
 
 bool valid_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
@@ -30,7 +33,8 @@ struct Streamed {
   Completion c;
 };
 
-Streamed stream(const std::vector<int32_t>& ids, std::vector<std::string> stop, int64_t max_tokens, int64_t eos) {
+Streamed stream(const std::vector<int32_t>& ids, std::vector<std::string> stop, int64_t max_tokens,
+                int64_t eos) {
   AnswerText a(sp(), std::move(stop), max_tokens, eos);
   Streamed s;
   for (int32_t id : ids) {
@@ -68,7 +72,8 @@ TEST(AnswerText, StopStringCutsAndIsNeverStreamed) {
   EXPECT_EQ(s.c.text, want);
   EXPECT_EQ(s.c.finish_reason, "stop");
   EXPECT_LT(s.c.completion_tokens, int64_t(ids.size()));  // ended at the stop string, not at the last token
-  for (const auto& d : s.deltas) EXPECT_EQ(d.find('S'), std::string::npos) << "a stop string's start streamed";
+  for (const auto& d : s.deltas)
+    EXPECT_EQ(d.find('S'), std::string::npos) << "a stop string's start streamed";
 }
 
 TEST(AnswerText, EosEndsWithStopAndCountsTheEos) {

@@ -121,13 +121,14 @@ TEST(ChatRequest, LocalImagePathsOnlyUnderTheAllowedFolder) {
 
   RequestLimits lim;
   lim.allowed_image_dir = t.str("allowed");
-  for (const std::string& url : {t.str("allowed/sub/a.png"), "file://" + t.str("allowed/sub/a.png"),
-                               std::string("sub/a.png")}) {
+  for (const std::string& url :
+       {t.str("allowed/sub/a.png"), "file://" + t.str("allowed/sub/a.png"), std::string("sub/a.png")}) {
     const ChatRequest r = parse_chat_request(image_body(url), lim);
     ASSERT_EQ(r.images.size(), 1u) << url;
     EXPECT_EQ(std::string(r.images[0].bytes.begin(), r.images[0].bytes.end()), "PNGBYTES") << url;
   }
-  EXPECT_NE(image_error(t.str("secret.png"), lim).find("outside the allowed image folder"), std::string::npos);
+  EXPECT_NE(image_error(t.str("secret.png"), lim).find("outside the allowed image folder"),
+            std::string::npos);
   EXPECT_NE(image_error("file://" + t.str("secret.png"), lim).find("outside"), std::string::npos);
   EXPECT_NE(image_error(t.str("allowed/../secret.png"), lim).find("'..'"), std::string::npos);
   EXPECT_NE(image_error("sub/../../secret.png", lim).find("'..'"), std::string::npos);
