@@ -27,6 +27,8 @@ struct ServeCliOptions {
   std::string name;
   int64_t max_image_pixels = kDefaultMaxImagePixels;
   int max_images = 8;
+  std::string allowed_image_dir;
+  int write_timeout = 10;
 };
 
 int run_serve(const ServeCliOptions& o) {
@@ -63,6 +65,13 @@ int run_serve(const ServeCliOptions& o) {
     ho.model_name = std::filesystem::path(m.dir).lexically_normal().parent_path().filename().string();
   ho.limits.max_images = size_t(o.max_images);
   ho.max_image_pixels = o.max_image_pixels;
+  ho.write_timeout_s = o.write_timeout;
+  if (!o.allowed_image_dir.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(o.allowed_image_dir, ec))
+      throw std::runtime_error("--allowed-image-dir '" + o.allowed_image_dir + "' is not a folder");
+    ho.limits.allowed_image_dir = std::filesystem::absolute(o.allowed_image_dir).string();
+  }
   const bool vision = bool(m.model->config.vision);
   serve::HttpApi api(
       engine,
@@ -113,6 +122,13 @@ Runner setup(CLI::App& app) {
   add(app, "--max-image-pixels", o->max_image_pixels, "decoded pixels (width x height) per image at most")
       ->check(positive());
   add(app, "--max-images", o->max_images, "images per request at most")->check(between(1, 64));
+  add(app, "--allowed-image-dir", o->allowed_image_dir,
+      "serve image_url local paths (file:///..., /..., or relative) from under this folder only (default: "
+      "local paths refused)")
+      ->type_name("DIR");
+  add(app, "--write-timeout", o->write_timeout,
+      "seconds a client may take no response bytes before it is cut off and its request cancelled")
+      ->check(between(1, 3600));
   return [o] { return run_serve(*o); };
 }
 

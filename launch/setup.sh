@@ -49,4 +49,24 @@ if [ ! -f "$VENV/.openai-$OPENAI_VERSION" ]; then
   "$VENV/bin/pip" install -q "openai==$OPENAI_VERSION" >&2
   touch "$VENV/.openai-$OPENAI_VERSION"
 fi
+# lmms-eval (PyPI, pinned) for tests/serve/serve_lmms_eval_test.py, in its own venv. Installed plainly, its
+# declared dependencies pull a second CUDA torch with its nvidia wheels (a 6.9 GB venv, 15 min here), so this
+# venv reads the torch venv's packages through a .pth file (torch, numpy, transformers, openai, accelerate, ...)
+# and installs only the rest (~1 GB), with torchvision pinned to the build matching this torch so that pip keeps
+# it. Keyed by both versions; the test finds its python through $VENV/lmms-eval-python.
+LMMS_EVAL_VERSION="${GMOD_LMMS_EVAL_VERSION:-0.7.3}"
+TORCHVISION_VERSION="${GMOD_TORCHVISION_VERSION:-0.26.0}"
+LMMS_VENV="$CACHE/venv-lmms-eval-$LMMS_EVAL_VERSION-torch-$TORCH_VERSION-py$PYVER"
+if [ ! -f "$LMMS_VENV/.complete" ]; then
+  echo "[setup] creating $LMMS_VENV with lmms-eval==$LMMS_EVAL_VERSION (for tests; first time only)" >&2
+  rm -rf "$LMMS_VENV"
+  python3 -m venv "$LMMS_VENV"
+  purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+  "$VENV/bin/python" -c "$purelib" > "$("$LMMS_VENV/bin/python" -c "$purelib")/gmod-torch-venv.pth"
+  # filelock < 4: lmms-eval 0.7.3 imports filelock._api, which filelock 4 no longer has.
+  "$LMMS_VENV/bin/pip" install -q "lmms-eval==$LMMS_EVAL_VERSION" "torch==$TORCH_VERSION" \
+    "torchvision==$TORCHVISION_VERSION" "filelock==3.32.7" >&2
+  touch "$LMMS_VENV/.complete"
+fi
+echo "$LMMS_VENV/bin/python" > "$VENV/lmms-eval-python"
 echo "$VENV"

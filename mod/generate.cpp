@@ -111,6 +111,7 @@ GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const Ge
       n_new += step_new[b];
       all_finished = all_finished && ha[1][b];
     }
+    if (opt.on_step && !opt.on_step(t, next)) break;
     if (t + 1 == opt.max_new_tokens || all_finished) break;
 
     auto step_roles = at::where(new_valid.unsqueeze(1), answer, pad_role);

@@ -6,6 +6,7 @@
 // come, so that decode steps write into them in place (model/kv_cache.h).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "mod/accounting.h"
@@ -23,6 +24,10 @@ struct GenerateOptions {
   int64_t pad_token_id = 0;    // written after a sample's EOS
   bool use_cache = true;
   bool keep_logits = false;    // keep each step's next-token logits
+  // Called after each step's tokens are chosen (step 0, 1, ...; next_tokens [B] int64 on the model's device,
+  // pad for samples already finished). Returning false ends the generation after this step (its tokens are in
+  // the result), e.g. when every request of a served batch has met its own stop. Empty: not called.
+  std::function<bool(int64_t step, const at::Tensor& next_tokens)> on_step;
 };
 
 struct GenerateResult {

@@ -6,13 +6,11 @@
 
 namespace gmod::serve {
 
-bool apply_stop(std::string& text, const std::vector<std::string>& stop) {
-  size_t cut = std::string::npos;
-  for (const auto& s : stop) cut = std::min(cut, text.find(s));
-  if (cut == std::string::npos) return false;
-  text.resize(cut);
-  return true;
+namespace {
+std::exception_ptr api_error(int status, const std::string& type, const std::string& message) {
+  return std::make_exception_ptr(ApiError(status, type, message));
 }
+}  // namespace
 
 BatchEngine::BatchEngine(std::shared_ptr<MultimodalLM> model, EngineOptions options)
     : model_(std::move(model)), opt_(std::move(options)) {
@@ -26,13 +24,11 @@ BatchEngine::~BatchEngine() {
   }
   cv_.notify_all();
   thread_.join();
-  for (Job& j : queue_)
-    j.done.set_exception(
-        std::make_exception_ptr(ApiError(503, "server_error", "the server is shutting down")));
+  for (Job& j : queue_) j.state->fail(api_error(503, "server_error", "the server is shutting down"));
 }
 
-std::future<Completion> BatchEngine::submit(PreparedPrompt prompt, const ChatRequest& request,
-                                            std::shared_ptr<const Tokenizer> tokenizer) {
+std::shared_ptr<RequestState> BatchEngine::submit(PreparedPrompt prompt, const ChatRequest& request,
+                                                  std::shared_ptr<const Tokenizer> tokenizer) {
   Job job;
   job.max_tokens = std::min(request.max_tokens.value_or(opt_.max_new_tokens), opt_.max_new_tokens);
   const int64_t need = int64_t(prompt.ids.size()) + job.max_tokens;
@@ -40,8 +36,9 @@ std::future<Completion> BatchEngine::submit(PreparedPrompt prompt, const ChatReq
     throw ApiError(400, "invalid_request_error",
                    "the prompt (" + std::to_string(prompt.ids.size()) +
                        " tokens with its image tokens) plus " + std::to_string(job.max_tokens) +
-                       " new tokens is " + std::to_string(need) + ", over the model's context of " +
-                       std::to_string(opt_.context) + " tokens",
+                       " new tokens (max_tokens, at most --max-new-tokens " +
+                       std::to_string(opt_.max_new_tokens) + ") is " + std::to_string(need) +
+                       ", over the model's context of " + std::to_string(opt_.context) + " tokens",
                    "messages", "context_length_exceeded");
   // As gmod generate: temperature or top_p given -> sampling (temperature 0 -> greedy).
   if ((request.temperature || request.top_p) && request.temperature.value_or(1.0) > 0) {
@@ -50,12 +47,13 @@ std::future<Completion> BatchEngine::submit(PreparedPrompt prompt, const ChatReq
     job.sampling.top_p = request.top_p.value_or(1.0);
     job.sampling.seed = request.seed;
   }
-  job.stop = request.stop;
+  job.answer = std::make_unique<AnswerText>(std::move(tokenizer), request.stop, job.max_tokens, opt_.eos_id);
   job.prompt = std::move(prompt);
-  job.tokenizer = std::move(tokenizer);
-  std::future<Completion> f = job.done.get_future();
+  job.state = std::make_shared<RequestState>();
+  std::shared_ptr<RequestState> state = job.state;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    drop_cancelled_locked();
     if (queue_.size() >= opt_.max_queue)
       throw ApiError(429, "rate_limit_error",
                      "the server's queue is full (" + std::to_string(opt_.max_queue) +
@@ -63,7 +61,19 @@ std::future<Completion> BatchEngine::submit(PreparedPrompt prompt, const ChatReq
     queue_.push_back(std::move(job));
   }
   cv_.notify_one();
-  return f;
+  return state;
+}
+
+void BatchEngine::drop_cancelled_locked() {
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->state->cancelled()) {
+      it->state->fail(api_error(499, "invalid_request_error", "the client closed the connection"));
+      ++metrics_.cancelled;
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 EngineMetrics BatchEngine::metrics() const {
@@ -80,6 +90,8 @@ void BatchEngine::loop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) return;
+      drop_cancelled_locked();
+      if (queue_.empty()) continue;
       const Sampling key = queue_.front().sampling;
       for (auto it = queue_.begin(); it != queue_.end() && int(jobs.size()) < opt_.max_batch;) {
         if (it->sampling == key) {
@@ -94,10 +106,29 @@ void BatchEngine::loop() {
       run_batch(jobs);
     } catch (const std::exception& e) {
       for (Job& j : jobs)
-        j.done.set_exception(std::make_exception_ptr(
-            ApiError(500, "server_error", std::string("decoding failed: ") + e.what())));
+        j.state->fail(api_error(500, "server_error", std::string("decoding failed: ") + e.what()));
     }
   }
+}
+
+bool BatchEngine::step(Job& j, int64_t id) {
+  if (j.cancelled || j.failed || j.answer->finished()) return false;
+  if (j.state->cancelled()) {
+    j.cancelled = true;
+    j.state->fail(api_error(499, "invalid_request_error", "the client closed the connection"));
+    return false;
+  }
+  try {
+    j.state->append(j.answer->add(id));
+  } catch (const std::exception& e) {
+    // E.g. an id the tokenizer does not have: this request fails, not its batch.
+    j.failed = true;
+    j.state->fail(api_error(500, "server_error", std::string("decoding failed: ") + e.what()));
+    return false;
+  }
+  if (!j.answer->finished()) return true;
+  j.state->complete(j.answer->completion(int64_t(j.prompt.ids.size())));
+  return false;
 }
 
 void BatchEngine::run_batch(std::vector<Job>& jobs) {
@@ -134,48 +165,42 @@ void BatchEngine::run_batch(std::vector<Job>& jobs) {
   g.seed = jobs[0].sampling.seed;
   g.eos_token_id = opt_.eos_id;
   g.pad_token_id = opt_.pad_id;
+  // Each step's tokens go to their requests at once (streaming); the batch ends when none is left running.
+  // A finished or cancelled request's row keeps being computed until then (leaving the batch for real needs
+  // the stepwise decoder, docs/serve.md).
+  g.on_step = [&](int64_t, const at::Tensor& next) {
+    const at::Tensor ids = next.to(at::kCPU, at::kLong).contiguous();
+    const int64_t* p = ids.data_ptr<int64_t>();
+    bool running = false;
+    for (int64_t b = 0; b < B; ++b) running = step(jobs[size_t(b)], p[b]) || running;
+    return running;
+  };
   const auto t0 = std::chrono::steady_clock::now();
   const GenerateResult r = generate(*model_, in, g);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  const at::Tensor tokens = r.tokens.cpu();
-  const at::Tensor lengths = r.lengths.cpu();
-  std::vector<Completion> out(jobs.size());
-  int64_t generated = 0, prompt_tokens = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    Job& j = jobs[size_t(b)];
-    Completion& c = out[size_t(b)];
-    const int64_t n = std::min(lengths[b].item<int64_t>(), j.max_tokens);
-    std::vector<int32_t> ids;
-    bool eos = false;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t id = tokens[b][i].item<int64_t>();
-      if (opt_.eos_id >= 0 && id == opt_.eos_id) {
-        eos = true;
-        break;
-      }
-      ids.push_back(static_cast<int32_t>(id));
+  int64_t generated = 0, prompt_tokens = 0, completed = 0, cancelled = 0;
+  for (Job& j : jobs) {
+    if (j.failed) continue;
+    if (!j.cancelled && !j.answer->finished()) {  // generation ended first (every sample at EOS)
+      j.state->append(j.answer->end());
+      j.state->complete(j.answer->completion(int64_t(j.prompt.ids.size())));
     }
-    c.text = j.tokenizer->decode(ids);
-    const bool stopped = apply_stop(c.text, j.stop);
-    c.finish_reason = eos || stopped ? "stop" : "length";
-    c.prompt_tokens = int64_t(j.prompt.ids.size());
-    c.completion_tokens = eos ? int64_t(ids.size()) + 1 : n;
+    const Completion c = j.answer->completion(int64_t(j.prompt.ids.size()));
     generated += c.completion_tokens;
     prompt_tokens += c.prompt_tokens;
+    (j.cancelled ? cancelled : completed) += 1;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    metrics_.requests += B;
-    metrics_.batches += 1;
-    metrics_.prompt_tokens += prompt_tokens;
-    metrics_.completion_tokens += generated;
-    metrics_.decode_seconds += seconds;
-    metrics_.mod_processed += r.compute.mod_processed;
-    metrics_.mod_total += r.compute.mod_total;
-    metrics_.max_batch_seen = std::max(metrics_.max_batch_seen, B);
-  }
-  for (size_t b = 0; b < jobs.size(); ++b) jobs[b].done.set_value(std::move(out[b]));
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_.requests += completed;
+  metrics_.cancelled += cancelled;
+  metrics_.batches += 1;
+  metrics_.prompt_tokens += prompt_tokens;
+  metrics_.completion_tokens += generated;
+  metrics_.decode_seconds += seconds;
+  metrics_.mod_processed += r.compute.mod_processed;
+  metrics_.mod_total += r.compute.mod_total;
+  metrics_.max_batch_seen = std::max(metrics_.max_batch_seen, B);
 }
 
 }  // namespace gmod::serve

@@ -1,20 +1,24 @@
-// `gmod serve`: the request queue and the one decoding thread. HTTP threads submit prepared prompts; the
-// decoding thread takes what is waiting (up to max_batch requests that share sampling settings), decodes them
-// as one right-padded batch with mod/generate.h (γ-MoD per-layer KV caches), and fulfils each request's
-// future. A batch runs to its end before the next starts: requests arriving meanwhile wait (continuous
-// batching, joining a running batch, is not done yet; docs/serve.md).
+// `gmod serve`: the request queue and the one decoding thread. HTTP threads submit prepared prompts and get
+// a RequestState; the decoding thread takes what is waiting (up to max_batch requests that share sampling
+// settings; requests whose client left are dropped unrun), decodes them as one right-padded batch with
+// mod/generate.h (γ-MoD per-layer KV caches), and at every step hands each request its new text (AnswerText)
+// and reads its cancel flag. A request ends on its own (EOS, stop string, max_tokens, client gone); the batch
+// ends when all of its requests have. Requests arriving meanwhile wait for the next batch: joining a running
+// batch (continuous batching) needs a stepwise decoder in mod/ (docs/serve.md); the per-request state here is
+// already independent of the batch it is decoded in.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "data/tokenizer.h"
 #include "model/llava.h"
+#include "serve/answer_text.h"
 #include "serve/chat_prompt.h"
+#include "serve/request_state.h"
 
 namespace gmod::serve {
 
@@ -39,14 +43,9 @@ struct Sampling {
   }
 };
 
-struct Completion {
-  std::string text;
-  std::string finish_reason;  // "stop" (EOS or a stop string) or "length"
-  int64_t prompt_tokens = 0, completion_tokens = 0;
-};
-
 struct EngineMetrics {
-  int64_t requests = 0;  // completed by the decoding thread
+  int64_t requests = 0;   // completed by the decoding thread
+  int64_t cancelled = 0;  // left by their client: while decoding, or dropped from the queue unrun
   int64_t batches = 0;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   double decode_seconds = 0;                 // wall time inside generate()
@@ -63,9 +62,10 @@ class BatchEngine {
   BatchEngine& operator=(const BatchEngine&) = delete;
 
   // Queues a request. Throws ApiError 400 (context_length_exceeded: prompt + max_tokens over the context) or
-  // 429 (queue full). The future throws ApiError 500 when decoding fails.
-  std::future<Completion> submit(PreparedPrompt prompt, const ChatRequest& request,
-                                 std::shared_ptr<const Tokenizer> tokenizer);
+  // 429 (queue full, after dropping queued requests whose client left). The state ends with ApiError 500 when
+  // decoding fails, 503 when the server stops first.
+  std::shared_ptr<RequestState> submit(PreparedPrompt prompt, const ChatRequest& request,
+                                       std::shared_ptr<const Tokenizer> tokenizer);
   EngineMetrics metrics() const;
   const EngineOptions& options() const { return opt_; }
 
@@ -74,12 +74,16 @@ class BatchEngine {
     PreparedPrompt prompt;
     Sampling sampling;
     int64_t max_tokens = 0;
-    std::vector<std::string> stop;
-    std::shared_ptr<const Tokenizer> tokenizer;
-    std::promise<Completion> done;
+    std::shared_ptr<RequestState> state;
+    std::unique_ptr<AnswerText> answer;
+    bool cancelled = false;
+    bool failed = false;  // its text did not decode: answered 500, the batch goes on
   };
   void loop();
   void run_batch(std::vector<Job>& jobs);
+  // A generated token for job b; false once the job has ended (its answer complete, or its client gone).
+  bool step(Job& j, int64_t id);
+  void drop_cancelled_locked();
 
   std::shared_ptr<MultimodalLM> model_;
   EngineOptions opt_;
@@ -90,8 +94,5 @@ class BatchEngine {
   EngineMetrics metrics_;
   std::thread thread_;
 };
-
-// Cuts `text` at the first occurrence of any stop string; true when one was found.
-bool apply_stop(std::string& text, const std::vector<std::string>& stop);
 
 }  // namespace gmod::serve

@@ -1,6 +1,9 @@
 #include "serve/chat_request.h"
 
+#include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -21,10 +24,25 @@ ApiError bad(const std::string& message, const std::string& param = {}) {
   return ApiError(400, "invalid_request_error", message, param);
 }
 
-// The body's fields gmod reads; anything else is refused rather than silently ignored.
-const std::set<std::string> kKnownFields = {"model",       "messages", "max_tokens", "max_completion_tokens",
-                                            "temperature", "top_p",    "stop",       "seed",
-                                            "stream",      "n"};
+// The body's fields gmod reads; anything else is refused rather than silently ignored, as OpenAI's API does
+// ("Unrecognized request argument"): a misspelt or unimplemented option must not pass unnoticed. The last
+// five: OpenAI fields accepted only with their neutral value (harnesses send them explicitly).
+const std::set<std::string> kKnownFields = {"model",
+                                            "messages",
+                                            "max_tokens",
+                                            "max_completion_tokens",
+                                            "temperature",
+                                            "top_p",
+                                            "stop",
+                                            "seed",
+                                            "stream",
+                                            "stream_options",
+                                            "n",
+                                            "user",
+                                            "logprobs",
+                                            "frequency_penalty",
+                                            "presence_penalty",
+                                            "response_format"};
 
 double number(const json& v, const std::string& name) {
   if (!v.is_number()) throw bad("'" + name + "' must be a number, not " + v.dump(), name);
@@ -38,7 +56,53 @@ int64_t integer(const json& v, const std::string& name) {
   return v.get<int64_t>();
 }
 
-// "data:image/png;base64,...." -> the decoded bytes.
+// A local image: file:///abs, /abs or relative to the allowed folder; refused unless its real path (links
+// resolved) lies under the allowed folder's.
+std::vector<uint8_t> local_image(const std::string& url, const std::string& param,
+                                 const RequestLimits& limits) {
+  std::string path = url.rfind("file://", 0) == 0 ? url.substr(7) : url;
+  if (limits.allowed_image_dir.empty())
+    throw bad("local image paths are not served ('" + path +
+                  "'): send a base64 data URL, or start gmod serve with --allowed-image-dir DIR",
+              param);
+  for (size_t b = 0; b <= path.size();) {  // no '..' component, whatever the links would make of it
+    const size_t e = std::min(path.find('/', b), path.size());
+    if (path.compare(b, e - b, "..") == 0 && e - b == 2)
+      throw bad("image path '" + path + "' has a '..' component (refused)", param);
+    b = e + 1;
+  }
+  char root[PATH_MAX], real[PATH_MAX];
+  if (!realpath(limits.allowed_image_dir.c_str(), root))
+    throw ApiError(500, "server_error",
+                   "the allowed image folder '" + limits.allowed_image_dir + "' is gone");
+  if (path.empty() || path[0] != '/') path = std::string(root) + "/" + path;
+  const std::string under = std::string(root) + (std::string(root) == "/" ? "" : "/");
+  if (path.rfind(under, 0) != 0)
+    throw bad(
+        "image path '" + path + "' is outside the allowed image folder '" + limits.allowed_image_dir + "'",
+        param);
+  if (!realpath(path.c_str(), real))
+    throw bad("image path '" + path + "' does not exist under the allowed image folder", param);
+  if (std::string(real).rfind(under, 0) != 0)
+    throw bad("image path '" + path + "' leads outside the allowed image folder '" +
+                  limits.allowed_image_dir + "' (a symbolic link)",
+              param);
+  std::ifstream f(real, std::ios::binary | std::ios::ate);
+  if (!f) throw bad("image path '" + path + "' is not a readable file", param);
+  const std::streamoff size = f.tellg();
+  if (size < 0) throw bad("image path '" + path + "' is not a readable file", param);
+  if (size_t(size) > limits.max_image_bytes)
+    throw bad("image file '" + path + "' of " + std::to_string(size) +
+                  " bytes is over the server's limit of " + std::to_string(limits.max_image_bytes) + " bytes",
+              param);
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  f.seekg(0);
+  if (!f.read(reinterpret_cast<char*>(bytes.data()), size))
+    throw bad("image path '" + path + "' could not be read", param);
+  return bytes;
+}
+
+// "data:image/png;base64,...." -> the decoded bytes; a local path -> the file's bytes.
 ChatImage image_part(const json& part, const std::string& where, const RequestLimits& limits) {
   const std::string param = where + ".image_url";
   if (!part.contains("image_url")) throw bad("an image_url part needs 'image_url'", param);
@@ -53,11 +117,19 @@ ChatImage image_part(const json& part, const std::string& where, const RequestLi
   } else {
     throw bad("'image_url' must be {\"url\": \"data:image/...;base64,...\"}", param);
   }
+  if (url.rfind("file://", 0) == 0 || (url.find("://") == std::string::npos && url.rfind("data:", 0) != 0)) {
+    ChatImage img;
+    img.where = where;
+    img.bytes = local_image(url, param, limits);
+    return img;
+  }
   const size_t comma = url.find(',');
   if (url.rfind("data:image/", 0) != 0 || comma == std::string::npos ||
       url.compare(comma - 7, 7, ";base64") != 0)
     throw bad(
-        "only base64 data URLs (data:image/png;base64,... or data:image/jpeg;base64,...) are served; got '" +
+        "only base64 data URLs (data:image/png;base64,... or data:image/jpeg;base64,...) and local paths "
+        "under "
+        "--allowed-image-dir are served; got '" +
             url.substr(0, 40) + (url.size() > 40 ? "...'" : "'"),
         param);
   if ((url.size() - comma - 1) / 4 * 3 > limits.max_image_bytes)
@@ -203,6 +275,27 @@ ChatRequest parse_chat_request(const std::string& body, const RequestLimits& lim
     if (!j["stream"].is_boolean()) throw bad("'stream' must be true or false", "stream");
     r.stream = j["stream"].get<bool>();
   }
+  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+    const json& so = j["stream_options"];
+    if (!r.stream) throw bad("'stream_options' is only allowed with stream: true", "stream_options");
+    if (!so.is_object()) throw bad("'stream_options' must be an object", "stream_options");
+    for (const auto& [k, v] : so.items()) {
+      if (k != "include_usage" || !v.is_boolean())
+        throw bad("'stream_options' takes only include_usage: true or false", "stream_options");
+      r.include_usage = v.get<bool>();
+    }
+  }
+  if (j.contains("user") && !j["user"].is_null() && !j["user"].is_string())
+    throw bad("'user' must be a string", "user");
+  for (const char* f : {"frequency_penalty", "presence_penalty"})
+    if (j.contains(f) && !j[f].is_null() && !(j[f].is_number() && j[f].get<double>() == 0.0))
+      throw bad(std::string("'") + f + "' is not implemented by gmod serve (only 0 is accepted)", f);
+  if (j.contains("logprobs") && !j["logprobs"].is_null() && j["logprobs"] != false)
+    throw bad("'logprobs' is not implemented by gmod serve (only false is accepted)", "logprobs");
+  if (j.contains("response_format") && !j["response_format"].is_null() &&
+      j["response_format"] != json{{"type", "text"}})
+    throw bad("'response_format' other than {\"type\": \"text\"} is not implemented by gmod serve",
+              "response_format");
   if (j.contains("n") && !j["n"].is_null() && !(j["n"].is_number_integer() && j["n"].get<int64_t>() == 1))
     throw bad("'n' must be 1 (one choice per request)", "n");
   bool user = false;

@@ -28,7 +28,7 @@ struct ApiError : std::runtime_error {
 };
 
 struct ChatImage {
-  std::vector<uint8_t> bytes;  // the decoded base64 payload (PNG or JPEG)
+  std::vector<uint8_t> bytes;  // the decoded base64 payload or the local file's bytes (PNG or JPEG)
   std::string where;           // "messages[0].content[1]" for error messages
 };
 
@@ -47,18 +47,24 @@ struct ChatRequest {
   std::vector<std::string> stop;
   uint64_t seed = 0;
   bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
 };
 
 // Limits the parser enforces before anything is decoded.
 struct RequestLimits {
   size_t max_images = 8;
-  size_t max_image_bytes = size_t(20) << 20;  // decoded base64 payload per image
+  size_t max_image_bytes = size_t(20) << 20;  // decoded base64 payload or file per image
+  // Local images (file:///abs/path, /abs/path, or a path relative to this folder) are read only from under
+  // this folder (symbolic links resolved); empty: local paths are refused.
+  std::string allowed_image_dir;
 };
 
-// Parses a request body. Throws ApiError(400) for malformed JSON, unknown or ill-typed fields, missing or
-// empty messages, unsupported roles or content parts, image URLs that are not base64 data URLs, bad base64,
-// values out of range (temperature in [0, 2], top_p in (0, 1], max_tokens >= 1, at most 4 stop strings, n ==
-// 1).
+// Parses a request body. Throws ApiError(400) for malformed JSON, unknown or ill-typed fields (OpenAI's
+// fields gmod does not implement are accepted only with their neutral value: frequency_penalty and
+// presence_penalty 0, logprobs false, response_format text; user is ignored), missing or empty messages,
+// unsupported roles or content parts, image URLs that are neither base64 data URLs nor local paths under
+// limits.allowed_image_dir, bad base64, values out of range (temperature in [0, 2], top_p in (0, 1],
+// max_tokens >= 1, at most 4 stop strings, n == 1).
 ChatRequest parse_chat_request(const std::string& body, const RequestLimits& limits = {});
 
 // Standard base64 (RFC 4648, padding optional, no whitespace). Throws std::invalid_argument on a bad

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "serve/client_socket.h"
+
 namespace gmod::serve {
 
 using nlohmann::json;
@@ -45,22 +47,79 @@ struct HttpApi::Impl {
               {"total_tokens", c.prompt_tokens + c.completion_tokens}}}};
   }
 
-  // stream: true answers server-sent events; the whole answer comes in one chunk once decoded (token-by-token
-  // streaming needs continuous batching, not done yet).
-  std::string sse(const Completion& c, const std::string& id, int64_t created) const {
-    auto chunk = [&](const json& delta, const json& finish) {
-      json j = {{"id", id},
-                {"object", "chat.completion.chunk"},
-                {"created", created},
-                {"model", opt.model_name},
-                {"choices",
-                 json::array(
-                     {{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
-      return "data: " + j.dump() + "\n\n";
-    };
-    return chunk({{"role", "assistant"}, {"content", c.text}}, nullptr) +
-           chunk(json::object(), c.finish_reason) + "data: [DONE]\n\n";
+  json chunk(const std::string& id, int64_t created, const json& delta, const json& finish) const {
+    return {
+        {"id", id},
+        {"object", "chat.completion.chunk"},
+        {"created", created},
+        {"model", opt.model_name},
+        {"choices",
+         json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
   }
+  static std::string event(const json& j) { return "data: " + j.dump() + "\n\n"; }
+
+  // The response of a stream: true request, written by httplib's chunked provider on the request's HTTP
+  // thread: a role chunk, one chunk per piece of final text as the decoding thread produces it, the finish
+  // chunk (and a usage chunk when asked), "data: [DONE]". Waiting, it checks every 200 ms whether the client
+  // is gone; a failed write (closed, or no progress within the write timeout) ends the response. Either
+  // cancels the request.
+  struct Streamer {
+    Impl* api;
+    std::shared_ptr<RequestState> state;
+    ClientSocket client;
+    std::string id;
+    int64_t created;
+    bool include_usage;
+    bool started = false;
+    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+
+    bool operator()(httplib::DataSink& sink) {
+      auto write = [&](const std::string& s) {
+        last_write = std::chrono::steady_clock::now();
+        return sink.write(s.data(), s.size());
+      };
+      if (!started) {
+        started = true;
+        return write(event(api->chunk(id, created, {{"role", "assistant"}, {"content", ""}}, nullptr)));
+      }
+      // Checked at every call, not only when idle: a write to a peer that has closed may still succeed.
+      if (client.gone()) return false;
+      RequestState::Update u = state->take(std::chrono::milliseconds(200));
+      if (!u.delta.empty() && !write(event(api->chunk(id, created, {{"content", u.delta}}, nullptr))))
+        return false;
+      if (u.done) {
+        std::string tail;
+        if (u.error) {
+          try {
+            std::rethrow_exception(u.error);
+          } catch (const ApiError& e) {
+            tail = "data: " + e.to_json() + "\n\n";
+          } catch (const std::exception& e) {
+            tail = "data: " + ApiError(500, "server_error", e.what()).to_json() + "\n\n";
+          }
+          ++api->http_errors;
+        } else {
+          const Completion& c = *u.result;
+          tail = event(api->chunk(id, created, json::object(), c.finish_reason));
+          if (include_usage) {
+            json j = api->chunk(id, created, json::object(), nullptr);
+            j["choices"] = json::array();
+            j["usage"] = {{"prompt_tokens", c.prompt_tokens},
+                          {"completion_tokens", c.completion_tokens},
+                          {"total_tokens", c.prompt_tokens + c.completion_tokens}};
+            tail += event(j);
+          }
+        }
+        if (!write(tail + "data: [DONE]\n\n")) return false;
+        sink.done();
+        return true;
+      }
+      // A comment line now and then: keeps proxies from timing out, and a write to a closed peer fails.
+      if (std::chrono::steady_clock::now() - last_write > std::chrono::seconds(5))
+        return write(": waiting\n\n");
+      return true;
+    }
+  };
 
   void chat(const httplib::Request& req, httplib::Response& res) {
     const ChatRequest r = parse_chat_request(req.body, opt.limits);
@@ -69,16 +128,40 @@ struct HttpApi::Impl {
           404, "invalid_request_error",
           "the model '" + r.model + "' is not served here (this server serves '" + opt.model_name + "')",
           "model", "model_not_found");
-    std::future<Completion> f = engine.submit(build(r), r, tokenizer);
-    const Completion c = f.get();
+    std::shared_ptr<RequestState> state = engine.submit(build(r), r, tokenizer);
+    const ClientSocket client(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
     const std::string id = "chatcmpl-" + std::to_string(++next_id);
     const int64_t created =
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
             .count();
-    if (r.stream)
-      res.set_content(sse(c, id, created), "text/event-stream");
-    else
-      res.set_content(completion_json(c, id, created).dump(), "application/json");
+    if (r.stream) {
+      auto streamer = std::make_shared<Streamer>(Streamer{this, state, client, id, created, r.include_usage});
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [streamer](size_t, httplib::DataSink& sink) {
+            const bool ok = (*streamer)(sink);
+            if (!ok) streamer->state->cancel();
+            return ok;
+          },
+          [state](bool success) {
+            if (!success) state->cancel();  // client gone or too slow: the engine drops the request
+          });
+      return;
+    }
+    for (;;) {
+      RequestState::Update u = state->take(std::chrono::milliseconds(200));
+      if (u.done) {
+        if (u.error) std::rethrow_exception(u.error);
+        res.set_content(completion_json(*u.result, id, created).dump(), "application/json");
+        return;
+      }
+      if (client.gone()) {
+        state->cancel();
+        res.status = 499;  // nobody reads it: the client closed the connection
+        return;
+      }
+    }
   }
 
   std::string metrics() const {
@@ -88,15 +171,16 @@ struct HttpApi::Impl {
     std::snprintf(buf, sizeof buf,
                   "# gmod serve metrics (Prometheus text format)\n"
                   "gmod_http_requests_total %lld\ngmod_http_errors_total %lld\n"
-                  "gmod_requests_completed_total %lld\ngmod_batches_total %lld\ngmod_max_batch_size %lld\n"
+                  "gmod_requests_completed_total %lld\ngmod_requests_cancelled_total "
+                  "%lld\ngmod_batches_total %lld\ngmod_max_batch_size %lld\n"
                   "gmod_prompt_tokens_total %lld\ngmod_completion_tokens_total %lld\n"
                   "gmod_decode_seconds_total %.6f\ngmod_decode_tokens_per_second %.3f\n"
                   "gmod_mod_skip_ratio %.6f\ngmod_queue_length %zu\ngmod_uptime_seconds %.3f\n",
                   static_cast<long long>(http_requests.load()), static_cast<long long>(http_errors.load()),
-                  static_cast<long long>(m.requests), static_cast<long long>(m.batches),
-                  static_cast<long long>(m.max_batch_seen), static_cast<long long>(m.prompt_tokens),
-                  static_cast<long long>(m.completion_tokens), m.decode_seconds,
-                  m.decode_seconds > 0 ? m.completion_tokens / m.decode_seconds : 0.0,
+                  static_cast<long long>(m.requests), static_cast<long long>(m.cancelled),
+                  static_cast<long long>(m.batches), static_cast<long long>(m.max_batch_seen),
+                  static_cast<long long>(m.prompt_tokens), static_cast<long long>(m.completion_tokens),
+                  m.decode_seconds, m.decode_seconds > 0 ? m.completion_tokens / m.decode_seconds : 0.0,
                   m.mod_total ? 1.0 - double(m.mod_processed) / m.mod_total : 0.0, m.queue_length, up);
     return buf;
   }
@@ -122,6 +206,8 @@ struct HttpApi::Impl {
     const size_t threads = size_t(engine.options().max_batch) + engine.options().max_queue + 4;
     server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     server.set_payload_max_length(opt.max_body_bytes);
+    server.set_write_timeout(opt.write_timeout_s, 0);
+    server.set_read_timeout(opt.read_timeout_s, 0);
     server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
       if (req.get_header_value("Authorization") != "Bearer " + opt.api_key) {

@@ -1,6 +1,8 @@
 // `gmod serve`: the HTTP glue (cpp-httplib from Debian's libcpp-httplib-dev) around BatchEngine: the routes
-// /v1/chat/completions, /v1/models, /health and /metrics, the optional API key, and every failure answered as
-// JSON in OpenAI's error shape (docs/serve.md). The server keeps serving after any bad request.
+// /v1/chat/completions (with token-by-token server-sent events for stream: true), /v1/models, /health and
+// /metrics, the optional API key, and every failure answered as JSON in OpenAI's error shape (docs/serve.md).
+// A request whose client goes away (closed connection, write timeout) is cancelled in the engine. The server
+// keeps serving after any bad request.
 #pragma once
 
 #include <atomic>
@@ -20,6 +22,9 @@ struct HttpOptions {
   size_t max_body_bytes = size_t(64) << 20;
   RequestLimits limits;
   int64_t max_image_pixels = 0;
+  int write_timeout_s =
+      10;  // a client that takes no bytes for this long is cut off (and its request cancelled)
+  int read_timeout_s = 10;  // a request body that sends no bytes for this long is dropped
 };
 
 // Builds a PreparedPrompt for a parsed request (serve/chat_prompt.h with the model's encoder and image

@@ -232,3 +232,24 @@ TEST(Generate, TopPSamplingIsSeededAndTinyTopPIsGreedy) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
   for (int i = 0; i < 20; ++i) EXPECT_EQ(choose_next_tokens(logits, s, gen).item<int64_t>(), 1);
 }
+
+TEST(Generate, OnStepSeesEachStepsTokensAndFalseStopsAfterThatStep) {
+  auto model = load_pretrained(test::llava_fixture());
+  model->eval();
+  auto p = prompt();
+  const auto whole = generate(*model, p, opts(true));  // 6 steps, no callback
+  auto o = opts(true);
+  std::vector<at::Tensor> seen;
+  o.on_step = [&](int64_t step, const at::Tensor& next) {
+    EXPECT_EQ(step, int64_t(seen.size()));
+    seen.push_back(next.clone());
+    return step < 2;  // false at step 2: three steps in all
+  };
+  const auto cut = generate(*model, p, o);
+  ASSERT_EQ(seen.size(), 3u);
+  ASSERT_EQ(cut.tokens.size(1), 3);
+  for (int64_t t = 0; t < 3; ++t) {
+    EXPECT_TRUE(at::equal(seen[size_t(t)], whole.tokens.select(1, t))) << "step " << t;
+    EXPECT_TRUE(at::equal(cut.tokens.select(1, t), whole.tokens.select(1, t))) << "step " << t;
+  }
+}

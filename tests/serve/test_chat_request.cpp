@@ -2,7 +2,11 @@
 // bodies (each bad body an ApiError with HTTP 400 naming the field).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "serve/chat_request.h"
+#include "tests/common/paths.h"
 
 namespace gmod::serve {
 namespace {
@@ -44,7 +48,7 @@ TEST(ChatRequest, ParsesTextImageAndOptions) {
 
 void expect_400(const std::string& body, const std::string& needle, const std::string& param = "") {
   try {
-    parse_chat_request(body, RequestLimits{2, 16});
+    parse_chat_request(body, RequestLimits{2, 16, {}});
     ADD_FAILURE() << "accepted: " << body;
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status, 400) << body;
@@ -79,6 +83,75 @@ TEST(ChatRequest, BadBodiesAreHttp400NamingTheField) {
              "over the server's limit of 16 bytes");
   expect_400(R"({"messages": [{"role": "user", "content": [{"type": "audio", "audio": 1}]}]})",
              "'audio' is not served");
+}
+
+}  // namespace
+}  // namespace gmod::serve
+
+namespace gmod::serve {
+namespace {
+
+std::string image_body(const std::string& url) {
+  return R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": ")" + url +
+         R"("}}]}]})";
+}
+
+// The error of parsing `url` as an image with `limits`; empty when it parsed.
+std::string image_error(const std::string& url, const RequestLimits& limits) {
+  try {
+    parse_chat_request(image_body(url), limits);
+    return {};
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400) << e.what();
+    EXPECT_EQ(e.param, "messages[0].content[0].image_url");
+    return e.what();
+  }
+}
+
+TEST(ChatRequest, LocalImagePathsOnlyUnderTheAllowedFolder) {
+  test::TempDir t;
+  std::filesystem::create_directories(t.str("allowed/sub"));
+  auto write = [](const std::string& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; };
+  write(t.str("allowed/sub/a.png"), "PNGBYTES");
+  write(t.str("secret.png"), "SECRET");
+  std::filesystem::create_symlink(t.str("secret.png"), t.str("allowed/link.png"));
+
+  RequestLimits none;  // no allowed folder: refused, saying how to allow
+  EXPECT_NE(image_error(t.str("allowed/sub/a.png"), none).find("--allowed-image-dir"), std::string::npos);
+
+  RequestLimits lim;
+  lim.allowed_image_dir = t.str("allowed");
+  for (const std::string& url :
+       {t.str("allowed/sub/a.png"), "file://" + t.str("allowed/sub/a.png"), std::string("sub/a.png")}) {
+    const ChatRequest r = parse_chat_request(image_body(url), lim);
+    ASSERT_EQ(r.images.size(), 1u) << url;
+    EXPECT_EQ(std::string(r.images[0].bytes.begin(), r.images[0].bytes.end()), "PNGBYTES") << url;
+  }
+  EXPECT_NE(image_error(t.str("secret.png"), lim).find("outside the allowed image folder"),
+            std::string::npos);
+  EXPECT_NE(image_error("file://" + t.str("secret.png"), lim).find("outside"), std::string::npos);
+  EXPECT_NE(image_error(t.str("allowed/../secret.png"), lim).find("'..'"), std::string::npos);
+  EXPECT_NE(image_error("sub/../../secret.png", lim).find("'..'"), std::string::npos);
+  EXPECT_NE(image_error(t.str("allowed/link.png"), lim).find("symbolic link"), std::string::npos);
+  EXPECT_NE(image_error(t.str("allowed/none.png"), lim).find("does not exist"), std::string::npos);
+  lim.max_image_bytes = 4;
+  EXPECT_NE(image_error("sub/a.png", lim).find("over the server's limit of 4 bytes"), std::string::npos);
+}
+
+TEST(ChatRequest, OpenAiFieldsNotImplementedPassOnlyWithTheirNeutralValue) {
+  const std::string user = R"("messages": [{"role": "user", "content": "hi"}])";
+  const ChatRequest r = parse_chat_request("{" + user + R"(, "user": "u1", "frequency_penalty": 0,
+      "presence_penalty": 0.0, "logprobs": false, "response_format": {"type": "text"}, "stream": true,
+      "stream_options": {"include_usage": true}})");
+  EXPECT_TRUE(r.include_usage);
+  expect_400("{" + user + R"(, "frequency_penalty": 0.5})", "not implemented", "frequency_penalty");
+  expect_400("{" + user + R"(, "presence_penalty": 1})", "not implemented", "presence_penalty");
+  expect_400("{" + user + R"(, "logprobs": true})", "not implemented", "logprobs");
+  expect_400("{" + user + R"(, "response_format": {"type": "json_object"}})", "not implemented",
+             "response_format");
+  expect_400("{" + user + R"(, "stream_options": {"include_usage": true}})", "only allowed with stream",
+             "stream_options");
+  expect_400("{" + user + R"(, "tools": []})", "unknown field 'tools'", "tools");
 }
 
 }  // namespace
