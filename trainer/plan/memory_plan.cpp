@@ -122,7 +122,11 @@ int64_t MemoryPlan::term_bytes(const std::string& name) const {
   return t ? t->bytes : 0;
 }
 
-MemoryPlan plan_memory(const MemoryPlanInputs& in) {
+MemoryPlan plan_memory(const MemoryPlanInputs& given) {
+  // LoRA: the LLM's own weights are frozen (trainer/trainer.cpp freeze_and_count), its adapters and routers train.
+  const bool lora = given.lora_r > 0;
+  MemoryPlanInputs in = given;
+  if (lora) in.train_llm = false;
   const LlamaConfig& t = in.model.text;
   if (in.world < 1) throw std::invalid_argument("memory plan: world must be >= 1");
   if (in.stage < 0 || in.stage > 3) throw std::invalid_argument("memory plan: ZeRO stage must be 0, 1, 2 or 3");
@@ -170,15 +174,27 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     for (int l : frozen_layers)
       if (l >= 0 && l < int(pc.llm_layer.size())) trainable -= pc.llm_layer[size_t(l)];
   }
+  // LoRA (model/lora.h): A [r, in] + B [out, r] per adapted linear of every decoder layer not in freeze.llm_layers,
+  // and the MoD routers (γ-MoD's shared one, or one [1, D] per MoD layer).
+  const LoraLayerCounts lc = lora_layer_counts(t, in.lora_r, in.lora_targets);
+  const int64_t lora_params = lc.params * t.num_hidden_layers;
+  if (lora) {
+    if (lc.linears == 0)
+      throw std::invalid_argument("memory plan: lora.targets name none of q/k/v/o/gate/up/down_proj");
+    for (int l = 0; l < t.num_hidden_layers; ++l)
+      if (!frozen_layers.count(l)) trainable += lc.params;
+    trainable += pc.shared_router;
+    if (in.mod_router == "per_layer") trainable += int64_t(in.mod_layers.size()) * t.hidden_size;
+  }
   if (trainable == 0) throw std::invalid_argument("memory plan: no trainable parameter");
   const int64_t N = in.world;
   const int64_t padded = (trainable + N - 1) / N * N;  // FlatParamLayout::padded_total
   const int64_t shard = padded / N;
   const int64_t local = in.stage == 0 ? trainable : shard;  // ShardedAdamW range
-  p.params_total = pc.total();
+  p.params_total = pc.total() + lora_params;
   p.params_trainable = trainable;
   p.params_padded = padded;
-  p.params_frozen = pc.total() - trainable;
+  p.params_frozen = p.params_total - trainable;
 
   // ---- static terms (parallel/data_parallel.cpp constructor, parallel/sharded_adamw.cpp) ----
   const bool acc32 = in.accumulate_fp32 && !s.fp32;
@@ -266,9 +282,16 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const int64_t K = std::max<int64_t>(1, int64_t(std::llround(in.mod_kept_fraction * double(s.L))));
   int64_t layers_full = 0, layers_ckpt = 0, max_layer = 0, max_transient = 0;
   for (int l = 0; l < t.num_hidden_layers; ++l) {
-    const bool tw = in.train_llm && !frozen_layers.count(l);
+    // LoRA: the adapters' A saves the linears' inputs as a weight gradient would (tw); B saves A's output
+    // [T, r] per adapted linear, and dropout (model/lora.cpp) the mask and the dropped input [T, in].
+    const bool lora_layer = lora && !frozen_layers.count(l);
+    const bool tw = (in.train_llm || lora_layer) && !frozen_layers.count(l);
     const bool is_mod = mods.count(l) > 0;
-    const int64_t a = is_mod ? mod_layer_saved(s, K, rg, tw, in.mod_router) : dense_layer_saved(s, rg, tw);
+    int64_t a = is_mod ? mod_layer_saved(s, K, rg, tw, in.mod_router) : dense_layer_saved(s, rg, tw);
+    if (lora_layer) {
+      const int64_t T = s.B * (is_mod ? K : s.L);
+      a += s.e * T * in.lora_r * lc.linears + (in.lora_dropout > 0 ? 2 * s.e * T * lc.inputs : 0);
+    }
     rg = rg || tw;
     const bool ckpt =
         in.checkpointing == "full" || (in.checkpointing == "every_k" && l % in.checkpoint_every == 0);
@@ -547,6 +570,9 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw
   }
   in.accumulate_fp32 = cfg.optimizer.accumulate_fp32;
   in.reduce_dtype = effective_reduce_dtype(cfg);
+  in.lora_r = cfg.lora.r;
+  in.lora_targets = cfg.lora.targets;
+  in.lora_dropout = cfg.lora.dropout;
   return in;
 }
 

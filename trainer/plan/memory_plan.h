@@ -57,6 +57,12 @@ struct MemoryPlanInputs {
   double budget_bytes = 0;  // per-rank memory (0 = none: no fits verdict)
   double reserve_bytes =
       0;  // allowance outside the plan (CUDA context, NCCL/cuBLAS workspaces, fragmentation)
+  // LoRA (lora.*, model/lora.h): rank (0 = none), the adapted linears by leaf name (q_proj ... down_proj;
+  // "all-linear" = all seven), adapter dropout. The LLM's own weights are then frozen (compute dtype, no gradient,
+  // master or moments); the adapters and MoD routers train.
+  int lora_r = 0;
+  std::vector<std::string> lora_targets;
+  double lora_dropout = 0.0;
 };
 
 struct MemoryTerm {
@@ -123,6 +129,13 @@ struct Zero3Units {
   int count = 0;
 };
 Zero3Units zero3_units(const ParamCounts& pc, const LlavaConfig& c, const MemoryPlanInputs& in);
+
+// LoRA adapter parameters of one decoder layer (A [r, in] + B [out, r] per adapted linear) and the summed input
+// widths of its adapted linears (what adapter dropout keeps per token); trainer/plan/param_counts.cpp.
+struct LoraLayerCounts {
+  int64_t params = 0, inputs = 0, linears = 0;
+};
+LoraLayerCounts lora_layer_counts(const LlamaConfig& t, int r, const std::vector<std::string>& targets);
 
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 
