@@ -162,7 +162,9 @@ TEST(Lora, PeftFilesReadBackIntoAFreshModel) {
   load_peft_adapter(*back, t.str("adapter"));
   const auto want = m->named_parameters();
   for (const auto& p : back->named_parameters())
-    if (is_lora_parameter(p.key())) EXPECT_TRUE(at::equal(p.value(), want[p.key()])) << p.key();
+    if (is_lora_parameter(p.key())) {
+      EXPECT_TRUE(at::equal(p.value(), want[p.key()])) << p.key();
+    }
 }
 
 TEST(Lora, BadConfigsAndAdaptersAreNamedErrors) {

@@ -64,10 +64,12 @@ TEST(TrainLoraE2E, LoraGammaModResumesBitwise) {
     const bool trains = lora || name.find("router") != std::string::npos || name.rfind("projector.", 0) == 0;
     adapters += lora;
     if (trains) trainable += w.numel();
-    if (!trains && name.rfind("vision.", 0) != 0)
+    if (!trains && name.rfind("vision.", 0) != 0) {
       EXPECT_TRUE(bit_equal(w, m2.at(name))) << name << " is frozen under LoRA but changed";
-    if (lora && name.find(".lora_B.") != std::string::npos)
+    }
+    if (lora && name.find(".lora_B.") != std::string::npos) {
       EXPECT_FALSE(bit_equal(w, m2.at(name))) << name << " did not train";
+    }
   }
   EXPECT_GT(adapters, 0);
   EXPECT_FALSE(bit_equal(m4.at("mod_router.weight"), m2.at("mod_router.weight"))) << "the router trains";

@@ -122,6 +122,24 @@ int64_t MemoryPlan::term_bytes(const std::string& name) const {
   return t ? t->bytes : 0;
 }
 
+namespace {
+// LoRA without dropout: the widths of the distinct inputs its A matrices save per token (q/k/v share the normed
+// input, gate/up the post-attention normed one).
+int64_t lora_shared_inputs(const LlamaConfig& t, const std::vector<std::string>& targets) {
+  auto has = [&](const char* name) {
+    for (const auto& x : targets) {
+      const std::string leaf = x.substr(x.rfind('.') == std::string::npos ? 0 : x.rfind('.') + 1);
+      if (x == "all-linear" || leaf == name) return true;
+    }
+    return false;
+  };
+  const int64_t D = t.hidden_size;
+  return (has("q_proj") || has("k_proj") || has("v_proj") ? D : 0) +
+         (has("o_proj") ? int64_t(t.num_attention_heads) * t.dim_per_head() : 0) +
+         (has("gate_proj") || has("up_proj") ? D : 0) + (has("down_proj") ? t.intermediate_size : 0);
+}
+}  // namespace
+
 MemoryPlan plan_memory(const MemoryPlanInputs& given) {
   // LoRA: the LLM's own weights are frozen (trainer/trainer.cpp freeze_and_count), its adapters and routers train.
   const bool lora = given.lora_r > 0;
@@ -282,16 +300,21 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
   const int64_t K = std::max<int64_t>(1, int64_t(std::llround(in.mod_kept_fraction * double(s.L))));
   int64_t layers_full = 0, layers_ckpt = 0, max_layer = 0, max_transient = 0;
   for (int l = 0; l < t.num_hidden_layers; ++l) {
-    // LoRA: the adapters' A saves the linears' inputs as a weight gradient would (tw); B saves A's output
-    // [T, r] per adapted linear, and dropout (model/lora.cpp) the mask and the dropped input [T, in].
+    // LoRA (model/lora.cpp): the base weights are frozen (tw false); B saves A's output [T, r] per adapted
+    // linear; A saves its input: without dropout the linear's input, shared by q/k/v (normed, [T, D]), by
+    // gate/up ([T, D]), o_proj's [T, H Dh] and down_proj's [T, I]; with dropout each adapter's mask and
+    // dropped input [T, in].
     const bool lora_layer = lora && !frozen_layers.count(l);
-    const bool tw = (in.train_llm || lora_layer) && !frozen_layers.count(l);
+    const bool tw = in.train_llm && !frozen_layers.count(l);
     const bool is_mod = mods.count(l) > 0;
-    int64_t a = is_mod ? mod_layer_saved(s, K, rg, tw, in.mod_router) : dense_layer_saved(s, rg, tw);
+    int64_t a = is_mod ? mod_layer_saved(s, K, rg || lora_layer, tw, in.mod_router)
+                       : dense_layer_saved(s, rg || lora_layer, tw);
     if (lora_layer) {
       const int64_t T = s.B * (is_mod ? K : s.L);
-      a += s.e * T * in.lora_r * lc.linears + (in.lora_dropout > 0 ? 2 * s.e * T * lc.inputs : 0);
+      a += s.e * T * in.lora_r * lc.linears;
+      a += in.lora_dropout > 0 ? 2 * s.e * T * lc.inputs : s.e * T * lora_shared_inputs(t, in.lora_targets);
     }
+    rg = rg || lora_layer;
     rg = rg || tw;
     const bool ckpt =
         in.checkpointing == "full" || (in.checkpointing == "every_k" && l % in.checkpoint_every == 0);
