@@ -1,7 +1,8 @@
 // `gmod export`: a training checkpoint (or a Hugging Face dir, --from-hf) as a Hugging Face model directory
 // (transformers' LlavaForConditionalGeneration / LlamaForCausalLM layout; γ-MoD routers and the "mod" config
 // as mod/mod_checkpoint.h writes them). The architecture and MoD layers come from the run config stored in the
-// checkpoint (trainer/model_setup.h), the weights from its model.h5.
+// checkpoint (trainer/model_setup.h), the weights from its model.h5. A LoRA run writes the base (frozen LLM, trained
+// routers and projector) and its adapter in PEFT's format in <out>/adapter (model/lora_peft.h).
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "launch/args.h"
 #include "mod/conversion.h"
 #include "mod/mod_checkpoint.h"
+#include "model/lora_peft.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/model_setup.h"
 #include "trainer/config/train_config.h"
@@ -107,6 +109,14 @@ int run_export(const ExportOptions& o) {
   std::cout << "checkpoint " << step_dir << " (step " << reader.step() << ", model " << src << ", "
             << cfg.model.dtype << ")\n";
   check_finite_weights(*model, "checkpoint " + step_dir, "exported");
+  if (cfg.lora.enabled()) {  // PEFT's adapter beside the base (the trained routers/projector are in the base)
+    const std::string adapter = (fs::path(out) / "adapter").string();
+    save_peft_adapter(*model, cfg.lora, adapter, out);
+    std::cout << "wrote " << adapter << ": PEFT LoRA adapter (r " << cfg.lora.r << ", alpha " << cfg.lora.alpha
+              << ", " << lora_modules(*model).size() << " linear layers); `gmod merge --model " << out
+              << " --adapter " << adapter << " --out DIR` merges it\n";
+    detach_lora(*model);
+  }
   save_mod_pretrained(*model, mc, out);
   copy_side_files(default_tokenizer_source(cfg.model), out);
   if (!preprocessor_source(cfg.model).empty()) copy_side_files(preprocessor_source(cfg.model), out);

@@ -69,4 +69,12 @@ if [ ! -f "$LMMS_VENV/.complete" ]; then
   touch "$LMMS_VENV/.complete"
 fi
 echo "$LMMS_VENV/bin/python" > "$VENV/lmms-eval-python"
+# PEFT for the LoRA parity test (tests/model/check_lora_peft.py, ctest lora_peft): pinned to a release that supports
+# the transformers above; its own marker as above.
+PEFT_VERSION="${GMOD_PEFT_VERSION:-0.21.2}"
+if [ ! -f "$VENV/.peft-$PEFT_VERSION" ]; then
+  echo "[setup] installing peft==$PEFT_VERSION into $VENV (for tests)" >&2
+  "$VENV/bin/pip" install -q "peft==$PEFT_VERSION" >&2
+  touch "$VENV/.peft-$PEFT_VERSION"
+fi
 echo "$VENV"

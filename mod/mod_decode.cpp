@@ -18,6 +18,7 @@
 
 #include "mod/mod_layer.h"
 #include "model/kv_cache.h"
+#include "model/lora.h"
 #include "model/token_roles.h"
 
 namespace gmod {
@@ -72,7 +73,7 @@ at::Tensor MoDDecoderLayer::decode_step(const at::Tensor& h, ForwardState& st, i
   auto n = sc.normed.defined() ? (all ? sc.normed : sc.normed.index_select(0, idx)) : input_layernorm->forward(hp);
   auto qk = self_attn->rotated_qk(n, cos, sin);  // q [P, H, 1, Dh], k [P, Hkv, 1, Dh]
   const int64_t Hkv = self_attn->n_kv_heads, Dh = self_attn->head_dim, H = self_attn->n_heads;
-  auto v = self_attn->v_proj->forward(n).view({P, 1, Hkv, Dh}).transpose(1, 2);
+  auto v = lora_linear(*self_attn->v_proj, n).view({P, 1, Hkv, Dh}).transpose(1, 2);
   // New K/V into slot lp[p] of sample idx[p], in place ([B, T, Hkv, Dh] views of the caches).
   using at::indexing::TensorIndex;
   cache.k.transpose(1, 2).index_put_({TensorIndex(idx), TensorIndex(lp)}, qk.second.squeeze(2).to(cache.k.scalar_type()));
@@ -97,7 +98,7 @@ at::Tensor MoDDecoderLayer::decode_step(const at::Tensor& h, ForwardState& st, i
     i = j;
   }
   auto o = outs.size() == 1 ? outs[0] : at::cat(outs, 0);  // [P, H, 1, Dh]
-  auto a = hp + self_attn->o_proj->forward(o.transpose(1, 2).reshape({P, 1, H * Dh}));
+  auto a = hp + lora_linear(*self_attn->o_proj, o.transpose(1, 2).reshape({P, 1, H * Dh}));
   auto m = mlp->forward(post_attention_layernorm->forward(a));
   auto w = sc.weight.defined() ? (all ? sc.weight : sc.weight.index_select(0, idx)) : at::Tensor();
   auto y = combine(hp, a, m, w);

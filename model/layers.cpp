@@ -1,5 +1,6 @@
 #include "model/layers.h"
 #include "model/kv_cache.h"
+#include "model/lora.h"
 
 #include <ATen/ops/_scaled_dot_product_efficient_attention.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention.h>
@@ -153,8 +154,8 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c)
 std::pair<at::Tensor, at::Tensor> AttentionImpl::rotated_qk(const at::Tensor& x, const at::Tensor& cos,
                                                             const at::Tensor& sin) {
   auto B = x.size(0), L = x.size(1);
-  auto q = q_proj->forward(x).view({B, L, n_heads, head_dim}).transpose(1, 2);
-  auto k = k_proj->forward(x).view({B, L, n_kv_heads, head_dim}).transpose(1, 2);
+  auto q = lora_linear(*q_proj, x).view({B, L, n_heads, head_dim}).transpose(1, 2);
+  auto k = lora_linear(*k_proj, x).view({B, L, n_kv_heads, head_dim}).transpose(1, 2);
   return {apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)};
 }
 
@@ -163,7 +164,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
                                   AttentionSide* side) {
   auto B = x.size(0), L = x.size(1);
   auto [q, k] = rotated_qk(x, cos, sin);
-  auto v = v_proj->forward(x).view({B, L, n_kv_heads, head_dim}).transpose(1, 2);
+  auto v = lora_linear(*v_proj, x).view({B, L, n_kv_heads, head_dim}).transpose(1, 2);
   if (cache) {
     kv_append(*cache, k, v);  // in place into the cache's buffer (model/kv_cache.h)
     k = cache->k;
@@ -203,7 +204,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
     out = at::scaled_dot_product_attention(q, k, v, m, 0.0, causal, scale, /*enable_gqa=*/rep > 1);
   }
   out = out.transpose(1, 2).reshape({B, L, n_heads * head_dim});
-  return o_proj->forward(out);
+  return lora_linear(*o_proj, out);
 }
 
 MLPImpl::MLPImpl(const LlamaConfig& c) {
@@ -213,7 +214,7 @@ MLPImpl::MLPImpl(const LlamaConfig& c) {
 }
 
 at::Tensor MLPImpl::forward(const at::Tensor& x) const {
-  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  return lora_linear(*down_proj, at::silu(lora_linear(*gate_proj, x)) * lora_linear(*up_proj, x));
 }
 
 }  // namespace gmod

@@ -99,8 +99,13 @@ std::shared_ptr<MultimodalLM> build_run_model(const TrainConfig& cfg, MoDConfig*
   mc.mod_layers.clear();
   if (cfg.mod.enabled) mc = convert_for_run(*model, cfg.mod, nullptr);
   model->to(at::kCPU, cfg.model.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
+  if (cfg.lora.enabled()) attach_run_lora(*model, cfg);
   if (mod_out) *mod_out = mc;
   return model;
+}
+
+LoraAttachment attach_run_lora(MultimodalLM& model, const TrainConfig& cfg) {
+  return attach_lora(model, cfg.lora, cfg.model.init_seed);
 }
 
 }  // namespace gmod

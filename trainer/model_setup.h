@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/llava.h"
+#include "model/lora.h"
 #include "mod/mod_config.h"
 #include "trainer/config/train_config.h"
 
@@ -34,6 +35,11 @@ MoDConfig convert_for_run(MultimodalLM& model, const ModSection& mod,
 // The run's model as it was trained: model.path's config.json, converted to MoD as recorded in `cfg` (a
 // checkpoint's stored config has mod.config.mod_layers filled in), parameters in the run's dtype on CPU,
 // weights not loaded. `mod_out` receives the effective MoD config (mod_layers empty for a dense run).
+// With lora.r > 0 it carries the run's LoRA adapters (attach_run_lora).
 std::shared_ptr<MultimodalLM> build_run_model(const TrainConfig& cfg, MoDConfig* mod_out = nullptr);
+
+// The run's LoRA adapters (lora.r > 0) on `model`, after its MoD conversion (γ-MoD's train.py loads the MoD model,
+// then get_peft_model), in the model's dtype and device, A initialised from model.init_seed.
+LoraAttachment attach_run_lora(MultimodalLM& model, const TrainConfig& cfg);
 
 }  // namespace gmod

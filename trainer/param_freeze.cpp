@@ -1,5 +1,7 @@
 #include "trainer/param_freeze.h"
 
+#include "model/lora.h"
+
 #include <set>
 #include <string>
 
@@ -24,7 +26,9 @@ std::vector<ParamGroupInput> param_group_inputs(MultimodalLM& model, const Train
     } else if (starts_with(name, "projector.")) {
       frozen = cfg.freeze.projector;
     } else {
-      frozen = cfg.freeze.llm;
+      // LoRA: the LLM's own weights are frozen, its adapters and MoD routers train.
+      frozen = cfg.freeze.llm ||
+               (cfg.lora.enabled() && !is_lora_parameter(name) && name.find("router") == std::string::npos);
       if (!frozen && starts_with(name, "llm.layers.")) {
         const int layer = std::stoi(name.substr(11, name.find('.', 11) - 11));
         frozen = frozen_set.count(layer) > 0;

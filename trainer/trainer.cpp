@@ -109,6 +109,13 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
   setup_data();
   if (cfg_.mod.enabled) convert_model();
   model_->to(device_, dtype_);  // new router parameters
+  if (cfg_.lora.enabled()) {  // after the MoD conversion, as γ-MoD's train.py (docs/lora.md)
+    const LoraAttachment att = attach_run_lora(*model_, cfg_);
+    att.stream->seed = rank_seed(cfg_.seed, 0, rank_) ^ 0x4C6F5241ull;  // dropout masks: per rank, per pass
+    print("lora: r " + std::to_string(cfg_.lora.r) + ", alpha " + std::to_string(cfg_.lora.alpha) + " on " +
+          std::to_string(att.modules.size()) + " linear layers, " + std::to_string(att.parameters) +
+          " adapter parameters");
+  }
   model_->train();
   model_->llm->activation_checkpointing = parse_activation_checkpointing(cfg_.model.activation_checkpointing);
   // The tower's own units (CLIP layers, ConvNeXt stages) are checkpointed whenever decoder layers are.
@@ -367,8 +374,10 @@ StepMetrics Trainer::train_step() {
   std::vector<int64_t> processed(n_mod, 0), entered(n_mod, 0), routable(n_mod, 0);
   int64_t tokens = 0, samples = 0, padded = 0;
   TrainFlops step_flops;  // this rank's micro-batches, from what each layer processed
+  const auto lora_stream = lora_dropout_stream(*model_);  // nullptr without LoRA
   for (const Batch& b : micro) {
     const bool last = &b == &micro.back();
+    if (lora_stream) lora_stream->pass = step_ * accum_ + (&b - micro.data());  // LoRA dropout: one stream per pass
     if (b.empty()) {  // every record of this slice was bad: contribute nothing, still join the step
       if (z3_) z3_->idle_micro_batch(last);  // (and its collectives)
       continue;

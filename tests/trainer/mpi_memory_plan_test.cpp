@@ -199,6 +199,25 @@ TEST(MemoryPlanMeasured, Zero3Prefetch2Checkpointing) {
   check(in, "ZeRO-3 prefetch 2 checkpointing", ckpt_tolerance());
 }
 
+// LoRA on the γ-MoD model (model/lora.h): frozen LLM weights without gradient, master or moments; adapters (with
+// dropout, whose masks are saved) and the router train.
+TEST(MemoryPlanMeasured, LoraGammaModZero1) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
+  in.mod_layers = {1, 2};
+  in.mod_kept_fraction = 1.0 - 0.5 * 16.0 / 128.0;
+  in.lora_r = 8;
+  in.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  in.lora_dropout = 0.05;
+  check(in, "lora");
+}
+
+TEST(MemoryPlanMeasured, LoraBf16Zero2) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 2, "bf16");
+  in.lora_r = 16;
+  in.lora_targets = {"q_proj", "v_proj"};
+  check(in, "lora bf16");
+}
+
 TEST(MemoryPlanMeasured, TrackerCountsTensorBytes) {
   MemoryTracker& t = MemoryTracker::install();
   const int64_t before = t.live_bytes();

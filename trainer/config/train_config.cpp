@@ -107,6 +107,7 @@ json to_json(const TrainConfig& c) {
       {"resume", c.resume},
       {"resume_allow_changes", c.resume_allow_changes},
       {"max_consecutive_skipped", c.max_consecutive_skipped},
+      {"lora", to_json(c.lora)},
   };
 }
 
@@ -176,6 +177,9 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(j, "seed", c.seed), get(j, "deterministic", c.deterministic), get(j, "run_dir", c.run_dir);
       get(j, "resume", c.resume), get(j, "max_consecutive_skipped", c.max_consecutive_skipped);
       get(j, "resume_allow_changes", c.resume_allow_changes);
+      get(j["lora"], "r", c.lora.r), get(j["lora"], "alpha", c.lora.alpha), get(j["lora"], "dropout", c.lora.dropout);
+      get(j["lora"], "targets", c.lora.targets), get(j["lora"], "bias", c.lora.bias);
+      get(j["lora"], "vision", c.lora.vision);
     } catch (const std::exception& ex) {
       errs.push_back(std::string("conversion: ") + ex.what());
     }
@@ -514,6 +518,13 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
     e.push_back("resume: \"" + c.resume +
                 "\" is neither auto, auto_or_scratch, none nor a checkpoint directory with manifest.json");
   if (c.max_consecutive_skipped < 1) e.push_back("max_consecutive_skipped: must be >= 1");
+  for (const auto& x : check_lora_config(c.lora)) e.push_back(x);  // lora.*
+  if (c.lora.enabled() && c.freeze.llm)
+    e.push_back("lora.r: LoRA trains adapters on the LLM, but freeze.llm = true freezes them too; set freeze.llm = "
+                "false (the LLM's own weights are frozen by LoRA)");
+  if (c.lora.enabled() && c.optimizer.zero_stage == 3)
+    e.push_back("lora.r: LoRA with optimizer.zero_stage 3 is not built (the frozen LLM would stay whole on every rank "
+                "anyway); use zero_stage 0, 1 or 2");
   const std::pair<const char*, double> deadlines[] = {
       {"parallel.timeout_s", c.parallel.timeout_s},
       {"parallel.arank_timeout_s", c.parallel.arank_timeout_s},

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mod/mod_config.h"
+#include "model/lora_config.h"
 
 namespace gmod {
 
@@ -228,6 +229,9 @@ struct TrainConfig {
   // the model's files differ from the checkpoint's (the sample order then no longer continues exactly).
   bool resume_allow_changes = false;
   int max_consecutive_skipped = 10;  // non-finite-gradient steps in a row before the run is aborted
+  // LoRA adapters on the LLM's linears (model/lora.h, docs/lora.md); r = 0: none. With r > 0 the LLM's own weights
+  // are frozen (held in model.dtype, no master copy, no optimizer state), adapters and MoD routers train.
+  LoraConfig lora;
 };
 
 nlohmann::json to_json(const TrainConfig& c);

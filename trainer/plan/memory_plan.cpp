@@ -122,7 +122,29 @@ int64_t MemoryPlan::term_bytes(const std::string& name) const {
   return t ? t->bytes : 0;
 }
 
-MemoryPlan plan_memory(const MemoryPlanInputs& in) {
+namespace {
+// LoRA without dropout: the widths of the distinct inputs its A matrices save per token (q/k/v share the normed
+// input, gate/up the post-attention normed one).
+int64_t lora_shared_inputs(const LlamaConfig& t, const std::vector<std::string>& targets) {
+  auto has = [&](const char* name) {
+    for (const auto& x : targets) {
+      const std::string leaf = x.substr(x.rfind('.') == std::string::npos ? 0 : x.rfind('.') + 1);
+      if (x == "all-linear" || leaf == name) return true;
+    }
+    return false;
+  };
+  const int64_t D = t.hidden_size;
+  return (has("q_proj") || has("k_proj") || has("v_proj") ? D : 0) +
+         (has("o_proj") ? int64_t(t.num_attention_heads) * t.dim_per_head() : 0) +
+         (has("gate_proj") || has("up_proj") ? D : 0) + (has("down_proj") ? t.intermediate_size : 0);
+}
+}  // namespace
+
+MemoryPlan plan_memory(const MemoryPlanInputs& given) {
+  // LoRA: the LLM's own weights are frozen (trainer/trainer.cpp freeze_and_count), its adapters and routers train.
+  const bool lora = given.lora_r > 0;
+  MemoryPlanInputs in = given;
+  if (lora) in.train_llm = false;
   const LlamaConfig& t = in.model.text;
   if (in.world < 1) throw std::invalid_argument("memory plan: world must be >= 1");
   if (in.stage < 0 || in.stage > 3) throw std::invalid_argument("memory plan: ZeRO stage must be 0, 1, 2 or 3");
@@ -170,16 +192,28 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     for (int l : frozen_layers)
       if (l >= 0 && l < int(pc.llm_layer.size())) trainable -= pc.llm_layer[size_t(l)];
   }
+  // LoRA (model/lora.h): A [r, in] + B [out, r] per adapted linear of every decoder layer not in freeze.llm_layers,
+  // and the MoD routers (γ-MoD's shared one, or one [1, D] per MoD layer).
+  const LoraLayerCounts lc = lora_layer_counts(t, in.lora_r, in.lora_targets);
+  const int64_t lora_params = lc.params * t.num_hidden_layers;
+  if (lora) {
+    if (lc.linears == 0)
+      throw std::invalid_argument("memory plan: lora.targets name none of q/k/v/o/gate/up/down_proj");
+    for (int l = 0; l < t.num_hidden_layers; ++l)
+      if (!frozen_layers.count(l)) trainable += lc.params;
+    trainable += pc.shared_router;
+    if (in.mod_router == "per_layer") trainable += int64_t(in.mod_layers.size()) * t.hidden_size;
+  }
   trainable -= std::min(trainable, in.frozen_by_groups);  // optimizer.groups with freeze
   if (trainable == 0) throw std::invalid_argument("memory plan: no trainable parameter");
   const int64_t N = in.world;
   const int64_t padded = (trainable + N - 1) / N * N;  // FlatParamLayout::padded_total
   const int64_t shard = padded / N;
   const int64_t local = in.stage == 0 ? trainable : shard;  // ShardedAdamW range
-  p.params_total = pc.total();
+  p.params_total = pc.total() + lora_params;
   p.params_trainable = trainable;
   p.params_padded = padded;
-  p.params_frozen = pc.total() - trainable;
+  p.params_frozen = p.params_total - trainable;
 
   // ---- static terms (parallel/data_parallel.cpp constructor, parallel/sharded_adamw.cpp) ----
   const bool acc32 = in.accumulate_fp32 && !s.fp32;
@@ -269,9 +303,21 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const int64_t K = std::max<int64_t>(1, int64_t(std::llround(in.mod_kept_fraction * double(s.L))));
   int64_t layers_full = 0, layers_ckpt = 0, max_layer = 0, max_transient = 0;
   for (int l = 0; l < t.num_hidden_layers; ++l) {
+    // LoRA (model/lora.cpp): the base weights are frozen (tw false); B saves A's output [T, r] per adapted
+    // linear; A saves its input: without dropout the linear's input, shared by q/k/v (normed, [T, D]), by
+    // gate/up ([T, D]), o_proj's [T, H Dh] and down_proj's [T, I]; with dropout each adapter's mask and
+    // dropped input [T, in].
+    const bool lora_layer = lora && !frozen_layers.count(l);
     const bool tw = in.train_llm && !frozen_layers.count(l);
     const bool is_mod = mods.count(l) > 0;
-    const int64_t a = is_mod ? mod_layer_saved(s, K, rg, tw, in.mod_router) : dense_layer_saved(s, rg, tw);
+    int64_t a = is_mod ? mod_layer_saved(s, K, rg || lora_layer, tw, in.mod_router)
+                       : dense_layer_saved(s, rg || lora_layer, tw);
+    if (lora_layer) {
+      const int64_t T = s.B * (is_mod ? K : s.L);
+      a += s.e * T * in.lora_r * lc.linears;
+      a += in.lora_dropout > 0 ? 2 * s.e * T * lc.inputs : s.e * T * lora_shared_inputs(t, in.lora_targets);
+    }
+    rg = rg || lora_layer;
     rg = rg || tw;
     const bool ckpt =
         in.checkpointing == "full" || (in.checkpointing == "every_k" && l % in.checkpoint_every == 0);
@@ -601,6 +647,9 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw
   in.accumulate_fp32 = cfg.optimizer.accumulate_fp32;
   in.zero3_reshard_after_forward = cfg.optimizer.zero3_reshard_after_forward;
   in.reduce_dtype = effective_reduce_dtype(cfg);
+  in.lora_r = cfg.lora.r;
+  in.lora_targets = cfg.lora.targets;
+  in.lora_dropout = cfg.lora.dropout;
   return in;
 }
 

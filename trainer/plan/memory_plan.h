@@ -62,6 +62,12 @@ struct MemoryPlanInputs {
   // Parameters the train_* flags above leave trainable that optimizer.groups freeze (trainer/plan/
   // param_group_counts.h): no gradient, master or moments.
   int64_t frozen_by_groups = 0;
+  // LoRA (lora.*, model/lora.h): rank (0 = none), the adapted linears by leaf name (q_proj ... down_proj;
+  // "all-linear" = all seven), adapter dropout. The LLM's own weights are then frozen (compute dtype, no gradient,
+  // master or moments); the adapters and MoD routers train.
+  int lora_r = 0;
+  std::vector<std::string> lora_targets;
+  double lora_dropout = 0.0;
 };
 
 struct MemoryTerm {
@@ -134,6 +140,13 @@ struct Zero3Units {
   int count = 0;           // hooked units
 };
 Zero3Units zero3_units(const ParamCounts& pc, const LlavaConfig& c, const MemoryPlanInputs& in);
+
+// LoRA adapter parameters of one decoder layer (A [r, in] + B [out, r] per adapted linear) and the summed input
+// widths of its adapted linears (what adapter dropout keeps per token); trainer/plan/param_counts.cpp.
+struct LoraLayerCounts {
+  int64_t params = 0, inputs = 0, linears = 0;
+};
+LoraLayerCounts lora_layer_counts(const LlamaConfig& t, int r, const std::vector<std::string>& targets);
 
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 

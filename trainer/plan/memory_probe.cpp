@@ -12,6 +12,7 @@
 #include "mod/conversion.h"
 #include "model/activation_checkpoint.h"
 #include "model/llava.h"
+#include "model/lora.h"
 #include "model/lm_loss.h"
 #include "model/token_roles.h"
 #include "parallel/data_parallel.h"
@@ -92,6 +93,14 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
       convert_to_mod(*model, mc);
       model->to(at::kCPU, dtype);
     }
+    if (in.lora_r > 0) {  // as Trainer: after the MoD conversion
+      LoraConfig lc;
+      lc.r = in.lora_r;
+      lc.alpha = 2.0 * in.lora_r;
+      lc.dropout = in.lora_dropout;
+      lc.targets = in.lora_targets;
+      attach_lora(*model, lc, seed);
+    }
     model->train();
     // Activation checkpointing as Trainer::load_model sets it: decoder layers, the tower's units with them.
     model->llm->activation_checkpointing = parse_activation_checkpointing(
@@ -108,7 +117,7 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
       else if (starts_with(name, "projector."))
         train = in.train_projector;
       else {
-        train = in.train_llm;
+        train = in.lora_r > 0 ? is_lora_parameter(name) || name.find("router") != std::string::npos : in.train_llm;
         if (train && starts_with(name, "llm.layers.")) train = !frozen.count(std::stoi(name.substr(11)));
       }
       item.value().set_requires_grad(train);

@@ -85,6 +85,28 @@ ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layer
   return p;
 }
 
+LoraLayerCounts lora_layer_counts(const LlamaConfig& t, int r, const std::vector<std::string>& targets) {
+  LoraLayerCounts c;
+  if (r <= 0) return c;
+  const int64_t D = t.hidden_size, I = t.intermediate_size, Dh = t.dim_per_head();
+  const int64_t qd = int64_t(t.num_attention_heads) * Dh, kvd = int64_t(t.num_key_value_heads) * Dh;
+  const std::pair<const char*, std::pair<int64_t, int64_t>> linears[] = {  // name, (in, out) as model/layers.cpp
+      {"q_proj", {D, qd}},    {"k_proj", {D, kvd}}, {"v_proj", {D, kvd}},   {"o_proj", {qd, D}},
+      {"gate_proj", {D, I}}, {"up_proj", {D, I}},  {"down_proj", {I, D}}};
+  for (const auto& [name, io] : linears) {
+    bool hit = false;
+    for (const auto& x : targets) {  // an entry names a linear by its leaf ("q_proj", "mlp.up_proj") or all-linear
+      const std::string leaf = x.substr(x.rfind('.') == std::string::npos ? 0 : x.rfind('.') + 1);
+      hit = hit || x == "all-linear" || leaf == name;
+    }
+    if (!hit) continue;
+    c.params += int64_t(r) * (io.first + io.second);
+    c.inputs += io.first;
+    ++c.linears;
+  }
+  return c;
+}
+
 Zero3Units zero3_units(const ParamCounts& pc, const LlavaConfig& c, const MemoryPlanInputs& in) {
   Zero3Units u;
   auto unit = [&u](int64_t n) {
