@@ -11,6 +11,7 @@
 #include <string>
 
 #include "bench/bench_help.h"
+#include "bench/plan_bench_shape.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/runtime.h"
 #include "tests/trainer/memory_plan_util.h"
@@ -28,27 +29,10 @@ int main(int argc, char** argv) {
   if (gmod::bench_help(argc, argv, kUsage)) return 0;
   Runtime rt(&argc, &argv);
   return run_guarded([&] {
-    std::string dtype = "fp32";
-    int batch = 4, seq = 128, layers = 4, hidden = 128, vocab = 1024, steps = 2;
-    for (int i = 1; i + 1 < argc; i += 2) {
-      const std::string k = argv[i], v = argv[i + 1];
-      if (k == "--dtype")
-        dtype = v;
-      else if (k == "--batch")
-        batch = std::stoi(v);
-      else if (k == "--seq")
-        seq = std::stoi(v);
-      else if (k == "--layers")
-        layers = std::stoi(v);
-      else if (k == "--hidden")
-        hidden = std::stoi(v);
-      else if (k == "--vocab")
-        vocab = std::stoi(v);
-      else if (k == "--steps")
-        steps = std::stoi(v);
-      else
-        throw std::invalid_argument("bench_memory: unknown option " + k);
-    }
+    const PlanBenchShape shape = parse_plan_bench_shape(argc, argv, "bench_memory", 2);
+    const std::string& dtype = shape.dtype;
+    const int batch = shape.batch, seq = shape.seq, layers = shape.layers, hidden = shape.hidden, vocab = shape.vocab,
+              steps = shape.steps;
     auto comm = std::make_shared<MpiComm>();
     const int world = comm->world_size();
     if (comm->rank() == 0)
@@ -58,14 +42,7 @@ int main(int argc, char** argv) {
           world, dtype.c_str(), batch, seq, layers, hidden, vocab, "world", "stage", "measured", "plan",
           "error", "plan peak phase", "planned terms");
     for (int stage = 0; stage <= 2; ++stage) {
-      MemoryPlanInputs in = testing::small_plan_inputs(world, stage, dtype);
-      in.micro_batch = batch;
-      in.seq_len = seq;
-      in.model.text.num_hidden_layers = layers;
-      in.model.text.hidden_size = hidden;
-      in.model.text.intermediate_size = hidden * 43 / 16;
-      in.model.text.vocab_size = vocab;
-      in.model.image_token_id = vocab - 24;
+      MemoryPlanInputs in = shape.inputs(world, stage);
       const MemoryPlan plan = plan_memory(in);
       const MemoryMeasurement m = measure_training_memory(in, comm, steps);
       const double peak = comm->all_reduce(double(m.peak_bytes), ReduceOp::Max);

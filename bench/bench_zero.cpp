@@ -14,6 +14,7 @@
 #include <string>
 
 #include "bench/bench_help.h"
+#include "bench/plan_bench_shape.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/runtime.h"
 #include "tests/trainer/memory_plan_util.h"
@@ -48,27 +49,10 @@ int main(int argc, char** argv) {
   if (bench_help(argc, argv, kUsage)) return 0;
   Runtime rt(&argc, &argv);
   return run_guarded([&] {
-    std::string dtype = "fp32";
-    int batch = 4, seq = 128, layers = 4, hidden = 128, vocab = 1024, steps = 3;
-    for (int i = 1; i + 1 < argc; i += 2) {
-      const std::string k = argv[i], v = argv[i + 1];
-      if (k == "--dtype")
-        dtype = v;
-      else if (k == "--batch")
-        batch = std::stoi(v);
-      else if (k == "--seq")
-        seq = std::stoi(v);
-      else if (k == "--layers")
-        layers = std::stoi(v);
-      else if (k == "--hidden")
-        hidden = std::stoi(v);
-      else if (k == "--vocab")
-        vocab = std::stoi(v);
-      else if (k == "--steps")
-        steps = std::stoi(v);
-      else
-        throw std::invalid_argument("bench_zero: unknown option " + k);
-    }
+    const PlanBenchShape shape = parse_plan_bench_shape(argc, argv, "bench_zero", 3);
+    const std::string& dtype = shape.dtype;
+    const int batch = shape.batch, seq = shape.seq, layers = shape.layers, hidden = shape.hidden, vocab = shape.vocab,
+              steps = shape.steps;
     auto comm = std::make_shared<MpiComm>();
     const int world = comm->world_size();
     const bool root = comm->rank() == 0;
@@ -89,17 +73,10 @@ int main(int argc, char** argv) {
                         Row{3, "none", 1, false}, Row{1, "cpu"}, Row{2, "cpu"}}) {
       std::string name = "ZeRO-" + std::to_string(r.stage) + (std::string(r.offload) == "cpu" ? " + offload" : "");
       if (r.stage == 3) name += r.reshard ? " pf" + std::to_string(r.prefetch) : " no reshard";
-      MemoryPlanInputs in = testing::small_plan_inputs(world, r.stage, dtype);
+      MemoryPlanInputs in = shape.inputs(world, r.stage);
       in.offload = r.offload;
       in.zero3_prefetch = r.prefetch;
       in.zero3_reshard_after_forward = r.reshard;
-      in.micro_batch = batch;
-      in.seq_len = seq;
-      in.model.text.num_hidden_layers = layers;
-      in.model.text.hidden_size = hidden;
-      in.model.text.intermediate_size = hidden * 43 / 16;
-      in.model.text.vocab_size = vocab;
-      in.model.image_token_id = vocab - 24;
       const MemoryPlan plan = plan_memory(in);
       auto refused = [&](const std::string& why) {
         if (root)
