@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "mod/mod_layer.h"
+#include "mod/routing_rule.h"
 #include "model/token_roles.h"
 
 namespace gmod {
@@ -24,7 +25,11 @@ at::Tensor MoDDecoderLayer::decode_step(const at::Tensor& h, ForwardState& st, i
     keep = keep & (st.token_roles.select(1, st.token_roles.size(1) - 1) != static_cast<int64_t>(TokenRole::kPad));
   const auto qvalid = keep;
   auto sc = score(h);
-  if (sc.keep_prob.defined() && cfg.decode_skip) keep = keep & (sc.keep_prob.select(1, 0) >= cfg.decode_threshold);
+  if (sc.keep_prob.defined() && cfg.decode_skip && cfg.adaptive_threshold == AdaptiveThreshold::kNone)
+    keep = keep & (sc.keep_prob.select(1, 0) >= cfg.decode_threshold);
+  else if (sc.keep_prob.defined() && cfg.decode_skip)  // adaptive (mod/routing_rule.h): seqlen counts this token too
+    keep = keep & (sc.keep_prob.select(1, 0) >= adaptive_decode_thresholds(cfg, layer_idx, st.key_valid, B, cache.length() + 1)
+                                                    .to(sc.keep_prob.options()));
   if (record_selection) recorded.push_back(keep.unsqueeze(1));
   auto lengths = cache.lengths.defined() ? cache.lengths : at::full({B}, cache.length(), lopts);
 
