@@ -17,6 +17,7 @@
 #include "data/tokenizer.h"
 #include "launch/args.h"
 #include "mod/conversion.h"
+#include "mod/fastv.h"
 #include "mod/mod_checkpoint.h"
 #include "mod/mod_config.h"
 #include "model/config.h"
@@ -33,6 +34,7 @@ struct ModelOptions {
   std::string routing;
   std::optional<uint64_t> random_init;
   std::string mod;
+  std::string fastv;  // "K:R": FastV at inference (mod/fastv.h)
 };
 
 inline void add_model_options(CLI::App& app, ModelOptions& o) {
@@ -46,6 +48,11 @@ inline void add_model_options(CLI::App& app, ModelOptions& o) {
       "MoD layers' full-sequence routing: auto (thresholds in eval, as γ-MoD inference), topk (the training "
       "capacity) or threshold; default: the model's")
       ->check(CLI::IsMember({"auto", "topk", "threshold"}));
+  add(app, "--fastv", o.fastv,
+      "FastV on a dense model: from layer K on, drop the fraction R of each sample's image tokens that the "
+      "last "
+      "prompt token attends to least at layer K-1 (e.g. 2:0.5)")
+      ->type_name("K:R");
   const char* g = "Options for demos and tests";
   add(app, "--random-init", o.random_init,
       "build the model from DIR/config.json with random weights of this seed")
@@ -132,6 +139,18 @@ inline CliModel load_cli_model(const ModelOptions& o) {
     mc.mod_layers = select_mod_layers(rule, n);
     mc.selection = o.mod;
     validate(mc, n, "--mod");
+    convert_to_mod(*m.model, mc);
+  }
+  if (!o.fastv.empty()) {
+    if (!mod_layers(*m.model).empty())
+      throw UsageError("--fastv " + o.fastv + ": the model at " + m.dir +
+                       " already has MoD layers (FastV needs a dense one)");
+    MoDConfig mc;
+    try {
+      mc = parse_fastv(o.fastv, m.model->config.text.num_hidden_layers);
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("--fastv: ") + e.what());
+    }
     convert_to_mod(*m.model, mc);
   }
   if (const auto layers = mod_layers(*m.model); !layers.empty())

@@ -11,6 +11,7 @@
 #include "launch/args.h"
 #include "model/pretrained.h"
 #include "mod/conversion.h"
+#include "mod/fastv.h"
 #include "mod/mod_checkpoint.h"
 
 namespace gmod::cli {
@@ -50,6 +51,9 @@ struct ConvertOptions {
   std::string router_init = "kaiming_uniform";
   uint64_t router_seed = 0;
   std::string dtype = "fp32";
+  bool direct = false;            // Direct γ-MoD: the attention rule instead of a trained router
+  std::string adaptive = "none";  // adaptive inference thresholds (mod/routing_rule.h)
+  double avg_seqlen = 0.0;
 };
 
 int run_convert(const ConvertOptions& o) {
@@ -57,29 +61,62 @@ int run_convert(const ConvertOptions& o) {
                       {"forced_keep", o.forced},
                       {"skip_frac", o.skip_frac},
                       {"router_init", o.router_init},
-                      {"router_init_seed", o.router_seed}};
+                      {"router_init_seed", o.router_seed},
+                      {"adaptive_threshold", o.adaptive},
+                      {"avg_seqlen", o.avg_seqlen}};
+  // Direct γ-MoD (rebuttal to reviewer 6GUt): no trained router; the γ-MoD routable tokens (image ∪ system) that
+  // receive the least attention in the previous layer are skipped (A-MoD scores, carried across consecutive MoD
+  // layers), skip_frac of them, in the layers the rule picks.
+  if (o.direct) {
+    if (o.router != "gamma_shared") throw UsageError("--direct sets the router itself; drop --router " + o.router);
+    j["router"] = "attention";
+    j["amod_routable"] = "roles";
+    j["amod_skipped"] = "carry";
+  }
+  // FastV (mod/fastv.h): --rule fastv:K:R, every layer from K on, no router.
+  const bool fastv = o.rule.rfind("fastv:", 0) == 0;
+  if (fastv && (o.direct || o.adaptive != "none"))
+    throw UsageError("--rule " + o.rule + ": FastV has no router, so no --direct or --adaptive-threshold");
   MoDConfig mc;
   ConversionRule rule;
   try {  // only the options feed these: their errors are usage errors
     mc = mod_config_from_json(j, "gmod convert options");
-    rule = parse_conversion_rule(o.rule);
+    if (!fastv) rule = parse_conversion_rule(o.rule);
   } catch (const std::exception& e) {
     throw UsageError(e.what());
   }
   if (read_mod_config(o.model)) throw UsageError(o.model + ": already a MoD model (its config.json has \"mod\")");
 
-  const bool by_arank = rule.kind == ConversionRule::Kind::kThreshold || rule.kind == ConversionRule::Kind::kKeepTop;
+  const bool by_arank =
+      !fastv && (rule.kind == ConversionRule::Kind::kThreshold || rule.kind == ConversionRule::Kind::kKeepTop);
   if (by_arank && o.arank.empty())
     throw UsageError("--rule " + o.rule + " selects layers by ARank: compute it with `gmod arank --model " + o.model +
                      " --data DATA.json --out arank.json` and pass --arank arank.json "
                      "(or use --rule layers:a,b or arank_mod, which need none)");
+  MoDConfig fastv_mc;
+  if (fastv) {  // checked before the weights are read
+    try {
+      fastv_mc = parse_fastv(o.rule.substr(6), load_model_config(o.model).text.num_hidden_layers);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--rule ") + e.what());
+    }
+  }
   auto model = load_pretrained(o.model, at::kFloat, at::kCPU);
   check_finite_weights(*model, o.model, "converted");  // before ARank files and conversion: name the source
   const int n = model->config.text.num_hidden_layers;
   std::vector<double> arank;
-  if (by_arank) arank = read_arank(o.arank, n);
-  mc.mod_layers = select_mod_layers(rule, n, arank);
-  mc.selection = rule.to_string();
+  if (by_arank || !o.arank.empty()) arank = read_arank(o.arank, n);
+  if (fastv) {
+    mc = fastv_mc;
+  } else {
+    mc.mod_layers = select_mod_layers(rule, n, arank);
+    mc.selection = rule.to_string() + (o.direct ? " (direct)" : "");
+  }
+  // The MoD layers' ARank goes with the model (adaptive "arank" thresholds read it).
+  if (!arank.empty())
+    for (int l : mc.mod_layers) mc.layer_arank.push_back(arank[size_t(l)]);
+  if (mc.adaptive_threshold == AdaptiveThreshold::kARank && arank.empty())
+    throw UsageError("--adaptive-threshold arank needs the layers' ARank: pass --arank arank.json");
   if (mc.mod_layers.empty())
     throw std::invalid_argument("--rule " + o.rule + " selects no MoD layer in this " + std::to_string(n) +
                                 "-layer model");
@@ -107,7 +144,7 @@ Runner setup(CLI::App& app) {
   add(app, "--out", o->out, "the γ-MoD model dir to write")->type_name("DIR")->required();
   add(app, "--rule", o->rule,
       "which layers become MoD: keep_top:N (all but the N highest-ARank layers), threshold:T (ARank < T), "
-      "layers:a,b or arank_mod")
+      "layers:a,b, arank_mod, or fastv:K:R (FastV: from layer K on drop the fraction R of the image tokens)")
       ->type_name("RULE")
       ->required();
   add(app, "--arank", o->arank, "per-layer ARank of `gmod arank --out` (for keep_top and threshold)")
@@ -119,6 +156,15 @@ Runner setup(CLI::App& app) {
   add(app, "--router-init", o->router_init, "router weights: kaiming_uniform, xavier_uniform or zero");
   add(app, "--router-seed", o->router_seed, "seed of the router initialisation");
   add(app, "--dtype", o->dtype, "dtype of the written weights")->check(CLI::IsMember({"fp32", "bf16"}));
+  add_flag(app, "--direct", o->direct,
+      "Direct γ-MoD: no trained router, skip the routable tokens that get the least attention in the previous "
+      "layer (router attention, amod_routable roles, amod_skipped carry)");
+  add(app, "--adaptive-threshold", o->adaptive,
+      "inference thresholds: none, seqlen (δ_s·(1+ln(seqlen/avg_seqlen)), needs --avg-seqlen) or arank "
+      "(δ_s·(1+ln(ARank_l/mean)), needs --arank)")
+      ->check(CLI::IsMember({"none", "seqlen", "arank"}));
+  add(app, "--avg-seqlen", o->avg_seqlen, "mean token count of the tuning data (adaptive seqlen thresholds)")
+      ->check(positive());
   return [o] { return run_convert(*o); };
 }
 

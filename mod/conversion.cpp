@@ -5,6 +5,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "mod/fastv.h"
+
 namespace gmod {
 
 std::string ConversionRule::to_string() const {
@@ -127,9 +129,13 @@ void convert_to_mod(MultimodalLM& model, const MoDConfig& cfg) {
         "mod_router", std::make_shared<GammaRouterImpl>(w.size(1), cfg.router_init, cfg.router_init_seed, w.options()));
   }
   const bool amod = cfg.router == RouterKind::kAttention;
+  const bool fastv = cfg.router == RouterKind::kFastV;
   for (int i = 0; i < n; ++i) {
     const bool next_is_mod = amod && cfg.is_mod_layer(i + 1);
-    if (cfg.is_mod_layer(i)) {
+    if (fastv && i == cfg.fastv_k - 1) {  // FastV's scoring layer: dense, leaves the last row's attention
+      if (!dense[i]) throw std::logic_error("convert_to_mod: layer " + std::to_string(i) + " is not dense");
+      stack.set(i, std::make_shared<FastVScoringLayer>(*dense[i]));
+    } else if (cfg.is_mod_layer(i)) {
       stack.set(i, std::make_shared<MoDDecoderLayer>(*dense[i], cfg, router, i, next_is_mod));
     } else if (next_is_mod) {
       if (!dense[i]) throw std::logic_error("convert_to_mod: layer " + std::to_string(i) + " is not dense");

@@ -16,7 +16,7 @@ struct EnumNames<RouterKind> {
   static constexpr const char* what = "router";
   static std::vector<std::pair<RouterKind, const char*>> all() {
     return {{RouterKind::kGammaShared, "gamma_shared"}, {RouterKind::kPerLayer, "per_layer"},
-            {RouterKind::kAttention, "attention"}};
+            {RouterKind::kAttention, "attention"}, {RouterKind::kFastV, "fastv"}};
   }
 };
 template <>
@@ -57,6 +57,14 @@ struct EnumNames<AmodRoutable> {
   }
 };
 
+template <>
+struct EnumNames<AdaptiveThreshold> {
+  static constexpr const char* what = "adaptive_threshold";
+  static std::vector<std::pair<AdaptiveThreshold, const char*>> all() {
+    return {{AdaptiveThreshold::kNone, "none"}, {AdaptiveThreshold::kSeqLen, "seqlen"}, {AdaptiveThreshold::kARank, "arank"}};
+  }
+};
+
 template <typename E>
 std::string name_of(E e) {
   for (auto& [v, n] : EnumNames<E>::all())
@@ -82,6 +90,7 @@ std::string to_string(RopePositions k) { return name_of(k); }
 std::string to_string(RoutingMode k) { return name_of(k); }
 std::string to_string(AmodSkippedScore k) { return name_of(k); }
 std::string to_string(AmodRoutable k) { return name_of(k); }
+std::string to_string(AdaptiveThreshold k) { return name_of(k); }
 
 bool MoDConfig::is_mod_layer(int i) const {
   return std::find(mod_layers.begin(), mod_layers.end(), i) != mod_layers.end();
@@ -109,6 +118,33 @@ void validate(const MoDConfig& c, int num_layers, const std::string& source) {
             << " are consecutive: layer " << c.mod_layers[i]
             << " would have no full attention map to route by (A-MoD interleaves MoD and dense layers); choose "
                "interleaved layers or set amod_skipped to \"carry\" or \"force_keep\" (adaptations)";
+  if (c.router == RouterKind::kFastV) {
+    if (c.fastv_k < 1 || c.fastv_k >= num_layers)
+      err << "\n  fastv_k = " << c.fastv_k << ", expected [1, " << num_layers
+          << "): FastV scores the image tokens at layer fastv_k - 1 and prunes from layer fastv_k on";
+    if (!(c.fastv_r >= 0.0 && c.fastv_r <= 1.0)) err << "\n  fastv_r = " << c.fastv_r << ", expected [0, 1]";
+    bool tail = c.fastv_k >= 1 && c.fastv_k < num_layers && static_cast<int>(c.mod_layers.size()) == num_layers - c.fastv_k;
+    for (size_t i = 0; tail && i < c.mod_layers.size(); ++i) tail = c.mod_layers[i] == c.fastv_k + static_cast<int>(i);
+    if (!tail)
+      err << "\n  router fastv: mod_layers_idx must be every layer from fastv_k = " << c.fastv_k << " to "
+          << num_layers - 1;
+    if (c.rope_positions != RopePositions::kOriginal)
+      err << "\n  router fastv: rope_positions must be \"original\" (FastV keeps the tokens' positions)";
+  }
+  if (c.adaptive_threshold != AdaptiveThreshold::kNone &&
+      (c.router == RouterKind::kAttention || c.router == RouterKind::kFastV))
+    err << "\n  adaptive_threshold = \"" << to_string(c.adaptive_threshold) << "\" adapts the router thresholds; router "
+        << to_string(c.router) << " has none";
+  if (c.adaptive_threshold == AdaptiveThreshold::kSeqLen && !(c.avg_seqlen > 0.0))
+    err << "\n  adaptive_threshold \"seqlen\" needs avg_seqlen > 0 (the mean token count of the tuning data), got "
+        << c.avg_seqlen;
+  if (c.adaptive_threshold == AdaptiveThreshold::kARank) {
+    if (c.layer_arank.size() != c.mod_layers.size())
+      err << "\n  adaptive_threshold \"arank\" needs layer_arank with one ARank per MoD layer (" << c.mod_layers.size()
+          << "), got " << c.layer_arank.size();
+    for (size_t i = 0; i < c.layer_arank.size(); ++i)
+      if (!(c.layer_arank[i] > 0.0)) err << "\n  layer_arank[" << i << "] = " << c.layer_arank[i] << ", expected > 0";
+  }
   const auto msg = err.str();
   if (!msg.empty()) throw std::invalid_argument(source + ": invalid MoD config:" + msg);
 }
@@ -131,7 +167,12 @@ nlohmann::json to_json(const MoDConfig& c) {
                         {"amod_skipped", to_string(c.amod_skipped)},
                         {"amod_routable", to_string(c.amod_routable)},
                         {"mode", to_string(c.mode)},
-                        {"selection", c.selection}};
+                        {"selection", c.selection},
+                        {"fastv_k", c.fastv_k},
+                        {"fastv_r", c.fastv_r},
+                        {"adaptive_threshold", to_string(c.adaptive_threshold)},
+                        {"avg_seqlen", c.avg_seqlen},
+                        {"layer_arank", c.layer_arank}};
 }
 
 MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& source) {
@@ -140,7 +181,7 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
       "mod_enable", "mod_layers_idx", "router", "skip_frac", "forced_keep", "rope_positions",
       "router_aux_loss_coef", "infer_threshold", "decode_threshold", "decode_skip", "scale_by_router",
       "router_init", "router_init_seed", "amod_causal_normalise", "amod_skipped", "amod_routable", "mode",
-      "selection"};
+      "selection", "fastv_k", "fastv_r", "adaptive_threshold", "avg_seqlen", "layer_arank"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find(known.begin(), known.end(), it.key()) == known.end())
       throw std::invalid_argument(source + ": unknown MoD config key \"" + it.key() + "\"");
@@ -167,6 +208,12 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
       c.amod_routable = parse_enum<AmodRoutable>(j.at("amod_routable").get<std::string>(), source);
     if (j.contains("mode")) c.mode = parse_enum<RoutingMode>(j.at("mode").get<std::string>(), source);
     if (j.contains("selection")) c.selection = j.at("selection").get<std::string>();
+    if (j.contains("fastv_k")) c.fastv_k = j.at("fastv_k").get<int>();
+    if (j.contains("fastv_r")) c.fastv_r = j.at("fastv_r").get<double>();
+    if (j.contains("adaptive_threshold"))
+      c.adaptive_threshold = parse_enum<AdaptiveThreshold>(j.at("adaptive_threshold").get<std::string>(), source);
+    if (j.contains("avg_seqlen")) c.avg_seqlen = j.at("avg_seqlen").get<double>();
+    if (j.contains("layer_arank")) c.layer_arank = j.at("layer_arank").get<std::vector<double>>();
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(source + ": bad MoD config value: " + e.what());
   }

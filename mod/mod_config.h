@@ -13,6 +13,8 @@ enum class RouterKind {
   kGammaShared,  // γ-MoD: one Linear(D->2, no bias) shared by every MoD layer; MLP delta x p
   kPerLayer,     // Raposo et al.: Linear(D->1, no bias) per MoD layer on the block input; block delta x r
   kAttention,    // A-MoD: parameter-free, column means of the previous layer's attention; no scaling
+  kFastV,        // FastV (mod/fastv.h): parameter-free; layers >= fastv_k drop the image tokens the last prompt
+                 // token attends to least at layer fastv_k - 1; inference baseline
 };
 
 // Which non-routable tokens are forced to be processed. Routable = image ∪ system prefix in both.
@@ -45,6 +47,11 @@ enum class AmodRoutable {
   kRoles,  // adaptation: only the γ-MoD routable roles (image ∪ system, plus answers with forced_keep questions)
 };
 
+// Inference thresholds adapted per sample or per layer (mod/routing_rule.h; γ-MoD rebuttal, reviewer wmRq):
+// δ = δ_s·(1 + ln(seqlen / avg_seqlen)) or δ_s·(1 + ln(ARank_l / mean ARank)), δ_s = infer_threshold and
+// decode_threshold. Threshold routing (γ-MoD, per-layer routers) only.
+enum class AdaptiveThreshold { kNone, kSeqLen, kARank };
+
 struct MoDConfig {
   std::vector<int> mod_layers;  // decoder layer indices that become MoD layers (sorted, unique)
   RouterKind router = RouterKind::kGammaShared;
@@ -69,6 +76,14 @@ struct MoDConfig {
   AmodSkippedScore amod_skipped = AmodSkippedScore::kInterleaved;
   RoutingMode mode = RoutingMode::kAuto;
   std::string selection;  // how mod_layers was chosen (e.g. "arank_mod", "threshold:110"), recorded only
+  // FastV (router "fastv"): layers [fastv_k, n) are the routed ones (mod_layers must say so), scored at layer
+  // fastv_k - 1; each keeps round(n_img·(1 - fastv_r)) of a sample's n_img image tokens (FastV's rounding:
+  // Python's round, half to even) and drops the rest. Original RoPE positions (rope_positions "original").
+  int fastv_k = 2;
+  double fastv_r = 0.5;
+  AdaptiveThreshold adaptive_threshold = AdaptiveThreshold::kNone;
+  double avg_seqlen = 0.0;          // kSeqLen: mean token count of the tuning data (> 0)
+  std::vector<double> layer_arank;  // kARank: ARank of each MoD layer, in mod_layers order (> 0)
 
   bool is_mod_layer(int i) const;
 };
@@ -84,5 +99,6 @@ std::string to_string(RopePositions k);
 std::string to_string(RoutingMode k);
 std::string to_string(AmodSkippedScore k);
 std::string to_string(AmodRoutable k);
+std::string to_string(AdaptiveThreshold k);
 
 }  // namespace gmod

@@ -19,6 +19,7 @@
 #include "mod/mod_layer.h"
 #include "model/kv_cache.h"
 #include "model/lora.h"
+#include "mod/routing_rule.h"
 #include "model/token_roles.h"
 
 namespace gmod {
@@ -37,7 +38,12 @@ at::Tensor MoDDecoderLayer::decode_step(const at::Tensor& h, ForwardState& st, i
   const auto qvalid = keep;
   auto sc = score(h);
   const bool routed = sc.keep_prob.defined() && cfg.decode_skip;
-  if (routed) keep = keep & (sc.keep_prob.select(1, 0) >= cfg.decode_threshold);
+  if (routed && cfg.adaptive_threshold == AdaptiveThreshold::kNone)
+    keep = keep & (sc.keep_prob.select(1, 0) >= cfg.decode_threshold);
+  else if (routed)  // adaptive (mod/routing_rule.h): seqlen counts this token too
+    keep = keep & (sc.keep_prob.select(1, 0) >=
+                   adaptive_decode_thresholds(cfg, layer_idx, st.key_valid, B, cache.length() + 1)
+                       .to(sc.keep_prob.options()));
   if (record_selection) recorded.push_back(keep.unsqueeze(1));
   auto lengths = cache.lengths.defined() ? cache.lengths : at::full({B}, cache.length(), lopts);
 

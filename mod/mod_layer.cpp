@@ -4,6 +4,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "mod/fastv.h"
+#include "mod/routing_rule.h"
 #include "model/token_roles.h"
 
 namespace gmod {
@@ -170,8 +172,13 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   const bool amod = cfg.router == RouterKind::kAttention;
   const bool all_routable = amod && cfg.amod_routable == AmodRoutable::kAll;
   auto masks = routing_masks(st.token_roles, st.key_valid, B, L, cfg.forced_keep, h.device(), all_routable);
+  const bool fastv = cfg.router == RouterKind::kFastV;
+  if (fastv && st.token_roles.defined()) {  // FastV may drop image tokens only
+    masks.routable = masks.valid & (st.token_roles == static_cast<int64_t>(TokenRole::kImage));
+    masks.forced = masks.valid & masks.routable.logical_not();
+  }
   auto sc = score(h);
-  const bool topk = uses_topk();
+  const bool topk = uses_topk() && !fastv;
   // Capacity-driven selections (training top-k, A-MoD, and the replay of either) have counts that follow from the
   // roles alone: take them from the host and never wait for the device. Thresholds and forced selections are
   // data-dependent and read their counts back (inference and analysis only).
@@ -198,6 +205,11 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     if (forced_selection.sizes() != masks.valid.sizes())
       throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) + ": forced_selection must be [B, L]");
     sel = forced_selection.to(masks.valid.device()).to(at::kBool) & masks.valid;
+  } else if (fastv) {
+    if (!st.routing_scores.defined())
+      throw std::logic_error("FastV layer " + std::to_string(layer_idx) +
+                             ": no scores from layer fastv_k - 1 (convert_to_mod sets that layer up)");
+    sel = fastv_selection(st.routing_scores, st.token_roles, masks.valid, cfg.fastv_r);
   } else if (amod) {
     if (!st.routing_scores.defined())
       throw std::logic_error("A-MoD layer " + std::to_string(layer_idx) +
@@ -207,7 +219,12 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     sel = select_topk(sc.keep_prob, masks, k_dev, plan.kmax);
   } else {
     const double thr = cfg.router == RouterKind::kGammaShared ? cfg.infer_threshold : cfg.decode_threshold;
-    sel = masks.forced | (masks.routable & (sc.keep_prob > thr));
+    if (cfg.adaptive_threshold == AdaptiveThreshold::kNone) {
+      sel = masks.forced | (masks.routable & (sc.keep_prob > thr));
+    } else {  // mod/routing_rule.h; compared in keep_prob's dtype as the static threshold is
+      const auto thr_b = routing_thresholds(cfg, layer_idx, thr, masks.valid.sum(1)).unsqueeze(1);  // [B, 1]
+      sel = masks.forced | (masks.routable & (sc.keep_prob > thr_b.to(sc.keep_prob.scalar_type())));
+    }
   }
   if (st.routing_pass == RoutingPass::kRecord) st.routing_selection = sel;
   if (record_selection && st.routing_pass != RoutingPass::kReplay) recorded.push_back(sel);

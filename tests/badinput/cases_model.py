@@ -228,6 +228,39 @@ def cases(ctx):
                         "--tokenizer", tok, "--mod", "layers:2147483647"],
                   expect=r"layer 2147483647 outside \[0, 6\)"))
 
+    # --- inference routing rules (docs/mod.md): FastV and adaptive thresholds, from config.json and options.
+    through("model_mod_fastv_k_zero",
+            bad_model(ctx, "fastv_k0", set_key(None, "mod", {"router": "fastv", "fastv_k": 0, "fastv_r": 0.5,
+                                                             "mod_layers_idx": [0, 1, 2, 3, 4, 5],
+                                                             "rope_positions": "original"})),
+            r'config\.json: "mod": invalid MoD config:.*fastv_k = 0, expected \[1, 6\)', cmds=("eval", "generate"))
+    through("model_mod_fastv_r_above_one",
+            bad_model(ctx, "fastv_r", set_key(None, "mod", {"router": "fastv", "fastv_k": 2, "fastv_r": 1.5,
+                                                            "mod_layers_idx": [2, 3, 4, 5],
+                                                            "rope_positions": "original"})),
+            r'config\.json: "mod": invalid MoD config:.*fastv_r = 1\.5, expected \[0, 1\]', cmds=("eval", "generate"))
+    through("model_mod_adaptive_seqlen_without_avg",
+            bad_model(ctx, "adaptive_seqlen", set_key(None, "mod", {"mod_layers_idx": [2, 3],
+                                                                    "adaptive_threshold": "seqlen"})),
+            r'config\.json: "mod": invalid MoD config:.*adaptive_threshold "seqlen" needs avg_seqlen > 0',
+            cmds=("eval", "generate"))
+    through("model_mod_adaptive_unknown",
+            bad_model(ctx, "adaptive_log", set_key(None, "mod", {"mod_layers_idx": [2], "adaptive_threshold": "log"})),
+            r'config\.json: "mod": adaptive_threshold = "log", expected one of none, seqlen, arank',
+            cmds=("eval", "generate"))
+    c.append(dict(name="generate_fastv_k_beyond_layers", rc=2,
+                  argv=["generate", "--model", "configs/demo_model", "--random-init", "1", "--tokenizer", tok,
+                        "--prompt", "hi", "--fastv", "6:0.5"],
+                  expect=r"--fastv: .*fastv_k = 6, expected \[1, 6\)"))
+    c.append(dict(name="eval_fastv_not_k_colon_r", rc=2,
+                  argv=["eval", "--model", "configs/demo_model", "--random-init", "1", "--data", data,
+                        "--tokenizer", tok, "--fastv", "half"],
+                  expect=r'--fastv: FastV "half": expected K:R'))
+    c.append(dict(name="convert_fastv_rule_bad_ratio", rc=2,
+                  argv=["convert", "--model", "configs/demo_model", "--out", os.path.join(ctx.tmp, "fastv_conv"),
+                        "--rule", "fastv:2:x"],
+                  expect=r'--rule FastV "2:x": expected K:R'))
+
     # --- the misleading messages: NaN weights, tampered manifest world_size.
     nan_dir, nan_tensor = nan_weights_copy(ctx)
     c.append(dict(name="export_nan_weights", argv=["export", "--from-hf", nan_dir, "--out", os.path.join(ctx.tmp, "nan_out")],
