@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -112,7 +113,9 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
   if (cfg_.lora.enabled()) {  // after the MoD conversion, as γ-MoD's train.py (docs/lora.md)
     const LoraAttachment att = attach_run_lora(*model_, cfg_);
     att.stream->seed = rank_seed(cfg_.seed, 0, rank_) ^ 0x4C6F5241ull;  // dropout masks: per rank, per pass
-    print("lora: r " + std::to_string(cfg_.lora.r) + ", alpha " + std::to_string(cfg_.lora.alpha) + " on " +
+    char alpha[32];
+    std::snprintf(alpha, sizeof alpha, "%g", cfg_.lora.alpha);  // 16, not 16.000000
+    print("lora: r " + std::to_string(cfg_.lora.r) + ", alpha " + alpha + " on " +
           std::to_string(att.modules.size()) + " linear layers, " + std::to_string(att.parameters) +
           " adapter parameters");
   }

@@ -11,6 +11,7 @@
 #include "mod/generate.h"
 #include "mod/mod_checkpoint.h"
 #include "mod/routing_rule.h"
+#include "tests/mod/decode_replay.h"
 #include "tests/mod/mod_test_util.h"
 
 using namespace gmod;
@@ -144,32 +145,7 @@ TEST(AdaptiveThreshold, CachedDecodeEqualsRecomputationWithSameDecisions) {
   GenerateOptions o;
   o.max_new_tokens = 6;
   o.eos_token_id = -1;
-  o.keep_logits = true;
-  auto cached = generate(*model, in, o);
-  const int64_t B = in.input_ids.size(0), L = in.input_ids.size(1), T = cached.tokens.size(1);
-  int64_t skipped_decode = 0;
-  for (auto& l : mod_layers(*model)) {
-    ASSERT_EQ(static_cast<int64_t>(l->recorded.size()), T);
-    for (int64_t t = 1; t < T; ++t) skipped_decode += l->recorded[t].logical_not().sum().item<int64_t>();
-    l->forced_selection = at::cat(l->recorded, 1);
-    l->record_selection = false;
-  }
-  EXPECT_GT(skipped_decode, 0);
-  auto n = in.attention_mask.sum(1);
-  ModelInputs full = in;
-  full.input_ids = at::cat({in.input_ids, cached.tokens.narrow(1, 0, T - 1)}, 1);
-  full.attention_mask = at::cat({in.attention_mask, at::ones({B, T - 1}, at::kBool)}, 1);
-  full.positions = at::cat(
-      {at::arange(L).unsqueeze(0).expand({B, L}), n.unsqueeze(1) + at::arange(T - 1).unsqueeze(0)}, 1);
-  full.token_roles =
-      at::cat({in.token_roles, at::full({B, T - 1}, static_cast<int64_t>(TokenRole::kAnswer), at::kChar)}, 1);
-  at::NoGradGuard ng;
-  auto logits = model->forward(full).logits;
-  for (int64_t t = 0; t < T; ++t) {
-    auto pos = t == 0 ? (n - 1) : at::full({B}, L + t - 1, at::kLong);
-    auto ref = logits.gather(1, pos.view({B, 1, 1}).expand({B, 1, logits.size(2)})).squeeze(1);
-    EXPECT_LT((cached.step_logits[t] - ref).abs().max().item<double>(), 1e-4) << "step " << t;
-  }
+  EXPECT_GT(test::expect_replay_equal(*model, in, o).skipped_decode, 0);
 }
 
 TEST(AdaptiveThreshold, ConfigRoundTripsAndBadValuesAreNamed) {
@@ -234,33 +210,8 @@ TEST(DirectGammaMoD, AttentionRuleOnADenseModelSkipsOnlyRoutableTokensAndCachesC
     auto want = at::floor((routable & in.attention_mask).sum(1).to(at::kDouble) * 0.5).to(at::kLong);
     EXPECT_TRUE(at::equal(skipped.sum(1), want)) << "layer " << i;
   }
-  for (auto& l : mod_layers(*model)) {
-    l->recorded.clear();
-    l->record_selection = true;
-  }
   GenerateOptions o;
   o.max_new_tokens = 5;
   o.eos_token_id = -1;
-  o.keep_logits = true;
-  auto cached = generate(*model, in, o);
-  const int64_t B = in.input_ids.size(0), L = in.input_ids.size(1), T = cached.tokens.size(1);
-  for (auto& l : mod_layers(*model)) {
-    l->forced_selection = at::cat(l->recorded, 1);
-    l->record_selection = false;
-  }
-  auto n = in.attention_mask.sum(1);
-  ModelInputs full = in;
-  full.input_ids = at::cat({in.input_ids, cached.tokens.narrow(1, 0, T - 1)}, 1);
-  full.attention_mask = at::cat({in.attention_mask, at::ones({B, T - 1}, at::kBool)}, 1);
-  full.positions = at::cat(
-      {at::arange(L).unsqueeze(0).expand({B, L}), n.unsqueeze(1) + at::arange(T - 1).unsqueeze(0)}, 1);
-  full.token_roles =
-      at::cat({in.token_roles, at::full({B, T - 1}, static_cast<int64_t>(TokenRole::kAnswer), at::kChar)}, 1);
-  at::NoGradGuard ng;
-  auto logits = model->forward(full).logits;
-  for (int64_t t = 0; t < T; ++t) {
-    auto pos = t == 0 ? (n - 1) : at::full({B}, L + t - 1, at::kLong);
-    auto ref = logits.gather(1, pos.view({B, 1, 1}).expand({B, 1, logits.size(2)})).squeeze(1);
-    EXPECT_LT((cached.step_logits[t] - ref).abs().max().item<double>(), 1e-4) << "step " << t;
-  }
+  test::expect_replay_equal(*model, in, o);
 }
