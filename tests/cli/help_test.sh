@@ -28,6 +28,7 @@ options() {
     generate) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template
                     --prompt --image --system --max-new-tokens --top-p --temperature --seed" ;;
     info) echo "" ;;
+    merge) echo "--model --adapter --out --dtype" ;;
     plan) echo "--world --gpu-mem --reserve-gb --checkpointing --checkpoint-every --model --images --mod-kept --set
                 --json" ;;
     plot) echo "--metrics --out --gnuplot" ;;
