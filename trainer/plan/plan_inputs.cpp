@@ -1,0 +1,91 @@
+// plan_inputs_from_config: what `gmod plan` and the trainer's start-up plan read from a training config (and the
+// raw JSON, for keys spelled as the plan's own) into MemoryPlanInputs (trainer/plan/memory_plan.h).
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "mod/conversion.h"
+#include "model/activation_checkpoint.h"
+#include "trainer/config/train_config.h"
+#include "trainer/plan/memory_plan.h"
+
+namespace gmod {
+
+using json = nlohmann::json;
+
+MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw, const LlavaConfig& model,
+                                         int world) {
+  MemoryPlanInputs in;
+  in.model = model;
+  in.world = world;
+  in.stage = cfg.optimizer.zero_stage;
+  in.offload = cfg.optimizer.offload;
+  in.dtype = cfg.model.dtype;
+  in.micro_batch = cfg.batch.micro_batch;
+  in.seq_len = cfg.data.max_len;
+  in.images_per_sample = model.vision ? 1 : 0;
+  in.train_vision = !cfg.freeze.vision;
+  in.train_projector = !cfg.freeze.projector;
+  in.train_llm = !cfg.freeze.llm;
+  in.frozen_llm_layers = parse_layer_ranges(cfg.freeze.llm_layers, model.text.num_hidden_layers);
+  in.bucket_bytes = int64_t(cfg.optimizer.bucket_mb) << 20;
+  in.grad_accum = grad_accum_steps(cfg, world);
+  in.overlap_comm = cfg.optimizer.overlap_comm;
+  in.device = cfg.model.device;
+  if (cfg.mod.enabled) {
+    in.mod_layers = cfg.mod.config.mod_layers;
+    if (in.mod_layers.empty()) {
+      // Chosen at run time (Trainer::convert_model); only their number matters here. ARank-based rules get a
+      // stand-in ARank that decreases with depth (keep_top:k keeps layers 0..k-1 dense); threshold rules are
+      // planned as arank_mod.
+      ConversionRule rule = parse_conversion_rule(cfg.mod.rule);
+      if (rule.kind == ConversionRule::Kind::kThreshold) rule = ConversionRule{};
+      const int n = model.text.num_hidden_layers;
+      std::vector<double> arank(static_cast<size_t>(n), 0.0);
+      for (int l = 0; l < n; ++l) arank[size_t(l)] = double(n - l);
+      in.mod_layers = select_mod_layers(rule, n, arank);
+    }
+    in.mod_router = cfg.mod.config.router == RouterKind::kGammaShared ? "gamma_shared"
+                    : cfg.mod.config.router == RouterKind::kPerLayer  ? "per_layer"
+                                                                      : "attention";
+    // Routable = image tokens (+ a short system prefix, ignored): each MoD layer skips skip_frac of them.
+    const double routable = std::min(1.0, double(model.image_seq_length()) / double(in.seq_len));
+    in.mod_kept_fraction = 1.0 - cfg.mod.config.skip_frac * routable;
+  }
+  // model.activation_checkpointing as gmod train reads it ("none" | "full" | "every_<k>",
+  // model/activation_checkpoint.h), in the plan's terms.
+  auto set_checkpointing = [&](const std::string& s) {
+    if (s == "every_k") {  // the plan's own spelling, with model.checkpoint_every
+      in.checkpointing = s;
+      return;
+    }
+    const ActivationCheckpointing ac = parse_activation_checkpointing(s);
+    in.checkpointing = ac.every == 0 ? "none" : ac.every == 1 ? "full" : "every_k";
+    if (ac.every > 1) in.checkpoint_every = ac.every;
+  };
+  set_checkpointing(cfg.model.activation_checkpointing);
+  // Keys other branches are adding; read them from the JSON when present.
+  if (raw.is_object()) {
+    if (raw.contains("model") && raw["model"].contains("activation_checkpointing")) {
+      const json& ac = raw["model"]["activation_checkpointing"];
+      if (ac.is_string())
+        set_checkpointing(ac.get<std::string>());
+      else if (ac.is_boolean())
+        in.checkpointing = ac.get<bool>() ? "full" : "none";
+    }
+    if (raw.contains("model") && raw["model"].contains("checkpoint_every"))
+      in.checkpoint_every = raw["model"]["checkpoint_every"].get<int>();
+    if (raw.contains("optimizer") && raw["optimizer"].contains("zero3_prefetch"))  // ZeRO-3's prefetch depth
+      in.zero3_prefetch = raw["optimizer"]["zero3_prefetch"].get<int>();
+  }
+  in.accumulate_fp32 = cfg.optimizer.accumulate_fp32;
+  in.zero3_reshard_after_forward = cfg.optimizer.zero3_reshard_after_forward;
+  in.reduce_dtype = effective_reduce_dtype(cfg);
+  in.lora_r = cfg.lora.r;
+  in.lora_targets = cfg.lora.targets;
+  in.lora_dropout = cfg.lora.dropout;
+  return in;
+}
+
+}  // namespace gmod
