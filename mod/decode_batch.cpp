@@ -29,14 +29,17 @@ void rows_of(KVCache& c, const at::Tensor& idx) {
   if (!c.k.defined()) return;
   c.k = rows_of(c.k, idx);
   c.v = rows_of(c.v, idx);
-  if (c.lengths.defined()) c.lengths = at::where(idx < 0, at::zeros_like(idx), c.lengths.index_select(0, idx.clamp_min(0)));
+  if (c.lengths.defined())
+    c.lengths = at::where(idx < 0, at::zeros_like(idx), c.lengths.index_select(0, idx.clamp_min(0)));
 }
 
 std::vector<int64_t> host_lengths(const at::Tensor& mask) { return sample_lengths(mask); }
 }  // namespace
 
 DecodeBatch::DecodeBatch(MultimodalLM& model, DecodeBatchOptions opt)
-    : model_(model), opt_(opt), context_(opt.context > 0 ? opt.context : model.config.text.max_position_embeddings) {}
+    : model_(model),
+      opt_(opt),
+      context_(opt.context > 0 ? opt.context : model.config.text.max_position_embeddings) {}
 
 int64_t DecodeBatch::active_rows() const { return std::count(active_.begin(), active_.end(), true); }
 
@@ -79,7 +82,8 @@ std::vector<int64_t> DecodeBatch::take_rows(int64_t n) {
   return rows;
 }
 
-void DecodeBatch::place(const std::vector<KVCache>& fresh, const at::Tensor& mask, const std::vector<int64_t>& rows) {
+void DecodeBatch::place(const std::vector<KVCache>& fresh, const at::Tensor& mask,
+                        const std::vector<int64_t>& rows) {
   const int64_t Lp = mask.size(1);
   const auto idx = at::tensor(rows, at::kLong).to(device_);
   if (Lp > column_) {  // a longer joiner advances the shared column (invalid slots for the others)
@@ -91,7 +95,8 @@ void DecodeBatch::place(const std::vector<KVCache>& fresh, const at::Tensor& mas
     KVCache& c = caches_[l];
     const KVCache& f = fresh[l];
     if (f.lengths.defined() != c.lengths.defined())
-      throw std::logic_error("DecodeBatch: layer " + std::to_string(l) + "'s cache kind changed between prefills");
+      throw std::logic_error("DecodeBatch: layer " + std::to_string(l) +
+                             "'s cache kind changed between prefills");
     const int64_t n = f.length();
     if (f.lengths.defined()) {  // MoD: per-row lengths
       if (n > c.length()) kv_grow(c, n);
@@ -133,10 +138,10 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
   if (joining && !opt_.use_cache)
     throw std::logic_error("DecodeBatch: recomputation (use_cache = false) cannot join a running batch");
   if (joining && !fits(L, max_new_tokens))
-    throw std::logic_error("DecodeBatch: a prompt of " + std::to_string(L) + " tokens with " +
-                           std::to_string(max_new_tokens) + " new tokens does not fit beside the running batch " +
-                           "(column " + std::to_string(column_) + ", context " + std::to_string(context_) +
-                           "); wait until it drains");
+    throw std::logic_error(
+        "DecodeBatch: a prompt of " + std::to_string(L) + " tokens with " + std::to_string(max_new_tokens) +
+        " new tokens does not fit beside the running batch " + "(column " + std::to_string(column_) +
+        ", context " + std::to_string(context_) + "); wait until it drains");
   device_ = prompt.input_ids.device();
   const auto lopts = at::TensorOptions().dtype(at::kLong).device(device_);
   auto mask = prompt.attention_mask.defined() ? prompt.attention_mask.to(at::kBool)
@@ -146,7 +151,8 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
     if (len < 1) throw std::invalid_argument("generate: every prompt needs at least one token");
   const int64_t n_images = prompt.pixel_values.defined() ? prompt.pixel_values.size(0) : 0;
   auto n = mask.sum(1);
-  auto positions = prompt.positions.defined() ? prompt.positions : at::arange(L, lopts).unsqueeze(0).expand({B, L});
+  auto positions =
+      prompt.positions.defined() ? prompt.positions : at::arange(L, lopts).unsqueeze(0).expand({B, L});
 
   std::vector<KVCache> fresh(model_.llm->layers->size());
   Admitted out;
@@ -196,13 +202,14 @@ at::Tensor DecodeBatch::step(const at::Tensor& tokens) {
   const int64_t R = rows();
   if (R == 0) throw std::logic_error("DecodeBatch: step() on an empty batch");
   if (tokens.dim() != 1 || tokens.size(0) != R)
-    throw std::invalid_argument("DecodeBatch: step() takes one token per row (" + std::to_string(R) + "), got " +
-                                std::to_string(tokens.numel()));
+    throw std::invalid_argument("DecodeBatch: step() takes one token per row (" + std::to_string(R) +
+                                "), got " + std::to_string(tokens.numel()));
   const auto valid = active_mask();
   const int64_t n_active = active_rows();
-  auto roles = at::where(valid, static_cast<int64_t>(TokenRole::kAnswer), static_cast<int64_t>(TokenRole::kPad))
-                   .to(at::kChar)
-                   .unsqueeze(1);
+  auto roles =
+      at::where(valid, static_cast<int64_t>(TokenRole::kAnswer), static_cast<int64_t>(TokenRole::kPad))
+          .to(at::kChar)
+          .unsqueeze(1);
   ForwardState st;
   ForwardShape shape;
   at::Tensor h;
@@ -250,8 +257,8 @@ at::Tensor DecodeBatch::active_mask() const {
   return at::tensor(a, at::kLong).to(device_).to(at::kBool);
 }
 
-at::Tensor DecodeBatch::recompute_step(const at::Tensor& tokens, const at::Tensor& valid, const at::Tensor& step_roles,
-                                       ForwardState& st) {
+at::Tensor DecodeBatch::recompute_step(const at::Tensor& tokens, const at::Tensor& valid,
+                                       const at::Tensor& step_roles, ForwardState& st) {
   ids_ = at::cat({ids_, tokens.unsqueeze(1)}, 1);
   full_mask_ = at::cat({full_mask_, valid.unsqueeze(1)}, 1);
   full_positions_ = at::cat({full_positions_, positions_.unsqueeze(1)}, 1);
@@ -263,7 +270,8 @@ at::Tensor DecodeBatch::recompute_step(const at::Tensor& tokens, const at::Tenso
 
 void DecodeBatch::release(int64_t row) {
   if (row < 0 || row >= rows() || !active_[size_t(row)])
-    throw std::invalid_argument("DecodeBatch: release of row " + std::to_string(row) + ", which is not active");
+    throw std::invalid_argument("DecodeBatch: release of row " + std::to_string(row) +
+                                ", which is not active");
   active_[size_t(row)] = false;
   budget_[size_t(row)] = 0;
   if (active_rows() == 0) reset();  // drained: the column starts again at the next admission

@@ -1,7 +1,8 @@
-// The stepwise decoder (mod/decode_batch.h): a request that joins a running batch, leaves it, or reuses a freed
-// row produces the tokens it produces alone through generate(), for the dense fixture and a skipping γ-MoD model,
-// with and without images. Greedy; tokens must be equal, logits within fp32 tolerance (a batch's matmuls and the
-// masked attention over a longer, holed key range sum in another order than the request's own batch of one).
+// The stepwise decoder (mod/decode_batch.h): a request that joins a running batch, leaves it, or reuses a
+// freed row produces the tokens it produces alone through generate(), for the dense fixture and a skipping
+// γ-MoD model, with and without images. Greedy; tokens must be equal, logits within fp32 tolerance (a batch's
+// matmuls and the masked attention over a longer, holed key range sum in another order than the request's own
+// batch of one).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -23,7 +24,8 @@ ModelInputs sample(const ModelInputs& in, int64_t b, int64_t image_id, int64_t i
   auto mask = in.attention_mask.to(at::kBool);
   const int64_t n = mask[b].sum().item<int64_t>();
   int64_t before = 0;
-  for (int64_t i = 0; i < b; ++i) before += (in.input_ids[i] == image_id).sum().item<int64_t>() / image_tokens;
+  for (int64_t i = 0; i < b; ++i)
+    before += (in.input_ids[i] == image_id).sum().item<int64_t>() / image_tokens;
   const int64_t mine = (in.input_ids[b] == image_id).sum().item<int64_t>() / image_tokens;
   ModelInputs p;
   p.input_ids = in.input_ids[b].narrow(0, 0, n).unsqueeze(0).clone();
@@ -47,9 +49,9 @@ ModelInputs text_prompt(int64_t n, uint64_t seed, int64_t image_id) {
 
 struct Request {
   ModelInputs prompt;
-  int64_t join_step = 0;      // admitted after this many decode steps of the batch
-  int64_t max_new = 6;        // tokens it generates, then it is released
-  int64_t cut_after = -1;     // >= 0: released (cancelled) after this many tokens
+  int64_t join_step = 0;   // admitted after this many decode steps of the batch
+  int64_t max_new = 6;     // tokens it generates, then it is released
+  int64_t cut_after = -1;  // >= 0: released (cancelled) after this many tokens
 };
 
 struct Decoded {
@@ -58,10 +60,11 @@ struct Decoded {
   std::vector<int64_t> rows;       // the row it was admitted into
 };
 
-// Runs the schedule on one DecodeBatch (greedy); `compact` drops released rows before each step. Rows seen per
-// step are returned in `rows_per_step`.
+// Runs the schedule on one DecodeBatch (greedy); `compact` drops released rows before each step. Rows seen
+// per step are returned in `rows_per_step`.
 std::vector<Decoded> drive(MultimodalLM& model, const std::vector<Request>& reqs, bool compact,
-                           std::vector<int64_t>* rows_per_step = nullptr, std::vector<int64_t>* columns = nullptr) {
+                           std::vector<int64_t>* rows_per_step = nullptr,
+                           std::vector<int64_t>* columns = nullptr) {
   at::NoGradGuard ng;
   DecodeBatch batch(model);
   std::vector<Decoded> out(reqs.size());
@@ -166,17 +169,21 @@ class DecodeBatchTest : public ::testing::TestWithParam<bool> {  // true: γ-MoD
 }  // namespace
 
 TEST_P(DecodeBatchTest, JoinerAtStepKEqualsItselfAlone) {
-  // A running batch of an image prompt and a text prompt; an image prompt joins at step 2, a text one at step 3.
-  std::vector<Request> reqs = {{fixture(0), 0, 8}, {text(9, 1), 0, 7}, {fixture(1), 2, 6}, {fixture(2), 3, 5}};
+  // A running batch of an image prompt and a text prompt; an image prompt joins at step 2, a text one at
+  // step 3.
+  std::vector<Request> reqs = {
+      {fixture(0), 0, 8}, {text(9, 1), 0, 7}, {fixture(1), 2, 6}, {fixture(2), 3, 5}};
   auto d = drive(model(), reqs, false);
-  for (size_t i = 0; i < reqs.size(); ++i) expect_as_alone(model(), reqs[i], d[i], "request " + std::to_string(i));
+  for (size_t i = 0; i < reqs.size(); ++i)
+    expect_as_alone(model(), reqs[i], d[i], "request " + std::to_string(i));
   EXPECT_EQ(d[2].rows[0], 2);  // joined as new rows
   EXPECT_EQ(d[3].rows[0], 3);
 }
 
 TEST_P(DecodeBatchTest, ReleasedRowsLeaveTheOthersUnchanged) {
   // Request 1 is cancelled after 2 tokens, request 0 after 3: the others go on as alone, compacted or not.
-  std::vector<Request> reqs = {{fixture(0), 0, 6, 3}, {fixture(1), 0, 6, 2}, {text(11, 2), 0, 7}, {fixture(2), 1, 6}};
+  std::vector<Request> reqs = {
+      {fixture(0), 0, 6, 3}, {fixture(1), 0, 6, 2}, {text(11, 2), 0, 7}, {fixture(2), 1, 6}};
   for (bool compact : {false, true}) {
     auto d = drive(model(), reqs, compact);
     for (size_t i = 0; i < reqs.size(); ++i)
@@ -186,10 +193,12 @@ TEST_P(DecodeBatchTest, ReleasedRowsLeaveTheOthersUnchanged) {
 
 TEST_P(DecodeBatchTest, JoinerReusesAFreedRow) {
   // Request 1 ends after 2 tokens (1 step); request 2 joins at step 3 and takes its row.
-  std::vector<Request> reqs = {{fixture(0), 0, 7}, {text(6, 3), 0, 2}, {text(8, 4), 0, 7}, {fixture(2), 3, 4}};
+  std::vector<Request> reqs = {
+      {fixture(0), 0, 7}, {text(6, 3), 0, 2}, {text(8, 4), 0, 7}, {fixture(2), 3, 4}};
   std::vector<int64_t> rows;
   auto d = drive(model(), reqs, false, &rows);
-  for (size_t i = 0; i < reqs.size(); ++i) expect_as_alone(model(), reqs[i], d[i], "request " + std::to_string(i));
+  for (size_t i = 0; i < reqs.size(); ++i)
+    expect_as_alone(model(), reqs[i], d[i], "request " + std::to_string(i));
   EXPECT_EQ(d[3].rows[0], d[1].rows[0]);
   for (auto r : rows) EXPECT_EQ(r, 3);  // the batch never grew
 }
@@ -199,7 +208,8 @@ TEST_P(DecodeBatchTest, LongerJoinerAdvancesTheSharedColumn) {
   std::vector<Request> reqs = {{text(5, 5), 0, 8}, {text(4, 6), 0, 9}, {fixture(1), 2, 5}};
   std::vector<int64_t> columns;
   auto d = drive(model(), reqs, false, nullptr, &columns);
-  for (size_t i = 0; i < reqs.size(); ++i) expect_as_alone(model(), reqs[i], d[i], "request " + std::to_string(i));
+  for (size_t i = 0; i < reqs.size(); ++i)
+    expect_as_alone(model(), reqs[i], d[i], "request " + std::to_string(i));
   EXPECT_EQ(columns[0], 5);
   EXPECT_EQ(columns[2], 37);  // advanced to the joiner's prompt
   EXPECT_EQ(columns[3], 38);
@@ -243,9 +253,9 @@ TEST(DecodeBatch, JoinerOverTheContextWaitsUntilTheBatchDrains) {
   o.context = 48;
   DecodeBatch batch(model, o);
   auto a = batch.admit(text_prompt(20, 8, models().image_id), 10);  // column 20, 9 steps to come
-  EXPECT_TRUE(batch.fits(30, 10));    // max(20, 30) + 9 <= 48
-  EXPECT_FALSE(batch.fits(40, 10));   // 40 + 9 > 48
-  EXPECT_FALSE(batch.fits(20, 30));   // 20 + 29 > 48
+  EXPECT_TRUE(batch.fits(30, 10));                                  // max(20, 30) + 9 <= 48
+  EXPECT_FALSE(batch.fits(40, 10));                                 // 40 + 9 > 48
+  EXPECT_FALSE(batch.fits(20, 30));                                 // 20 + 29 > 48
   EXPECT_THROW(batch.admit(text_prompt(40, 9, models().image_id), 10), std::logic_error);
   EXPECT_EQ(batch.rows(), 1);  // the refused prompt took no row
   batch.release(a.rows[0]);
