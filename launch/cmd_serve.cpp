@@ -1,5 +1,6 @@
 // `gmod serve`: an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/models, /health, /metrics) for a
-// dense or γ-MoD model; requests are queued and decoded in batches by one thread (serve/, docs/serve.md).
+// dense or γ-MoD model; requests are queued and decoded by one thread that admits them into the running batch between
+// decode steps (continuous batching, serve/batch_engine.h, docs/serve.md).
 // Serves until SIGINT or SIGTERM.
 #include <pthread.h>
 
@@ -110,7 +111,7 @@ Runner setup(CLI::App& app) {
   add(app, "--host", o->host, "address to listen on (127.0.0.1: this machine only)");
   add(app, "--port", o->port, "TCP port (0: any free port, printed when listening)")
       ->check(between(0, 65535));
-  add(app, "--max-batch", o->max_batch, "requests decoded together at most")->check(between(1, 1024));
+  add(app, "--max-batch", o->max_batch, "requests decoded together at most (new ones join the running batch between steps)")->check(between(1, 1024));
   add(app, "--max-queue", o->max_queue, "waiting requests at most; more get HTTP 429")
       ->check(between(1, 1 << 20));
   add(app, "--max-new-tokens", o->max_new_tokens, "default and cap of a request's max_tokens")

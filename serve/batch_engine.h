@@ -1,11 +1,13 @@
-// `gmod serve`: the request queue and the one decoding thread. HTTP threads submit prepared prompts and get
-// a RequestState; the decoding thread takes what is waiting (up to max_batch requests that share sampling
-// settings; requests whose client left are dropped unrun), decodes them as one right-padded batch with
-// mod/generate.h (γ-MoD per-layer KV caches), and at every step hands each request its new text (AnswerText)
-// and reads its cancel flag. A request ends on its own (EOS, stop string, max_tokens, client gone); the batch
-// ends when all of its requests have. Requests arriving meanwhile wait for the next batch: joining a running
-// batch (continuous batching) needs a stepwise decoder in mod/ (docs/serve.md); the per-request state here is
-// already independent of the batch it is decoded in.
+// `gmod serve`: the request queue and the one decoding thread, which runs continuous batching on the stepwise
+// decoder (mod/decode_batch.h). HTTP threads submit prepared prompts and get a RequestState. Between two decode
+// steps the decoding thread admits waiting requests into the running batch (each its own prefill, its KV caches
+// placed into a free row; up to max_batch rows, in arrival order, while the context bound allows: a request that
+// does not fit waits, and those behind it too, until the batch has drained), then feeds every running row's last
+// token through one shared step. After each token a request gets its new text (AnswerText) and its cancel flag is
+// read; a request that ended (EOS, stop string, max_tokens, client gone) leaves the batch at once: its row is
+// released, and dropped before the next step unless a waiting request takes it. Each request samples with its
+// own generator (seeded by its seed), so requests of any sampling settings share a batch and a seeded answer does
+// not depend on who else is decoded.
 #pragma once
 
 #include <condition_variable>
@@ -15,6 +17,7 @@
 #include <thread>
 
 #include "data/tokenizer.h"
+#include "mod/decode_batch.h"
 #include "model/llava.h"
 #include "serve/answer_text.h"
 #include "serve/chat_prompt.h"
@@ -33,7 +36,7 @@ struct EngineOptions {
   at::ScalarType dtype = at::kFloat;
 };
 
-// Sampling settings: requests batch together only when these are equal.
+// A request's sampling settings.
 struct Sampling {
   bool greedy = true;
   double temperature = 1.0, top_p = 1.0;
@@ -46,12 +49,15 @@ struct Sampling {
 struct EngineMetrics {
   int64_t requests = 0;   // completed by the decoding thread
   int64_t cancelled = 0;  // left by their client: while decoding, or dropped from the queue unrun
-  int64_t batches = 0;
+  int64_t batches = 0;  // runs of the decoder from an empty batch until it drained
+  int64_t joins = 0;    // requests admitted into a batch that was already decoding
+  int64_t steps = 0;    // decode steps (one token for every running request)
+  int64_t active_rows = 0;  // requests decoding now
   int64_t prompt_tokens = 0, completion_tokens = 0;
-  double decode_seconds = 0;                 // wall time inside generate()
+  double decode_seconds = 0;                 // wall time in prefills and decode steps
   int64_t mod_processed = 0, mod_total = 0;  // γ-MoD layers' token slots processed / offered
   size_t queue_length = 0;
-  int64_t max_batch_seen = 0;
+  int64_t max_batch_seen = 0;  // most requests decoding at once
 };
 
 class BatchEngine {
@@ -63,7 +69,7 @@ class BatchEngine {
 
   // Queues a request. Throws ApiError 400 (context_length_exceeded: prompt + max_tokens over the context) or
   // 429 (queue full, after dropping queued requests whose client left). The state ends with ApiError 500 when
-  // decoding fails, 503 when the server stops first.
+  // decoding fails, 503 when the server stops first (queued or decoding).
   std::shared_ptr<RequestState> submit(PreparedPrompt prompt, const ChatRequest& request,
                                        std::shared_ptr<const Tokenizer> tokenizer);
   EngineMetrics metrics() const;
@@ -77,19 +83,29 @@ class BatchEngine {
     std::shared_ptr<RequestState> state;
     std::unique_ptr<AnswerText> answer;
     bool cancelled = false;
-    bool failed = false;  // its text did not decode: answered 500, the batch goes on
+    bool failed = false;  // its text did not decode: answered 500, the others go on
+    int64_t last = 0;     // its last token (fed at the next step)
+    at::Generator gen;    // its own sampler (sampling.greedy false)
   };
+  using JobPtr = std::unique_ptr<Job>;
   void loop();
-  void run_batch(std::vector<Job>& jobs);
-  // A generated token for job b; false once the job has ended (its answer complete, or its client gone).
-  bool step(Job& j, int64_t id);
+  // The waiting request that joins now, if any (arrival order, while rows and the context bound allow); blocks
+  // while nothing runs and nothing waits. *stop: the server is stopping.
+  JobPtr take_waiting(const DecodeBatch& batch, int64_t running, bool* stop);
+  int64_t choose_one(const at::Tensor& logits, Job& j);  // logits [1, V]
+  // Next token of each running row from the step's logits [R, V] (greedy rows at once, sampled rows each with
+  // their own generator).
+  std::vector<int64_t> choose(const at::Tensor& logits, const std::vector<JobPtr>& rows);
+  // A generated token for the job; false once the job has ended (its answer complete, or its client gone).
+  bool deliver(Job& j, int64_t id);
+  void finish(Job& j);  // counts an ended job in the metrics
   void drop_cancelled_locked();
 
   std::shared_ptr<MultimodalLM> model_;
   EngineOptions opt_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> queue_;
+  std::deque<JobPtr> queue_;
   bool stopping_ = false;
   EngineMetrics metrics_;
   std::thread thread_;

@@ -172,13 +172,16 @@ struct HttpApi::Impl {
                   "# gmod serve metrics (Prometheus text format)\n"
                   "gmod_http_requests_total %lld\ngmod_http_errors_total %lld\n"
                   "gmod_requests_completed_total %lld\ngmod_requests_cancelled_total "
-                  "%lld\ngmod_batches_total %lld\ngmod_max_batch_size %lld\n"
+                  "%lld\ngmod_batches_total %lld\ngmod_joins_total %lld\ngmod_decode_steps_total %lld\n"
+                  "gmod_active_requests %lld\ngmod_max_batch_size %lld\n"
                   "gmod_prompt_tokens_total %lld\ngmod_completion_tokens_total %lld\n"
                   "gmod_decode_seconds_total %.6f\ngmod_decode_tokens_per_second %.3f\n"
                   "gmod_mod_skip_ratio %.6f\ngmod_queue_length %zu\ngmod_uptime_seconds %.3f\n",
                   static_cast<long long>(http_requests.load()), static_cast<long long>(http_errors.load()),
                   static_cast<long long>(m.requests), static_cast<long long>(m.cancelled),
-                  static_cast<long long>(m.batches), static_cast<long long>(m.max_batch_seen),
+                  static_cast<long long>(m.batches), static_cast<long long>(m.joins),
+                  static_cast<long long>(m.steps), static_cast<long long>(m.active_rows),
+                  static_cast<long long>(m.max_batch_seen),
                   static_cast<long long>(m.prompt_tokens), static_cast<long long>(m.completion_tokens),
                   m.decode_seconds, m.decode_seconds > 0 ? m.completion_tokens / m.decode_seconds : 0.0,
                   m.mod_total ? 1.0 - double(m.mod_processed) / m.mod_total : 0.0, m.queue_length, up);
