@@ -160,10 +160,14 @@ def main():
                     n = max(a.requests, 2 * c)
                     results, wall = run_load(server.base, [full[i % len(full)] for i in range(n)], c, a.max_tokens)
                     figures[(name, c)] = summary(results, wall)
+            joins = {}
             for name, server in servers.items():
                 with urllib.request.urlopen(server.base + "/metrics", timeout=60) as r:
-                    m = re.search(r"gmod_mod_skip_ratio ([0-9.]+)", r.read().decode())
+                    text = r.read().decode()
+                m = re.search(r"gmod_mod_skip_ratio ([0-9.]+)", text)
                 skip[name] = float(m.group(1)) if m else 0.0
+                m = re.search(r"gmod_joins_total ([0-9]+)", text)  # continuous batching (absent before it)
+                joins[name] = int(m.group(1)) if m else None
         finally:
             for s in servers.values():
                 s.close()
@@ -173,6 +177,8 @@ def main():
     print(f"gmod serve, greedy, max_tokens {a.max_tokens}, max batch {a.max_batch}{size}; "
           f"{len(full)} prompts answered to max_tokens by both; γ-MoD skip ratio {skip['γ-MoD']:.3f} "
           "(token slots of the MoD layers skipped)")
+    if any(v is not None for v in joins.values()):
+        print("requests that joined a running batch: " + ", ".join(f"{k} {v}" for k, v in joins.items()))
     print(f"{'model':>6} {'conc':>4} {'req':>4} {'tokens':>6} {'tok/s':>8} {'p50 s':>7} {'p99 s':>7}")
     for (name, c), f in figures.items():
         print(f"{name:>6} {c:>4} {f['requests']:>4} {f['tokens']:>6} {f['tokens_per_s']:>8.1f} "

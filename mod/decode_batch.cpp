@@ -86,6 +86,17 @@ void DecodeBatch::place(const std::vector<KVCache>& fresh, const at::Tensor& mas
                         const std::vector<int64_t>& rows) {
   const int64_t Lp = mask.size(1);
   const auto idx = at::tensor(rows, at::kLong).to(device_);
+  // Room for the tokens to come, never past the context: a dense row's slots never pass the column, a MoD row's
+  // never its tokens (decode steps then write in place, model/kv_cache.h).
+  const int64_t steps = steps_ahead(), col = std::max(column_, Lp);
+  const int64_t cap = std::max(context_, col + steps + 1);
+  for (size_t l = 0; l < caches_.size(); ++l) {
+    KVCache& c = caches_[l];
+    if (fresh[l].lengths.defined())
+      kv_reserve(c, std::min(std::max(c.length(), fresh[l].length()) + steps + 1, cap));
+    else
+      kv_reserve(c, col + steps + 1);
+  }
   if (Lp > column_) {  // a longer joiner advances the shared column (invalid slots for the others)
     for (size_t l = 0; l < caches_.size(); ++l)
       if (!fresh[l].lengths.defined()) kv_grow(caches_[l], Lp);
@@ -116,12 +127,17 @@ void DecodeBatch::place(const std::vector<KVCache>& fresh, const at::Tensor& mas
   key_buf_.index_copy_(0, idx, rows_keys);
 }
 
-void DecodeBatch::reserve_ahead() {
+int64_t DecodeBatch::steps_ahead() const {
   int64_t steps = 0;
   for (size_t r = 0; r < active_.size(); ++r)
     if (active_[r]) steps = std::max(steps, budget_[r]);
+  return steps;
+}
+
+void DecodeBatch::reserve_ahead() {
+  const int64_t steps = steps_ahead(), cap = std::max(context_, column_ + steps + 1);
   // Room for every token still to come: decode steps write their K/V in place (model/kv_cache.h).
-  for (auto& c : caches_) kv_reserve(c, c.length() + steps + 1);
+  for (auto& c : caches_) kv_reserve(c, c.lengths.defined() ? std::min(c.length() + steps + 1, cap) : column_ + steps + 1);
   const int64_t need = column_ + steps + 1;
   if (key_buf_.size(1) < need) {
     auto wider = at::zeros({key_buf_.size(0), need}, key_buf_.options());
@@ -183,15 +199,16 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
       pixel_values_ = prompt.pixel_values;
       n_images_ = n_images;
     }
-  } else {
-    place(fresh, mask, out.rows);
-    positions_.index_copy_(0, at::tensor(out.rows, at::kLong).to(device_), n);
   }
   for (int64_t b = 0; b < B; ++b) {
     const auto r = size_t(out.rows[size_t(b)]);
     active_[r] = true;
     context_len_[r] = prompt_len[size_t(b)];
     budget_[r] = std::max<int64_t>(max_new_tokens - 1, 0);
+  }
+  if (joining) {
+    place(fresh, mask, out.rows);
+    positions_.index_copy_(0, at::tensor(out.rows, at::kLong).to(device_), n);
   }
   if (opt_.use_cache) reserve_ahead();
   return out;

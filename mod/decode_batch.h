@@ -74,6 +74,7 @@ class DecodeBatch {
   void reset();
   std::vector<int64_t> take_rows(int64_t n);  // free rows first, then new ones
   void place(const std::vector<KVCache>& fresh, const at::Tensor& mask, const std::vector<int64_t>& rows);
+  int64_t steps_ahead() const;  // the most decode steps an active row may still take
   void reserve_ahead();
   at::Tensor active_mask() const;  // [R] bool on the device
   // use_cache = false: appends the step's column to the whole sequences and runs them; the last position's

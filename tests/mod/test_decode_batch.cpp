@@ -9,8 +9,10 @@
 
 #include "mod/conversion.h"
 #include "mod/decode_batch.h"
+#include "mod/fastv.h"
 #include "mod/generate.h"
 #include "mod/mod_layer.h"
+#include "model/safetensors.h"
 #include "tests/mod/mod_test_util.h"
 
 using namespace gmod;
@@ -273,4 +275,29 @@ TEST(DecodeBatch, RecomputationCannotJoin) {
   DecodeBatch batch(model, o);
   batch.admit(text_prompt(6, 10, models().image_id), 4);
   EXPECT_THROW(batch.admit(text_prompt(6, 11, models().image_id), 4), std::logic_error);
+}
+
+TEST(DecodeBatch, FastVJoinerEqualsItselfAlone) {
+  // FastV (K 2, R 0.5) on its fixture: the two image prompts of tests/fixtures/fastv, the second joining at step 2.
+  auto m = load_pretrained(test::fixture("fastv/model"));
+  convert_to_mod(*m, fastv_config(2, 0.5, m->config.text.num_hidden_layers));
+  m->eval();
+  SafetensorsFile ref(test::fixture("fastv/reference.safetensors"));
+  const int64_t img = m->config.image_token_id;
+  auto inputs = [&](const std::string& c) {
+    ModelInputs in;
+    in.input_ids = ref.tensor(c + ".input_ids").clone();
+    in.pixel_values = ref.tensor(c + ".pixel_values").clone();
+    in.attention_mask = at::ones(in.input_ids.sizes(), at::kBool);
+    // System before the image, the image, the question after it (as test_fastv.cpp).
+    auto roles = at::full(in.input_ids.sizes(), static_cast<int64_t>(TokenRole::kQuestion), at::kChar);
+    const int64_t first = (in.input_ids[0] == img).to(at::kLong).argmax().item<int64_t>();
+    roles.narrow(1, 0, first).fill_(static_cast<int64_t>(TokenRole::kSystem));
+    roles.masked_fill_(in.input_ids == img, static_cast<int64_t>(TokenRole::kImage));
+    in.token_roles = roles;
+    return in;
+  };
+  std::vector<Request> reqs = {{inputs("k2_r50"), 0, 6}, {inputs("k1_r75"), 2, 4}};
+  auto d = drive(*m, reqs, false);
+  for (size_t i = 0; i < reqs.size(); ++i) expect_as_alone(*m, reqs[i], d[i], "FastV request " + std::to_string(i));
 }
