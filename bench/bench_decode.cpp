@@ -317,6 +317,7 @@ Cost time_rest(MultimodalLM& model, int64_t B, int64_t T, at::TensorOptions o, i
 struct Floor {
   std::vector<int64_t> grid;                      // P values calibrated (0..B, thinned above 8)
   std::vector<Cost> floor, mod, mod_scattered;    // one MoD layer-step at each P
+  std::vector<Cost> padded;                       // floor at the cheapest row count >= P (P > 0)
   Cost dense_layer, rest;                         // a dense layer's step at B rows over the dense cache; the rest
   int dense_layers = 0, mod_layers = 0;
   // Linear interpolation of c over the grid.
@@ -364,6 +365,12 @@ Floor calibrate(MultimodalLM& model, int64_t B, int64_t dense_len, double mod_le
     fl.mod.push_back(time_mod_layer(*mod, rope, B, P, mod_len, false, D, o, reps));
     fl.mod_scattered.push_back(time_mod_layer(*mod, rope, B, P, mod_len, true, D, o, reps));
   }
+  // A layer may also run more rows than enter it and discard the rest: the cheapest row count >= P.
+  fl.padded = fl.floor;
+  for (size_t i = fl.grid.size() - 1; i-- > 1;) {
+    fl.padded[i].wall = std::min(fl.padded[i].wall, fl.padded[i + 1].wall);
+    fl.padded[i].cpu = std::min(fl.padded[i].cpu, fl.padded[i + 1].cpu);
+  }
   fl.dense_layer = time_dense_layer(*dense, *dense->self_attn, rope, B, dense_len, D, o, reps);
   fl.rest = time_rest(model, B, dense_len, o, reps);
   return fl;
@@ -389,16 +396,18 @@ void print_floor(const Floor& fl, const Figures& fd, const Figures& fm, double f
       for (const auto& t : c) std::printf(" %6.2f", 1e3 * t.*clock);
     };
     row("floor (dense layer, P rows)", fl.floor);
+    row("floor, rows padded up", fl.padded);
     row("γ-MoD layer, P contiguous", fl.mod);
     row("γ-MoD layer, P scattered", fl.mod_scattered);
     const double md = wall ? fd.next : fd.next_cpu, mm = wall ? fm.next : fm.next_cpu;
     // γ-MoD's step = the dense step measured less what its MoD layers save (what else a step does is the same).
     const double pd = fl.dense(clock), pf = md - fl.saving(fl.floor, clock, fm), pc = md - fl.saving(fl.mod, clock, fm),
-                 ps = md - fl.saving(fl.mod_scattered, clock, fm);
+                 ps = md - fl.saving(fl.mod_scattered, clock, fm), pp = md - fl.saving(fl.padded, clock, fm);
     const double meas = 1.0 - mm / md, achievable = 1.0 - pf / md;
     std::printf("\n    next token ms: dense measured %.2f (sum of its parts %.2f); γ-MoD measured %.2f, floor for these "
-                "decisions %.2f (at the γ-MoD layer's own cost: contiguous %.2f, scattered %.2f)\n",
-                1e3 * md, 1e3 * pd, 1e3 * mm, 1e3 * pf, 1e3 * pc, 1e3 * ps);
+                "decisions %.2f (at the γ-MoD layer's own cost: contiguous %.2f, scattered %.2f; rows padded up "
+                "%.2f)\n",
+                1e3 * md, 1e3 * pd, 1e3 * mm, 1e3 * pf, 1e3 * pc, 1e3 * ps, 1e3 * pp);
     std::printf("    achievable time saving %.1f%% (%.2f of the FLOP saving), measured %.1f%%: realised-of-achievable "
                 "%.2f\n",
                 100 * achievable, theo > 0 ? achievable / theo : 0.0, 100 * meas, achievable > 0 ? meas / achievable : 0.0);
