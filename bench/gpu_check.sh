@@ -9,7 +9,7 @@
 #   bench/gpu_check.sh [PACK]                 there, from the repository root, with PACK carried (run's carry:
 #                                             [".gpu-pack"]): runs the checks below and prints a verdict
 #   bench/gpu_check.sh --build                there, if the machine has gmod's Debian packages: build, then check
-# The checks (about 3-4 min of GPU time on an H200; each part has its own time limit, the whole run 8 min):
+# The checks (about 4-6 min of GPU time on an H200; each part has its own time limit, the whole run 10 min at most):
 #   mod     MoD on CUDA vs the CPU reference: the fused kernels' log-sum-exp for A-MoD scoring (mem-efficient fp32,
 #           flash bf16), γ-MoD and A-MoD training forward + backward (test_mod MoDCuda.*)
 #   llava   LLaVA fp32 on CUDA vs the transformers fixtures (test_model HfParityCuda.*)
@@ -18,13 +18,16 @@
 #           reductions on side streams)
 #   train   gmod train of configs/tiny_parts.json on one GPU: 4 steps with a checkpoint at step 2, a second run stopped
 #           at step 2 and resumed, and the two final checkpoints' weights equal (h5 files compared by gmod export)
+#   decode  a measurement, not a check: bench_decode --cuda (LLaMA-shaped, hidden 1024, 12 layers, batches 1/8/32):
+#           dense vs γ-MoD next-token ms, the floor its routing decisions allow and the realised fraction
+#           (docs/eval.md, "Decode speed"); PASS when it ran, its lines in the log
 # Prints one line per part (PASS / FAIL / SKIP and the figure that decided it) and "gpu_check: PASS" or
 # "gpu_check: FAIL (parts)"; exit code 1 on any failure. Logs: $GMOD_GPU_LOGS (default /tmp/gmod-gpu-check).
 set -uo pipefail
 [[ ${1:-} == --help || ${1:-} == -h ]] && { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0; }
 root="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${GMOD_PYTHON:-python3}"
-TARGETS=(gmod test_mod test_model mpi_parallel)
+TARGETS=(gmod test_mod test_model mpi_parallel bench_decode)
 
 # --- here: build and pack ----------------------------------------------------------------------------------------
 # Copies FILE to OUT/sys/<its path without /usr> (the layout Open MPI relocates with OPAL_PREFIX=OUT/sys).
@@ -37,7 +40,7 @@ pack() {
   cmake --build "$build" --target "${TARGETS[@]}" || return 1
   mkdir -p "$out/bin" "$out/lib"
   local b
-  for b in bin/gmod tests/mod/test_mod tests/model/test_model tests/parallel/mpi_parallel; do
+  for b in bin/gmod tests/mod/test_mod tests/model/test_model tests/parallel/mpi_parallel bench/bench_decode; do
     strip -o "$out/bin/$(basename "$b")" "$build/$b" || return 1
   done
   # Libraries of the Debian packages (MPI, HDF5, SentencePiece, PCRE2, JPEG, PNG, ...) the binaries load; not
@@ -128,6 +131,16 @@ check_train() {  # BINDIR
   else verdict train FAIL "resumed weights differ from the uninterrupted run's"; fi
 }
 
+check_decode() {  # BIN
+  local log="$LOGS/decode.log" rc
+  timeout 150 "$1" --cuda --only llama --batches 1,8,32 --new 32 --reps 2 >"$log" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 ]] && grep -q 'realised-of-achievable' "$log"; then
+    verdict decode PASS "$(grep -E '^ batch|next token \(wall\)|realised-of-achievable' "$log" | tr -s ' ' | tr '\n' ';')"
+  else verdict decode FAIL "rc $rc$([[ $rc == 124 ]] && echo " (over 150s)"), log $log: $(grep -m1 -iE 'error' "$log")"
+  fi
+}
+
 main() {
   local mode=${1:-} pack bindir t0=$SECONDS
   mkdir -p "$LOGS"
@@ -152,12 +165,13 @@ main() {
   "$PY" -c 'import torch;print("torch", torch.__version__, "cuda available:", torch.cuda.is_available())'
   CUDA=$("$PY" -c 'import torch;print(torch.cuda.is_available())' 2>/dev/null)
   local b="${bindir:-$pack/bin}"
-  local tm=$b/test_mod tmo=$b/test_model mp=$b/mpi_parallel g=$b/gmod
-  if [[ -n ${bindir:-} ]]; then tm=$b/tests/mod/test_mod tmo=$b/tests/model/test_model mp=$b/tests/parallel/mpi_parallel g=$b/bin/gmod; fi
+  local tm=$b/test_mod tmo=$b/test_model mp=$b/mpi_parallel g=$b/gmod bd=$b/bench_decode
+  if [[ -n ${bindir:-} ]]; then tm=$b/tests/mod/test_mod tmo=$b/tests/model/test_model mp=$b/tests/parallel/mpi_parallel g=$b/bin/gmod bd=$b/bench/bench_decode; fi
   gtest mod 120 "$tm" 'MoDCuda.*'
   gtest llava 90 "$tmo" 'HfParityCuda.*'
   gtest nccl 150 "$mp" 'ZeroNccl.*:OverlapNccl.*:Zero3Nccl.*'
   check_train "$(dirname "$g")"
+  check_decode "$bd"
   echo "---- gpu_check verdict ($((SECONDS - t0)) s)"
   printf '%s\n' "${VERDICT[@]}"
   if [[ ${#FAILED[@]} -eq 0 ]]; then echo "gpu_check: PASS"; else echo "gpu_check: FAIL (${FAILED[*]})"; return 1; fi
