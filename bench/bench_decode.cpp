@@ -195,12 +195,12 @@ void print_row(const char* what, double t_dense, double t_mod, double flops, dou
               what, scale * t_dense, unit, scale * t_mod, unit, 100 * real, 100 * theo, theo > 0 ? real / theo : 0.0);
 }
 
-
-// ---- The floor these routing decisions allow on this machine ------------------------------------------------------
-// Each part of a decode step is timed on its own in the same run (fastest of `reps` after a warm-up): a dense layer's
-// decode step at n rows over a cache of T tokens per sample, the γ-MoD layer's decode step at batch B with exactly P
-// samples processing (the others enter as padding: the router and the host copy run for all B, the matmuls for P),
-// and the rest of a step (embedding, final norm, LM head, argmax, the step's mask and host copy).
+// ---- The floor these routing decisions allow on this machine ------------------------------------------
+// Each part of a decode step is timed on its own in the same run (fastest of `reps` after a warm-up): a dense
+// layer's decode step at n rows over a cache of T tokens per sample, the γ-MoD layer's decode step at batch B
+// with exactly P samples processing (the others enter as padding: the router and the host copy run for all B,
+// the matmuls for P), and the rest of a step (embedding, final norm, LM head, argmax, the step's mask and host
+// copy).
 
 void sync(at::Device d) {
   if (d.is_cuda()) torch::cuda::synchronize();
@@ -222,13 +222,15 @@ Cost fastest(int reps, at::Device d, F&& fn) {
     fn();
     sync(d);
     best.cpu = std::min(best.cpu, cpu_seconds() - c0);
-    best.wall = std::min(best.wall, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best.wall =
+        std::min(best.wall, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
 
 // A cache of n samples with lens[b] tokens each (slot views with room to write), random content.
-KVCache make_cache(const std::vector<int64_t>& lens, const AttentionImpl& attn, at::TensorOptions o, bool per_sample) {
+KVCache make_cache(const std::vector<int64_t>& lens, const AttentionImpl& attn, at::TensorOptions o,
+                   bool per_sample) {
   const int64_t n = static_cast<int64_t>(lens.size()), T = *std::max_element(lens.begin(), lens.end());
   KVCache c;
   c.k = at::randn({n, attn.n_kv_heads, T + 4, attn.head_dim}, o).narrow(2, 0, T);
@@ -272,7 +274,8 @@ Cost time_dense_layer(DecoderBlock& layer, const AttentionImpl& attn, const Rota
 }
 
 // One decode step of a γ-MoD layer at batch B with exactly P samples processing: the first P (contiguous) or
-// spread evenly over the batch (scattered: runs of one sample when P <= B / 2), per-sample caches around `lm`.
+// spread evenly over the batch (scattered: runs of one sample when P <= B / 2), per-sample caches around
+// `lm`.
 Cost time_mod_layer(MoDDecoderLayer& layer, const RotaryEmbedding& rope, int64_t B, int64_t P, double lm,
                     bool scattered, int64_t D, at::TensorOptions o, int reps) {
   const auto lens = spread_lengths(B, lm);
@@ -285,7 +288,8 @@ Cost time_mod_layer(MoDDecoderLayer& layer, const RotaryEmbedding& rope, int64_t
   st.positions = at::full({B, 1}, T, lo);
   st.key_valid = at::ones({B, T + 1}, lo.dtype(at::kBool));
   auto roles = at::full({B, 1}, static_cast<int64_t>(TokenRole::kPad), at::kChar);
-  for (int64_t i = 0; i < P; ++i) roles[scattered ? i * B / P : i][0] = static_cast<int64_t>(TokenRole::kAnswer);
+  for (int64_t i = 0; i < P; ++i)
+    roles[scattered ? i * B / P : i][0] = static_cast<int64_t>(TokenRole::kAnswer);
   st.token_roles = roles.to(o.device());
   st.valid_tokens = P;
   st.caches = &caches;
@@ -301,7 +305,8 @@ Cost time_mod_layer(MoDDecoderLayer& layer, const RotaryEmbedding& rope, int64_t
   return t;
 }
 
-// The rest of a decode step at batch B: embedding, final norm, LM head, argmax, the step's mask and host copy.
+// The rest of a decode step at batch B: embedding, final norm, LM head, argmax, the step's mask and host
+// copy.
 Cost time_rest(MultimodalLM& model, int64_t B, int64_t T, at::TensorOptions o, int reps) {
   const auto lo = o.dtype(at::kLong);
   const auto ids = at::randint(3, model.config.text.vocab_size, {B}, lo);
@@ -315,10 +320,10 @@ Cost time_rest(MultimodalLM& model, int64_t B, int64_t T, at::TensorOptions o, i
 }
 
 struct Floor {
-  std::vector<int64_t> grid;                      // P values calibrated (0..B, thinned above 8)
-  std::vector<Cost> floor, mod, mod_scattered;    // one MoD layer-step at each P
-  std::vector<Cost> padded;                       // floor at the cheapest row count >= P (P > 0)
-  Cost dense_layer, rest;                         // a dense layer's step at B rows over the dense cache; the rest
+  std::vector<int64_t> grid;                    // P values calibrated (0..B, thinned above 8)
+  std::vector<Cost> floor, mod, mod_scattered;  // one MoD layer-step at each P
+  std::vector<Cost> padded;                     // floor at the cheapest row count >= P (P > 0)
+  Cost dense_layer, rest;  // a dense layer's step at B rows over the dense cache; the rest
   int dense_layers = 0, mod_layers = 0;
   // Linear interpolation of c over the grid.
   double at(const std::vector<Cost>& c, double Cost::*clock, int64_t P) const {
@@ -328,10 +333,13 @@ struct Floor {
                                      static_cast<double>(grid[i] - grid[i - 1]);
     return c.back().*clock;
   }
-  // Next-token seconds predicted for the dense model, and for γ-MoD with its MoD layers costing c at the P counts
-  // the generation recorded.
-  double dense(double Cost::*clock) const { return (dense_layers + mod_layers) * dense_layer.*clock + rest.*clock; }
-  // Seconds per step the MoD layers save against dense layers when each costs c at the P the generation recorded.
+  // Next-token seconds predicted for the dense model, and for γ-MoD with its MoD layers costing c at the P
+  // counts the generation recorded.
+  double dense(double Cost::*clock) const {
+    return (dense_layers + mod_layers) * dense_layer.*clock + rest.*clock;
+  }
+  // Seconds per step the MoD layers save against dense layers when each costs c at the P the generation
+  // recorded.
   double saving(const std::vector<Cost>& c, double Cost::*clock, const Figures& f) const {
     double mod = 0;
     for (size_t P = 0; P < f.p_hist.size(); ++P) mod += f.p_hist[P] * at(c, clock, static_cast<int64_t>(P));
@@ -361,7 +369,8 @@ Floor calibrate(MultimodalLM& model, int64_t B, int64_t dense_len, double mod_le
   for (int64_t P = 0; P <= B; P += P < 8 ? 1 : std::max<int64_t>(1, B / 8)) fl.grid.push_back(P);
   if (fl.grid.back() != B) fl.grid.push_back(B);
   for (int64_t P : fl.grid) {
-    fl.floor.push_back(time_dense_layer(*dense, *dense->self_attn, rope, P, std::llround(mod_len), D, o, reps));
+    fl.floor.push_back(
+        time_dense_layer(*dense, *dense->self_attn, rope, P, std::llround(mod_len), D, o, reps));
     fl.mod.push_back(time_mod_layer(*mod, rope, B, P, mod_len, false, D, o, reps));
     fl.mod_scattered.push_back(time_mod_layer(*mod, rope, B, P, mod_len, true, D, o, reps));
   }
@@ -376,19 +385,21 @@ Floor calibrate(MultimodalLM& model, int64_t B, int64_t dense_len, double mod_le
   return fl;
 }
 
-
-// Measured next-token time against the floor: what a step would cost if each MoD layer cost what a dense layer costs
-// on only the P rows that entered it (the hardware's floor for these routing decisions), and what it costs at the
-// MoD layer's own measured cost at P (router, host copy, gathers included; contiguous and scattered processors).
-void print_floor(const Floor& fl, const Figures& fd, const Figures& fm, double flops, double dense_flops, bool cpu) {
+// Measured next-token time against the floor: what a step would cost if each MoD layer cost what a dense
+// layer costs on only the P rows that entered it (the hardware's floor for these routing decisions), and what
+// it costs at the MoD layer's own measured cost at P (router, host copy, gathers included; contiguous and
+// scattered processors).
+void print_floor(const Floor& fl, const Figures& fd, const Figures& fm, double flops, double dense_flops,
+                 bool cpu) {
   const double theo = 1.0 - flops / dense_flops;
   for (double Cost::*clock : {&Cost::wall, &Cost::cpu}) {
     const bool wall = clock == &Cost::wall;
     if (!wall && !cpu) break;
     const char* name = wall ? "wall" : "cpu";
-    std::printf("  floor (%s): step parts (ms, fastest of the calibration runs): dense layer at B %.2f, rest (embed, "
-                "norm, head, argmax, mask, host copy) %.2f; %d dense + %d MoD layers\n",
-                name, 1e3 * fl.dense_layer.*clock, 1e3 * fl.rest.*clock, fl.dense_layers, fl.mod_layers);
+    std::printf(
+        "  floor (%s): step parts (ms, fastest of the calibration runs): dense layer at B %.2f, rest (embed, "
+        "norm, head, argmax, mask, host copy) %.2f; %d dense + %d MoD layers\n",
+        name, 1e3 * fl.dense_layer.*clock, 1e3 * fl.rest.*clock, fl.dense_layers, fl.mod_layers);
     std::printf("    MoD layer-step ms at P =     ");
     for (auto P : fl.grid) std::printf(" %6lld", static_cast<long long>(P));
     auto row = [&](const char* what, const std::vector<Cost>& c) {
@@ -400,17 +411,24 @@ void print_floor(const Floor& fl, const Figures& fd, const Figures& fm, double f
     row("γ-MoD layer, P contiguous", fl.mod);
     row("γ-MoD layer, P scattered", fl.mod_scattered);
     const double md = wall ? fd.next : fd.next_cpu, mm = wall ? fm.next : fm.next_cpu;
-    // γ-MoD's step = the dense step measured less what its MoD layers save (what else a step does is the same).
-    const double pd = fl.dense(clock), pf = md - fl.saving(fl.floor, clock, fm), pc = md - fl.saving(fl.mod, clock, fm),
-                 ps = md - fl.saving(fl.mod_scattered, clock, fm), pp = md - fl.saving(fl.padded, clock, fm);
+    // γ-MoD's step = the dense step measured less what its MoD layers save (what else a step does is the
+    // same).
+    const double pd = fl.dense(clock), pf = md - fl.saving(fl.floor, clock, fm),
+                 pc = md - fl.saving(fl.mod, clock, fm), ps = md - fl.saving(fl.mod_scattered, clock, fm),
+                 pp = md - fl.saving(fl.padded, clock, fm);
     const double meas = 1.0 - mm / md, achievable = 1.0 - pf / md;
-    std::printf("\n    next token ms: dense measured %.2f (sum of its parts %.2f); γ-MoD measured %.2f, floor for these "
-                "decisions %.2f (at the γ-MoD layer's own cost: contiguous %.2f, scattered %.2f; rows padded up "
-                "%.2f)\n",
-                1e3 * md, 1e3 * pd, 1e3 * mm, 1e3 * pf, 1e3 * pc, 1e3 * ps, 1e3 * pp);
-    std::printf("    achievable time saving %.1f%% (%.2f of the FLOP saving), measured %.1f%%: realised-of-achievable "
-                "%.2f\n",
-                100 * achievable, theo > 0 ? achievable / theo : 0.0, 100 * meas, achievable > 0 ? meas / achievable : 0.0);
+    std::printf(
+        "\n    next token ms: dense measured %.2f (sum of its parts %.2f); γ-MoD measured %.2f (sum of its "
+        "parts "
+        "%.2f), floor for these decisions %.2f (at the γ-MoD layer's own cost: contiguous %.2f, scattered "
+        "%.2f; rows padded up %.2f)\n",
+        1e3 * md, 1e3 * pd, 1e3 * mm, 1e3 * (pd - (md - pf)), 1e3 * pf, 1e3 * pc, 1e3 * ps, 1e3 * pp);
+    std::printf(
+        "    achievable time saving %.1f%% (%.2f of the FLOP saving), measured %.1f%%: "
+        "realised-of-achievable "
+        "%.2f\n",
+        100 * achievable, theo > 0 ? achievable / theo : 0.0, 100 * meas,
+        achievable > 0 ? meas / achievable : 0.0);
   }
   std::printf("    decode (step, MoD layer) pairs by P:");
   for (size_t P = 0; P < fm.p_hist.size(); ++P)
