@@ -234,7 +234,8 @@ Runner setup(CLI::App& app) {
       "Direct γ-MoD: no trained router, skip the routable tokens that get the least attention in the previous "
       "layer (router attention, amod_routable roles, amod_skipped carry)");
   add(app, "--adaptive-threshold", o->adaptive,
-      "inference thresholds: none, seqlen (δ_s·(1+ln(seqlen/avg_seqlen)), needs --avg-seqlen) or arank "
+      "inference thresholds: none, seqlen (δ_s·(1+ln(seqlen/avg_seqlen)), avg_seqlen from --avg-seqlen, "
+      "--avg-seqlen-data or --arank) or arank "
       "(δ_s·(1+ln(ARank_l/mean)), needs --arank)")
       ->check(CLI::IsMember({"none", "seqlen", "arank"}));
   add(app, "--avg-seqlen", o->avg_seqlen,
