@@ -36,7 +36,7 @@ std::vector<Batch> arank_batches(const Dataset& ds, const std::vector<size_t>& o
     PreparedSample s;
     BadRecord br;
     if (!ds.try_prepare(order[k], s, br)) {
-      ++stats.bad;
+      if (stats.bad++ == 0) stats.first_bad = br.message;
       continue;
     }
     if (opt.images_only && s.sample.images.empty()) {
@@ -57,8 +57,23 @@ std::vector<Batch> arank_batches(const Dataset& ds, const std::vector<size_t>& o
                              std::to_string(order.size()) + " records (" + std::to_string(stats.text_only) +
                              " text-only, " + std::to_string(stats.bad) + " bad, " + std::to_string(stats.no_prompt) +
                              " without a prompt before the first answer" +
-                             (opt.images_only ? "; ARank needs image samples" : "") + ")");
+                             (opt.images_only ? "; ARank needs image samples" : "") + ")" +
+                             (stats.first_bad.empty() ? "" : "; first bad record: " + stats.first_bad));
   return out;
+}
+
+SeqLenMean mean_seqlen(const std::vector<Batch>& batches) {
+  SeqLenMean r;
+  int64_t tokens = 0;
+  for (const Batch& b : batches) {
+    if (b.empty()) continue;
+    tokens += b.attention_mask.defined() ? b.attention_mask.to(at::kLong).sum().item<int64_t>()
+                                         : b.input_ids.numel();
+    r.samples += b.size();
+  }
+  if (r.samples == 0) throw std::invalid_argument("mean_seqlen: no sample in the batches");
+  r.mean = static_cast<double>(tokens) / static_cast<double>(r.samples);
+  return r;
 }
 
 }  // namespace gmod

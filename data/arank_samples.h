@@ -21,6 +21,7 @@ struct ARankSampling {
 
 struct ARankSamplingStats {
   int64_t taken = 0, text_only = 0, bad = 0, no_prompt = 0;
+  std::string first_bad;  // BadRecord::message of the first bad record (file, record, id, what was wrong)
   std::string summary() const;  // "50 samples (3 text-only, 1 bad, 0 without a usable prompt skipped)"
 };
 
@@ -32,5 +33,14 @@ bool cut_to_first_prompt(TokenizedSample& s);
 // naming the dataset when none is usable.
 std::vector<Batch> arank_batches(const Dataset& ds, const std::vector<size_t>& order, const ARankSampling& opt,
                                  ARankSamplingStats& stats);
+
+// The mean number of real tokens per sample of `batches` (attention_mask true: text and image tokens,
+// padding not counted). Over first prompts this is the `seqlen` adaptive thresholds (mod/routing_rule.h)
+// count at prefill, so over calibration samples it is their avg_seqlen. Throws when there is no sample.
+struct SeqLenMean {
+  double mean = 0.0;
+  int64_t samples = 0;
+};
+SeqLenMean mean_seqlen(const std::vector<Batch>& batches);
 
 }  // namespace gmod

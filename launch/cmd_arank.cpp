@@ -1,10 +1,13 @@
 // `gmod arank`: per-layer ARank (γ-MoD §3) of a dense model on the first image records of a dataset, each cut to its
 // first prompt (data/arank_samples.h),
 // as the official compute_attention_rank script does (text-only records are skipped). Prints the table
-// and writes {mean, std, samples} per layer as JSON.
+// and writes {mean, std, samples} per layer as JSON, with the samples' mean token count ("seqlen": the
+// avg_seqlen `gmod convert --adaptive-threshold seqlen` takes from this file).
 #include <torch/torch.h>
 
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "data/arank_samples.h"
 #include "launch/cli_model.h"
@@ -42,7 +45,9 @@ int run_arank(const ARankCliOptions& o) {
   std::vector<size_t> order(ds->size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::vector<ModelInputs> batches;
-  for (const Batch& b : arank_batches(*ds, order, sampling, stats)) {
+  const std::vector<Batch> sampled = arank_batches(*ds, order, sampling, stats);
+  const SeqLenMean seqlen = mean_seqlen(sampled);
+  for (const Batch& b : sampled) {
     ModelInputs in = to_model_inputs(b, m.device);
     if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(m.dtype);
     batches.push_back(in);
@@ -55,8 +60,15 @@ int run_arank(const ARankCliOptions& o) {
   torch::NoGradGuard no_grad;
   const ARankResult r = compute_arank(*m.model, batches, ao);
   std::cout << r.table();
+  std::cout << "mean tokens per sample: " << seqlen.mean << " (" << seqlen.samples << " samples)\n";
   if (!o.out.empty()) {
-    write_arank_json(r, o.out);
+    nlohmann::json j = r.to_json();
+    j["seqlen"] = {{"mean", seqlen.mean},
+                   {"samples", seqlen.samples},
+                   {"of", sampling.prompt_only ? "first prompts" : "whole conversations"},
+                   {"data", ds->config().data_path}};
+    std::ofstream f(o.out);
+    if (!(f << j.dump(2) << "\n")) throw std::runtime_error("--out " + o.out + ": cannot write");
     std::cout << "wrote " << o.out << "\n";
   }
   return 0;

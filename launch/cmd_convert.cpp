@@ -8,7 +8,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "data/arank_samples.h"
 #include "launch/args.h"
+#include "launch/cli_model.h"
 #include "model/pretrained.h"
 #include "mod/conversion.h"
 #include "mod/fastv.h"
@@ -19,11 +21,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Per-layer ARank means from write_arank_json's file: {"layers": [{"layer": i, "mean": m, ...}, ...]}.
-std::vector<double> read_arank(const std::string& path, int n_layers) {
+// The file `gmod arank --out` writes: {"layers": [{"layer": i, "mean": m, ...}, ...], "seqlen": {"mean",
+// "samples", "of", "data"}} (seqlen: the sampled records' mean token count; older files have none).
+struct ARankFile {
+  std::vector<double> layers;  // per-layer ARank means
+  double seqlen_mean = 0.0;    // 0: not in the file
+  std::string seqlen_source;
+};
+
+ARankFile read_arank(const std::string& path, int n_layers) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error("--arank " + path + ": cannot open");
-  std::vector<double> v(size_t(n_layers), 0.0);
+  ARankFile a;
+  a.layers.assign(size_t(n_layers), 0.0);
   std::vector<bool> seen(size_t(n_layers), false);
   try {
     const auto j = nlohmann::json::parse(f);
@@ -32,15 +42,25 @@ std::vector<double> read_arank(const std::string& path, int n_layers) {
       if (i < 0 || i >= n_layers)
         throw std::runtime_error("--arank " + path + ": layer " + std::to_string(i) + " but the model has " +
                                  std::to_string(n_layers) + " layers");
-      v[size_t(i)] = l.at("mean").get<double>();
+      a.layers[size_t(i)] = l.at("mean").get<double>();
       seen[size_t(i)] = true;
+    }
+    if (j.contains("seqlen")) {
+      const auto& s = j.at("seqlen");
+      a.seqlen_mean = s.at("mean").get<double>();
+      if (!(a.seqlen_mean > 0.0))
+        throw std::runtime_error("--arank " + path + ": seqlen mean " + std::to_string(a.seqlen_mean) +
+                                 " is not > 0");
+      a.seqlen_source = "mean tokens per sample of " + std::to_string(s.at("samples").get<int64_t>()) + " " +
+                        s.at("of").get<std::string>() + " of " + s.at("data").get<std::string>() +
+                        ", measured by gmod arank (" + path + ")";
     }
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error("--arank " + path + ": not an ARank file of gmod arank (" + e.what() + ")");
   }
   for (int i = 0; i < n_layers; ++i)
     if (!seen[size_t(i)]) throw std::runtime_error("--arank " + path + ": no value for layer " + std::to_string(i));
-  return v;
+  return a;
 }
 
 struct ConvertOptions {
@@ -53,8 +73,36 @@ struct ConvertOptions {
   std::string dtype = "fp32";
   bool direct = false;            // Direct γ-MoD: the attention rule instead of a trained router
   std::string adaptive = "none";  // adaptive inference thresholds (mod/routing_rule.h)
-  double avg_seqlen = 0.0;
+  double avg_seqlen = 0.0;        // 0: measured (--avg-seqlen-data, else the --arank file's "seqlen")
+  DataOptions avg_data;           // --avg-seqlen-data / --avg-seqlen-images
+  int64_t avg_samples = 50;
+  TextOptions text;  // how --avg-seqlen-data's records become tokens
 };
+
+// avg_seqlen measured as gmod arank samples (data/arank_samples.h): the first `avg_samples` image records of
+// the file, each cut to its first prompt (system + first question up to the assistant turn, image tokens
+// included), the token count the adaptive rule sees at prefill. A record that cannot be read is an error
+// naming it: a mean over the records that happened to parse would not be the data's.
+SeqLenMean measure_avg_seqlen(const ConvertOptions& o, const std::shared_ptr<MultimodalLM>& model,
+                              std::string& source) {
+  CliModel m;
+  m.model = model;
+  m.dir = o.model;
+  auto ds = make_cli_dataset(o.avg_data, o.text, m, load_cli_tokenizer(o.text, m));
+  ARankSampling sampling;
+  sampling.samples = o.avg_samples;
+  std::vector<size_t> order(ds->size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  ARankSamplingStats stats;
+  const auto batches = arank_batches(*ds, order, sampling, stats);
+  if (stats.bad > 0)
+    throw std::runtime_error("--avg-seqlen-data " + o.avg_data.data + ": " + std::to_string(stats.bad) +
+                             " record(s) cannot be read; first: " + stats.first_bad);
+  const SeqLenMean r = mean_seqlen(batches);
+  source = "mean tokens per sample of " + std::to_string(r.samples) + " first prompts of " + o.avg_data.data +
+           ", measured by gmod convert (" + stats.summary() + ")";
+  return r;
+}
 
 int run_convert(const ConvertOptions& o) {
   nlohmann::json j = {{"router", o.router},
@@ -77,6 +125,16 @@ int run_convert(const ConvertOptions& o) {
   const bool fastv = o.rule.rfind("fastv:", 0) == 0;
   if (fastv && (o.direct || o.adaptive != "none"))
     throw UsageError("--rule " + o.rule + ": FastV has no router, so no --direct or --adaptive-threshold");
+  const bool by_seqlen = o.adaptive == "seqlen";
+  if (!by_seqlen && (o.avg_seqlen > 0.0 || !o.avg_data.data.empty()))
+    throw UsageError("--avg-seqlen and --avg-seqlen-data are for --adaptive-threshold seqlen");
+  if (o.avg_seqlen > 0.0 && !o.avg_data.data.empty())
+    throw UsageError("--avg-seqlen " + std::to_string(o.avg_seqlen) +
+                     " excludes --avg-seqlen-data (which measures it)");
+  if (by_seqlen && !(o.avg_seqlen > 0.0) && o.avg_data.data.empty() && o.arank.empty())
+    throw UsageError("--adaptive-threshold seqlen needs avg_seqlen, the mean token count of the data: pass "
+                     "--avg-seqlen-data DATA.json (measured here), an --arank file of gmod arank (it records "
+                     "the mean of its samples) or --avg-seqlen N");
   MoDConfig mc;
   ConversionRule rule;
   try {  // only the options feed these: their errors are usage errors
@@ -105,7 +163,22 @@ int run_convert(const ConvertOptions& o) {
   check_finite_weights(*model, o.model, "converted");  // before ARank files and conversion: name the source
   const int n = model->config.text.num_hidden_layers;
   std::vector<double> arank;
-  if (by_arank || !o.arank.empty()) arank = read_arank(o.arank, n);
+  ARankFile arank_file;
+  if (by_arank || !o.arank.empty()) arank = (arank_file = read_arank(o.arank, n)).layers;
+  if (by_seqlen) {  // avg_seqlen: given, else measured on --avg-seqlen-data, else the ARank samples' mean
+    if (o.avg_seqlen > 0.0) {
+      mc.avg_seqlen_source = "given (--avg-seqlen)";
+    } else if (!o.avg_data.data.empty()) {
+      mc.avg_seqlen = measure_avg_seqlen(o, model, mc.avg_seqlen_source).mean;
+    } else if (arank_file.seqlen_mean > 0.0) {
+      mc.avg_seqlen = arank_file.seqlen_mean;
+      mc.avg_seqlen_source = arank_file.seqlen_source;
+    } else {
+      throw std::runtime_error("--arank " + o.arank +
+                               ": no \"seqlen\" (written by an older gmod arank); run gmod arank again, or "
+                               "pass --avg-seqlen-data DATA.json or --avg-seqlen N");
+    }
+  }
   if (fastv) {
     mc = fastv_mc;
   } else {
@@ -135,6 +208,7 @@ int run_convert(const ConvertOptions& o) {
   std::cout << "wrote " << o.out << ": " << n << " layers, MoD layers [" << layers << "] (" << mc.selection
             << "), router " << to_string(mc.router) << ", skip_frac " << mc.skip_frac << ", forced "
             << to_string(mc.forced_keep) << "\n";
+  if (by_seqlen) std::cout << "avg_seqlen " << mc.avg_seqlen << ": " << mc.avg_seqlen_source << "\n";
   return 0;
 }
 
@@ -160,11 +234,25 @@ Runner setup(CLI::App& app) {
       "Direct γ-MoD: no trained router, skip the routable tokens that get the least attention in the previous "
       "layer (router attention, amod_routable roles, amod_skipped carry)");
   add(app, "--adaptive-threshold", o->adaptive,
-      "inference thresholds: none, seqlen (δ_s·(1+ln(seqlen/avg_seqlen)), needs --avg-seqlen) or arank "
+      "inference thresholds: none, seqlen (δ_s·(1+ln(seqlen/avg_seqlen)), avg_seqlen from --avg-seqlen, "
+      "--avg-seqlen-data or --arank) or arank "
       "(δ_s·(1+ln(ARank_l/mean)), needs --arank)")
       ->check(CLI::IsMember({"none", "seqlen", "arank"}));
-  add(app, "--avg-seqlen", o->avg_seqlen, "mean token count of the tuning data (adaptive seqlen thresholds)")
+  add(app, "--avg-seqlen", o->avg_seqlen,
+      "avg_seqlen of adaptive seqlen thresholds, given (default: measured on --avg-seqlen-data, else the "
+      "mean token count the --arank file records)")
       ->check(positive());
+  add(app, "--avg-seqlen-data", o->avg_data.data,
+      "measure avg_seqlen on these LLaVA-format records: the mean token count of the first prompts (system + "
+      "first question, image tokens included) of the first --avg-seqlen-samples image records, as gmod arank "
+      "samples them")
+      ->type_name("JSON");
+  add(app, "--avg-seqlen-images", o->avg_data.images,
+      "image folder of --avg-seqlen-data (default: its folder)")
+      ->type_name("DIR");
+  add(app, "--avg-seqlen-samples", o->avg_samples, "image records --avg-seqlen-data averages over")
+      ->check(positive());
+  add_text_options(app, o->text);
   return [o] { return run_convert(*o); };
 }
 

@@ -172,6 +172,7 @@ nlohmann::json to_json(const MoDConfig& c) {
                         {"fastv_r", c.fastv_r},
                         {"adaptive_threshold", to_string(c.adaptive_threshold)},
                         {"avg_seqlen", c.avg_seqlen},
+                        {"avg_seqlen_source", c.avg_seqlen_source},
                         {"layer_arank", c.layer_arank}};
 }
 
@@ -181,7 +182,8 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
       "mod_enable", "mod_layers_idx", "router", "skip_frac", "forced_keep", "rope_positions",
       "router_aux_loss_coef", "infer_threshold", "decode_threshold", "decode_skip", "scale_by_router",
       "router_init", "router_init_seed", "amod_causal_normalise", "amod_skipped", "amod_routable", "mode",
-      "selection", "fastv_k", "fastv_r", "adaptive_threshold", "avg_seqlen", "layer_arank"};
+      "selection", "fastv_k", "fastv_r", "adaptive_threshold", "avg_seqlen", "layer_arank",
+      "avg_seqlen_source"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find(known.begin(), known.end(), it.key()) == known.end())
       throw std::invalid_argument(source + ": unknown MoD config key \"" + it.key() + "\"");
@@ -213,6 +215,7 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
     if (j.contains("adaptive_threshold"))
       c.adaptive_threshold = parse_enum<AdaptiveThreshold>(j.at("adaptive_threshold").get<std::string>(), source);
     if (j.contains("avg_seqlen")) c.avg_seqlen = j.at("avg_seqlen").get<double>();
+    if (j.contains("avg_seqlen_source")) c.avg_seqlen_source = j.at("avg_seqlen_source").get<std::string>();
     if (j.contains("layer_arank")) c.layer_arank = j.at("layer_arank").get<std::vector<double>>();
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(source + ": bad MoD config value: " + e.what());

@@ -84,6 +84,8 @@ struct MoDConfig {
   AdaptiveThreshold adaptive_threshold = AdaptiveThreshold::kNone;
   double avg_seqlen = 0.0;          // kSeqLen: mean token count of the tuning data (> 0)
   std::vector<double> layer_arank;  // kARank: ARank of each MoD layer, in mod_layers order (> 0)
+  // Where avg_seqlen came from (given, or which records it is the mean over); recorded only.
+  std::string avg_seqlen_source;
 
   bool is_mod_layer(int i) const;
 };

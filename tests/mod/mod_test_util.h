@@ -58,6 +58,13 @@ inline ModelInputs fixture_inputs() {
   return in;
 }
 
+// fixture_inputs without labels: a padded batch of prompts (text and image) to generate from.
+inline ModelInputs fixture_prompt() {
+  auto in = fixture_inputs();
+  in.labels = at::Tensor();
+  return in;
+}
+
 // The fixture's LLaVA architecture with `layers` decoder layers and random weights.
 inline std::shared_ptr<MultimodalLM> random_llava(int layers, uint64_t seed) {
   auto cfg = load_model_config(llava_fixture());

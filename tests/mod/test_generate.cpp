@@ -11,11 +11,7 @@ using namespace gmod;
 
 namespace {
 
-ModelInputs prompt() {
-  auto in = test::fixture_inputs();
-  in.labels = at::Tensor();
-  return in;
-}
+constexpr auto prompt = &test::fixture_prompt;
 
 GenerateOptions opts(bool cache) {
   GenerateOptions o;

@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "data/arank_samples.h"
+#include "data/demo_dataset.h"
 #include "mod/conversion.h"
 #include "mod/generate.h"
 #include "mod/mod_checkpoint.h"
@@ -18,11 +22,7 @@ using namespace gmod;
 
 namespace {
 
-ModelInputs prompt() {
-  auto in = test::fixture_inputs();
-  in.labels = at::Tensor();
-  return in;
-}
+constexpr auto prompt = &test::fixture_prompt;
 
 // γ-MoD on layers 1-3 of a random 4-layer LLaVA, router probabilities spread around 0.5.
 std::shared_ptr<MultimodalLM> gamma_model(double threshold) {
@@ -154,12 +154,14 @@ TEST(AdaptiveThreshold, ConfigRoundTripsAndBadValuesAreNamed) {
   c.adaptive_threshold = AdaptiveThreshold::kARank;
   c.layer_arank = {3.5, 7.25};
   c.avg_seqlen = 612.5;
+  c.avg_seqlen_source = "mean tokens per sample of 8 first prompts of data.json";
   const auto j = to_json(c);
   EXPECT_EQ(j.at("adaptive_threshold"), "arank");
   const auto back = mod_config_from_json(j, "cfg");
   EXPECT_EQ(back.adaptive_threshold, AdaptiveThreshold::kARank);
   EXPECT_EQ(back.layer_arank, c.layer_arank);
   EXPECT_EQ(back.avg_seqlen, 612.5);
+  EXPECT_EQ(back.avg_seqlen_source, c.avg_seqlen_source);
   EXPECT_EQ(to_json(back), j);
   auto err = [](MoDConfig m, const std::string& what) {
     try {
@@ -184,6 +186,68 @@ TEST(AdaptiveThreshold, ConfigRoundTripsAndBadValuesAreNamed) {
   err(m, "router attention has none");
   EXPECT_THROW(mod_config_from_json({{"adaptive_threshold", "log"}}, "cfg"), std::invalid_argument);
   EXPECT_THROW(mod_config_from_json({{"layer_arank", "high"}}, "cfg"), std::invalid_argument);
+}
+
+// avg_seqlen as `gmod arank` / `gmod convert --avg-seqlen-data` measure it (mean_seqlen over the ARank
+// samples): the mean over the first N image records, picked here from the JSON itself, of each one's prompt
+// length, counted here from its own encoding (the tokens before its first supervised one). The batches have
+// different lengths, so counting padding, text-only records or whole conversations shows.
+TEST(AdaptiveThreshold, MeasuredAvgSeqLenIsTheMeanFirstPromptLengthOfTheImageRecords) {
+  test::TempDir dir;
+  DemoDatasetOptions o;
+  o.num_train = 16;
+  o.num_heldout = 1;
+  o.image_size = 32;
+  o.text_only_fraction = 0.3;
+  o.multi_turn_fraction = 0.6;
+  make_demo_dataset(dir.str(), o);
+  DatasetConfig dc;
+  dc.data_path = dir.str("train.json");
+  dc.image_folder = dir.str();
+  dc.conversation.image_seq_length = 4;
+  dc.conversation.image_token_id = 800;
+  dc.image.size = dc.image.crop = 28;
+  dc.sample.max_len = 512;
+  Dataset ds(dc, load_tokenizer(test::fixture("tokenizer/sp/tokenizer.model")));
+  ARankSampling sampling;
+  sampling.samples = 7;
+  sampling.batch = 4;
+  std::vector<size_t> order(ds.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  ARankSamplingStats stats;
+  const auto m = mean_seqlen(arank_batches(ds, order, sampling, stats));
+
+  std::ifstream f(dc.data_path);
+  const auto records = nlohmann::json::parse(f);
+  std::vector<int64_t> lengths;
+  int64_t text_only = 0, multi_turn = 0;
+  for (size_t i = 0; i < records.size() && lengths.size() < 7; ++i) {
+    if (!records[i].contains("image")) {
+      ++text_only;
+      continue;
+    }
+    multi_turn += records[i].at("conversations").size() > 2;
+    PreparedSample s;
+    BadRecord bad;
+    ASSERT_TRUE(ds.try_prepare(i, s, bad)) << bad.message;
+    int64_t n = 0;
+    while (s.sample.labels[size_t(n)] == kIgnoreIndex) ++n;
+    lengths.push_back(n);
+  }
+  ASSERT_EQ(lengths.size(), 7u);
+  ASSERT_GT(text_only, 0) << "no text-only record among them: skipping them would not show";
+  ASSERT_GT(multi_turn, 0) << "no multi-turn record among them: cutting to the first prompt would not show";
+  bool padded = false;  // some batch of `sampling.batch` consecutive samples has samples of different lengths
+  for (size_t i = 0; i < lengths.size(); i += size_t(sampling.batch))
+    padded |= std::set<int64_t>(lengths.begin() + long(i),
+                                lengths.begin() + long(std::min(lengths.size(), i + size_t(sampling.batch))))
+                  .size() > 1;
+  ASSERT_TRUE(padded) << "no batch is padded: counting padding would not show";
+  double sum = 0;
+  for (int64_t n : lengths) sum += double(n);
+  EXPECT_EQ(m.samples, 7);
+  EXPECT_DOUBLE_EQ(m.mean, sum / 7.0);
+  EXPECT_THROW(mean_seqlen({}), std::invalid_argument);
 }
 
 TEST(DirectGammaMoD, AttentionRuleOnADenseModelSkipsOnlyRoutableTokensAndCachesConsistently) {
