@@ -168,6 +168,10 @@ def main():
                 skip[name] = float(m.group(1)) if m else 0.0
                 m = re.search(r"gmod_joins_total ([0-9]+)", text)  # continuous batching (absent before it)
                 joins[name] = int(m.group(1)) if m else None
+        except Exception:
+            for name, s in servers.items():  # what a server said before a request failed (e.g. it died)
+                print(f"--- {name} server output (last lines):\n" + "".join(s.lines[-20:]), file=sys.stderr)
+            raise
         finally:
             for s in servers.values():
                 s.close()

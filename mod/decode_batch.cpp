@@ -32,8 +32,6 @@ void rows_of(KVCache& c, const at::Tensor& idx) {
   if (c.lengths.defined())
     c.lengths = at::where(idx < 0, at::zeros_like(idx), c.lengths.index_select(0, idx.clamp_min(0)));
 }
-
-std::vector<int64_t> host_lengths(const at::Tensor& mask) { return sample_lengths(mask); }
 }  // namespace
 
 DecodeBatch::DecodeBatch(MultimodalLM& model, DecodeBatchOptions opt)
@@ -162,7 +160,7 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
   const auto lopts = at::TensorOptions().dtype(at::kLong).device(device_);
   auto mask = prompt.attention_mask.defined() ? prompt.attention_mask.to(at::kBool)
                                               : at::ones({B, L}, lopts.dtype(at::kBool));
-  const std::vector<int64_t> prompt_len = host_lengths(mask);
+  const std::vector<int64_t> prompt_len = sample_lengths(mask);
   for (auto len : prompt_len)
     if (len < 1) throw std::invalid_argument("generate: every prompt needs at least one token");
   const int64_t n_images = prompt.pixel_values.defined() ? prompt.pixel_values.size(0) : 0;

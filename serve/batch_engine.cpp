@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "mod/generate.h"
@@ -50,7 +51,8 @@ std::shared_ptr<RequestState> BatchEngine::submit(PreparedPrompt prompt, const C
     job->sampling.seed = request.seed;
     job->gen = at::make_generator<at::CPUGeneratorImpl>(request.seed);
   }
-  job->answer = std::make_unique<AnswerText>(std::move(tokenizer), request.stop, job->max_tokens, opt_.eos_id);
+  job->answer =
+      std::make_unique<AnswerText>(std::move(tokenizer), request.stop, job->max_tokens, opt_.eos_id);
   job->prompt = std::move(prompt);
   job->state = std::make_shared<RequestState>();
   std::shared_ptr<RequestState> state = job->state;
@@ -93,8 +95,8 @@ BatchEngine::JobPtr BatchEngine::take_waiting(const DecodeBatch& batch, int64_t 
   if (stopping_) return nullptr;
   drop_cancelled_locked();
   if (queue_.empty() || running >= opt_.max_batch) return nullptr;
-  // Arrival order: a request that does not fit beside the running batch waits, and those behind it too, so that
-  // a long prompt is not overtaken for ever; it fits once the batch has drained.
+  // Arrival order: a request that does not fit beside the running batch waits, and those behind it too, so
+  // that a long prompt is not overtaken for ever; it fits once the batch has drained.
   const Job& j = *queue_.front();
   if (!batch.fits(int64_t(j.prompt.ids.size()), j.max_tokens)) return nullptr;
   JobPtr taken = std::move(queue_.front());
@@ -211,8 +213,11 @@ void BatchEngine::loop() {
       DecodeBatch::Admitted a;
       try {
         a = batch->admit(prompt_inputs(j->prompt, opt_), j->max_tokens);
-      } catch (const std::exception& e) {  // this request's prefill failed (e.g. its image): it alone is answered
+      } catch (const std::exception& e) {
+        // This request's prefill failed (e.g. its image): it alone is answered. A row it may have taken is not
+        // active; the compaction below drops it.
         j->state->fail(api_error(500, "server_error", std::string("decoding failed: ") + e.what()));
+        rows.resize(std::max(rows.size(), size_t(batch->rows())));
         continue;
       }
       const size_t r = size_t(a.rows[0]);

@@ -1,13 +1,13 @@
 // `gmod serve`: the request queue and the one decoding thread, which runs continuous batching on the stepwise
-// decoder (mod/decode_batch.h). HTTP threads submit prepared prompts and get a RequestState. Between two decode
-// steps the decoding thread admits waiting requests into the running batch (each its own prefill, its KV caches
-// placed into a free row; up to max_batch rows, in arrival order, while the context bound allows: a request that
-// does not fit waits, and those behind it too, until the batch has drained), then feeds every running row's last
-// token through one shared step. After each token a request gets its new text (AnswerText) and its cancel flag is
-// read; a request that ended (EOS, stop string, max_tokens, client gone) leaves the batch at once: its row is
-// released, and dropped before the next step unless a waiting request takes it. Each request samples with its
-// own generator (seeded by its seed), so requests of any sampling settings share a batch and a seeded answer does
-// not depend on who else is decoded.
+// decoder (mod/decode_batch.h). HTTP threads submit prepared prompts and get a RequestState. Between two
+// decode steps the decoding thread admits waiting requests into the running batch (each its own prefill, its
+// KV caches placed into a free row; up to max_batch rows, in arrival order, while the context bound allows: a
+// request that does not fit waits, and those behind it too, until the batch has drained), then feeds every
+// running row's last token through one shared step. After each token a request gets its new text (AnswerText)
+// and its cancel flag is read; a request that ended (EOS, stop string, max_tokens, client gone) leaves the
+// batch at once: its row is released, and dropped before the next step unless a waiting request takes it.
+// Each request samples with its own generator (seeded by its seed), so requests of any sampling settings
+// share a batch and a seeded answer does not depend on who else is decoded.
 #pragma once
 
 #include <condition_variable>
@@ -47,11 +47,11 @@ struct Sampling {
 };
 
 struct EngineMetrics {
-  int64_t requests = 0;   // completed by the decoding thread
-  int64_t cancelled = 0;  // left by their client: while decoding, or dropped from the queue unrun
-  int64_t batches = 0;  // runs of the decoder from an empty batch until it drained
-  int64_t joins = 0;    // requests admitted into a batch that was already decoding
-  int64_t steps = 0;    // decode steps (one token for every running request)
+  int64_t requests = 0;     // completed by the decoding thread
+  int64_t cancelled = 0;    // left by their client: while decoding, or dropped from the queue unrun
+  int64_t batches = 0;      // runs of the decoder from an empty batch until it drained
+  int64_t joins = 0;        // requests admitted into a batch that was already decoding
+  int64_t steps = 0;        // decode steps (one token for every running request)
   int64_t active_rows = 0;  // requests decoding now
   int64_t prompt_tokens = 0, completion_tokens = 0;
   double decode_seconds = 0;                 // wall time in prefills and decode steps
@@ -89,8 +89,8 @@ class BatchEngine {
   };
   using JobPtr = std::unique_ptr<Job>;
   void loop();
-  // The waiting request that joins now, if any (arrival order, while rows and the context bound allow); blocks
-  // while nothing runs and nothing waits. *stop: the server is stopping.
+  // The waiting request that joins now, if any (arrival order, while rows and the context bound allow);
+  // blocks while nothing runs and nothing waits. *stop: the server is stopping.
   JobPtr take_waiting(const DecodeBatch& batch, int64_t running, bool* stop);
   int64_t choose_one(const at::Tensor& logits, Job& j);  // logits [1, V]
   // Next token of each running row from the step's logits [R, V] (greedy rows at once, sampled rows each with
