@@ -2,7 +2,9 @@
 // (ModelInputs with images; right-padded batches with per-sample prompt lengths), with per-layer KV
 // caches (MoD layers cache only the tokens they processed, with per-sample lengths; at a decode step only the
 // samples a MoD layer processes go through its matmuls, mod/mod_decode.cpp) or by full recomputation each step
-// (the reference the cached path is tested against). The caches are reserved after the prefill for every token to
+// (the reference the cached path is tested against). It runs on the stepwise decoder (mod/decode_batch.h): every
+// prompt admitted at once, then one step per token until all are done; a sample that ends with EOS leaves the
+// batch (its row is fed pads and counted nowhere). The caches are reserved after the prefill for every token to
 // come, so that decode steps write into them in place (model/kv_cache.h).
 #pragma once
 
