@@ -121,7 +121,8 @@ Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared
                                           AdamWHyper{opts.beta1, opts.beta2, opts.eps, opts.weight_decay, opts.offload},
                                           opts.max_grad_norm, opts.decay, opts.group, opts.group_weight_decay);
   for (int u = 0; u < n; ++u) params_->release(u);
-  mpi_collect_ = !comm_->device().is_cuda();
+  // (One rank: a reduction is complete when started and pre_backward's poll retires it at once, as on CUDA.)
+  mpi_collect_ = !comm_->device().is_cuda() && comm_->world_size() > 1;
   ran_.assign(size_t(n), 0);
   reduce_started_.assign(size_t(n), 0);
   pending_ = members_;

@@ -123,7 +123,7 @@ class Zero3Driver final : public UnitHooks {
   std::unique_ptr<Zero3Optimizer> opt_;
   int prefetch_ = 1;
   bool reshard_ = true;  // optimizer.zero3_reshard_after_forward
-  bool mpi_collect_ = true;  // MPI: a hooked unit's first gradient completes the reductions in flight
+  bool mpi_collect_ = true;  // MPI, world > 1: a hooked unit's first gradient completes the reductions in flight
 
   std::vector<std::pair<const torch::nn::Module*, int>> module_unit_;  // hooked module -> unit
   std::vector<int> order_;                                             // hooked units in forward order
