@@ -94,6 +94,8 @@ class Zero3Driver final : public UnitHooks {
   const FlatParamLayout& layout() const { return params_->layout(); }
   int num_units() const { return params_->num_units(); }
   int num_hooked_units() const { return static_cast<int>(order_.size()); }
+  int prefetch() const { return prefetch_; }
+  bool reshard_after_forward() const { return reshard_; }
   // Bytes of parameter (shard + gathered units) and gradient (fp32 shard + unit buffers) storage alive now.
   int64_t param_bytes_held() const { return params_->bytes_held(); }
   int64_t grad_bytes_held() const { return grads_->bytes_held(); }
