@@ -9,7 +9,7 @@
 #   bench/gpu_check.sh [PACK]                 there, from the repository root, with PACK carried (run's carry:
 #                                             [".gpu-pack"]): runs the checks below and prints a verdict
 #   bench/gpu_check.sh --build                there, if the machine has gmod's Debian packages: build, then check
-# The checks (about 4-6 min of GPU time on an H200; each part has its own time limit, the whole run 10 min at most):
+# The checks (about 5-7 min of GPU time on an H200; each part has its own time limit, the whole run 10 min at most):
 #   mod     MoD on CUDA vs the CPU reference: the fused kernels' log-sum-exp for A-MoD scoring (mem-efficient fp32,
 #           flash bf16), γ-MoD and A-MoD training forward + backward (test_mod MoDCuda.*)
 #   llava   LLaVA fp32 on CUDA vs the transformers fixtures (test_model HfParityCuda.*)
@@ -18,6 +18,10 @@
 #           reductions on side streams)
 #   train   gmod train of configs/tiny_parts.json on one GPU: 4 steps with a checkpoint at step 2, a second run stopped
 #           at step 2 and resumed, and the two final checkpoints' weights equal (h5 files compared by gmod export)
+#   zero3   gmod train of configs/demo.json on one GPU with optimizer.zero_stage 3 (NCCL: ZeRO-3's unit gathers and
+#           per-unit reductions on their side streams, γ-MoD's shared router as a persistent unit), 2 steps, against
+#           the same 2 steps at stage 2: the per-step losses and gradient norms must agree (bitwise on the CPU;
+#           prints the largest relative difference)
 #   decode  a measurement, not a check: bench_decode --cuda (LLaMA-shaped, hidden 1024, 12 layers, batches 1/8/32):
 #           dense vs γ-MoD next-token ms, the floor its routing decisions allow and the realised fraction
 #           (docs/eval.md, "Decode speed"); PASS when it ran, its lines in the log
@@ -141,6 +145,47 @@ check_decode() {  # BIN
   fi
 }
 
+check_train_zero3() {  # BINDIR
+  local gmod=$1/gmod w="$LOGS/zero3" st
+  rm -rf "$w" && mkdir -p "$w"
+  local sets=(--set model.device=cuda --set data.train="$w/data/train.json" --set eval.data="$w/data/heldout.json"
+              --set schedule.max_steps=2 --set metrics.log_every=1 --set parallel.timeout_s=120
+              --set deterministic=true --set resume=none)
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8
+  for st in 2 3; do
+    (cd "$root" && timeout 150 "$gmod" train --config configs/demo.json "${sets[@]}" --set optimizer.zero_stage=$st \
+      --set run_dir="$w/z$st") >"$w/z$st.log" 2>&1 ||
+      { verdict zero3 FAIL "stage $st run rc $?: $(grep -m1 -i error "$w/z$st.log")"; return; }
+  done
+  grep -q "optimizer: ZeRO-3, " "$w/z3.log" || { verdict zero3 FAIL "the stage-3 run did not use ZeRO-3 (log $w/z3.log)"; return; }
+  local cmp
+  cmp=$("$PY" - "$w/z2/metrics.jsonl" "$w/z3/metrics.jsonl" <<'PYEOF'
+import json, math, sys
+def steps(path):
+    out = {}
+    for line in open(path):
+        r = json.loads(line)
+        if "step" in r and "loss" in r:
+            out[r["step"]] = r
+    return out
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+if sorted(a) != sorted(b) or len(a) < 2:
+    print(f"FAIL steps logged: stage 2 {sorted(a)}, stage 3 {sorted(b)}")
+    sys.exit()
+worst = 0.0
+for k in a:
+    for f in ("loss", "grad_norm"):
+        x, y = float(a[k].get(f, "nan")), float(b[k].get(f, "nan"))
+        if not (math.isfinite(x) and math.isfinite(y)):
+            print(f"FAIL step {k} {f}: stage 2 {x}, stage 3 {y}")
+            sys.exit()
+        worst = max(worst, abs(x - y) / max(abs(x), 1e-30))
+print(("PASS" if worst <= 1e-4 else "FAIL") + f" 2 steps, loss and grad_norm vs stage 2: largest relative difference {worst:.2e}")
+PYEOF
+)
+  verdict zero3 "${cmp%% *}" "${cmp#* }"
+}
+
 main() {
   local mode=${1:-} pack bindir t0=$SECONDS
   mkdir -p "$LOGS"
@@ -171,6 +216,7 @@ main() {
   gtest llava 90 "$tmo" 'HfParityCuda.*'
   gtest nccl 150 "$mp" 'ZeroNccl.*:OverlapNccl.*:Zero3Nccl.*'
   check_train "$(dirname "$g")"
+  check_train_zero3 "$(dirname "$g")"
   check_decode "$bd"
   echo "---- gpu_check verdict ($((SECONDS - t0)) s)"
   printf '%s\n' "${VERDICT[@]}"

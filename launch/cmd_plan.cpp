@@ -22,12 +22,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// Keys the plan reads itself (other branches add them to TrainConfig); removed before TrainConfig parses the
-// rest, so a config that already uses them plans on a build whose TrainConfig does not know them yet.
-const std::vector<std::pair<std::string, std::string>> kPlanKeys = {{"model", "activation_checkpointing"},
-                                                                    {"model", "checkpoint_every"},
-                                                                    {"optimizer", "zero3_prefetch"}};
-
 struct PlanOptions {
   std::string config;
   int world = 1;
@@ -49,19 +43,7 @@ int run_plan(const PlanOptions& o) {
   } catch (const json::exception& e) {
     throw std::runtime_error(path + ": not valid JSON: " + e.what());
   }
-  json rest = raw;
-  for (const auto& [section, key] : kPlanKeys)
-    if (rest.contains(section) && rest[section].is_object()) rest[section].erase(key);
-  // --set of a key the plan reads itself goes into `raw` (ZeRO-3's prefetch depth, until TrainConfig has it).
-  std::vector<std::string> sets;
-  for (const auto& kv : o.sets) {
-    const std::string key = "optimizer.zero3_prefetch=";
-    if (kv.rfind(key, 0) == 0)
-      raw["optimizer"]["zero3_prefetch"] = std::stoi(kv.substr(key.size()));
-    else
-      sets.push_back(kv);
-  }
-  TrainConfig cfg = train_config_from_json(rest, sets, path);
+  TrainConfig cfg = train_config_from_json(raw, o.sets, path);  // the keys and checks of `gmod train`
   if (!o.model.empty()) {  // a combined HF-style config dir instead of the config's model
     cfg.model.path = o.model;
     cfg.model.llm.clear(), cfg.model.vision.clear(), cfg.model.projector.clear(), cfg.model.vision_slow.clear();
@@ -77,7 +59,7 @@ int run_plan(const PlanOptions& o) {
     for (const auto& x : errs) msg += "\n  " + x;
     throw std::invalid_argument(msg);
   }
-  MemoryPlanInputs in = plan_inputs_from_config(cfg, raw, model, world);
+  MemoryPlanInputs in = plan_inputs_from_config(cfg, model, world);
   if (o.checkpointing) in.checkpointing = *o.checkpointing;
   if (o.checkpoint_every) in.checkpoint_every = *o.checkpoint_every;
   if (o.images) in.images_per_sample = *o.images;

@@ -112,6 +112,10 @@ void Zero3Grads::poll() {
   while (!inflight_.empty() && inflight_.front().req->test()) retire_front();
 }
 
+void Zero3Grads::progress() {
+  for (auto& f : inflight_) f.req->test();
+}
+
 void Zero3Grads::finish() {
   while (!inflight_.empty()) retire_front();
 #ifdef GMOD_WITH_CUDA

@@ -41,6 +41,10 @@ class Zero3Grads {
   void reduce_start(int u);
   // Completes the reductions that have finished (in start order; never blocks).
   void poll();
+  // Moves the reductions in flight on (MPI progresses them only inside MPI calls) without completing any:
+  // what they hold stays allocated until poll(), finish() or limit_in_flight() (so when it is freed does not
+  // depend on the peers' timing). Never blocks.
+  void progress();
   // Waits for every started reduction; shard_grad() is complete afterwards.
   void finish();
   // Waits for the oldest reductions until at most n are in flight (bounds the gradient memory they hold).

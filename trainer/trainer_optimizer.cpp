@@ -56,8 +56,8 @@ void Trainer::setup_optimizer() {
                                         c.zero3_reshard_after_forward);
     print("optimizer: ZeRO-3, " + std::to_string(z3_->num_units()) + " parameter units (" +
           std::to_string(z3_->num_hooked_units()) +
-          " gathered around their forward and backward), prefetch " + std::to_string(c.zero3_prefetch) +
-          (c.zero3_reshard_after_forward ? "" : ", no reshard after forward") +
+          " gathered around their forward and backward), prefetch " + std::to_string(z3_->prefetch()) +
+          (z3_->reshard_after_forward() ? "" : ", no reshard after forward") +
           (o.offload ? "; fp32 master + moments offloaded to host memory" : ""));
   } else {
     opt_ = std::make_unique<DataParallelOptimizer>(trainable_, comm_, o);

@@ -21,7 +21,11 @@
 //    (its backward is over on every rank that ran it), so the sequence of gathers and reductions is the same
 //    on every rank whatever its data: on CUDA both run on one NCCL communicator (gathers on its gather
 //    stream, reductions on Zero3Grads' reduction stream), on MPI the reductions use a second communicator. A
-//    gradient that arrives for a unit whose reduction started throws, naming the parameter.
+//    gradient that arrives for a unit whose reduction started throws, naming the parameter. On MPI what a
+//    reduction holds is freed at fixed points only, never when a poll happens to find it complete: the one
+//    the backward starts on reaching a unit is completed at that unit's first parameter gradient (the peers
+//    started it before their own backward of the unit), so the bytes alive at any point of the backward do
+//    not depend on the peers' timing (what docs/plan.md's plan-vs-measured check needs).
 //  - Prefetch (`optimizer.zero3_prefetch` = d): before unit k runs, the gathers of the next d units of the
 //  pass
 //    (the forward's next layers, the backward's previous ones) are started, non-blocking
@@ -90,6 +94,8 @@ class Zero3Driver final : public UnitHooks {
   const FlatParamLayout& layout() const { return params_->layout(); }
   int num_units() const { return params_->num_units(); }
   int num_hooked_units() const { return static_cast<int>(order_.size()); }
+  int prefetch() const { return prefetch_; }
+  bool reshard_after_forward() const { return reshard_; }
   // Bytes of parameter (shard + gathered units) and gradient (fp32 shard + unit buffers) storage alive now.
   int64_t param_bytes_held() const { return params_->bytes_held(); }
   int64_t grad_bytes_held() const { return grads_->bytes_held(); }
@@ -119,6 +125,7 @@ class Zero3Driver final : public UnitHooks {
   std::unique_ptr<Zero3Optimizer> opt_;
   int prefetch_ = 1;
   bool reshard_ = true;  // optimizer.zero3_reshard_after_forward
+  bool mpi_collect_ = true;  // MPI, world > 1: a hooked unit's first gradient completes the reductions in flight
 
   std::vector<std::pair<const torch::nn::Module*, int>> module_unit_;  // hooked module -> unit
   std::vector<int> order_;                                             // hooked units in forward order

@@ -75,7 +75,9 @@ json exact() {
               {"metrics", {{"log_every", 1}}}};
 }
 
-void expect_stage3_equals_stage2(int np, const std::vector<std::string>& sets, const std::string& env) {
+// `in_log`: what the stage-3 run's log must say of the driver it built (its prefetch depth, reshard setting).
+void expect_stage3_equals_stage2(int np, const std::vector<std::string>& sets, const std::string& env,
+                                 const std::string& in_log = "") {
   TempDir t;
   const std::string z2 = t.str("z2"), z3 = t.str("z3");
   std::vector<std::string> s2 = sets, s3 = sets;
@@ -84,6 +86,7 @@ void expect_stage3_equals_stage2(int np, const std::vector<std::string>& sets, c
   ASSERT_EQ(train(np, z2, exact(), s2, env), 0) << log_of(z2);
   ASSERT_EQ(train(np, z3, exact(), s3, env), 0) << log_of(z3);
   EXPECT_NE(log_of(z3).find("optimizer: ZeRO-3, "), std::string::npos) << log_of(z3);
+  EXPECT_NE(log_of(z3).find(in_log), std::string::npos) << "expected \"" << in_log << "\" in " << log_of(z3);
   expect_same_run(z2, z3, 4);
   if (!env.empty()) {
     EXPECT_TRUE(step_metrics(z3).at(2).value("skipped", false)) << "the injected NaN must skip step 2";
@@ -102,8 +105,8 @@ TEST(Zero3E2E, EqualsZero2TwoRanks) { expect_stage3_equals_stage2(2, {}, nan_on_
 TEST(Zero3E2E, EqualsZero2ThreeRanks) { expect_stage3_equals_stage2(3, {}, nan_on_last_rank(3)); }
 // Prefetch depth changes when units are gathered, never what is computed.
 TEST(Zero3E2E, EqualsZero2TwoRanksPrefetch0And3) {
-  expect_stage3_equals_stage2(2, {"optimizer.zero3_prefetch=0"}, "");
-  expect_stage3_equals_stage2(2, {"optimizer.zero3_prefetch=3"}, "");
+  expect_stage3_equals_stage2(2, {"optimizer.zero3_prefetch=0"}, "", "prefetch 0");
+  expect_stage3_equals_stage2(2, {"optimizer.zero3_prefetch=3"}, "", "prefetch 3");
 }
 // bf16 parameters: the same bf16 forward, the same bf16 .grad accumulation, the same per-element fp32
 // reduction and the same fp32 -> bf16 write of the master as stage 2, so bitwise too.
@@ -117,11 +120,12 @@ TEST(Zero3E2E, EqualsZero2WithActivationCheckpointing) {
 // gathers on any rank, also not for the vision units a text-only rank skipped): the same numbers, at 2 ranks
 // and at 3 ranks with checkpointing and prefetch 0 (the recompute reads the kept units).
 TEST(Zero3E2E, EqualsZero2NoReshardAfterForward) {
-  expect_stage3_equals_stage2(2, {"optimizer.zero3_reshard_after_forward=false"}, nan_on_last_rank(2));
+  expect_stage3_equals_stage2(2, {"optimizer.zero3_reshard_after_forward=false"}, nan_on_last_rank(2),
+                              "prefetch 1, no reshard after forward");
   expect_stage3_equals_stage2(3,
-                              {"optimizer.zero3_reshard_after_forward=false", "model.activation_checkpointing=full",
-                               "optimizer.zero3_prefetch=0"},
-                              "");
+                              {"optimizer.zero3_reshard_after_forward=false",
+                               "model.activation_checkpointing=full", "optimizer.zero3_prefetch=0"},
+                              "", "prefetch 0, no reshard after forward");
 }
 
 // Checkpoints move both ways across stage and world size: [ZeRO-3 at 2 ranks to step 2, then ZeRO-2 at 3

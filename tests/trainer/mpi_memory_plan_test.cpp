@@ -1,14 +1,14 @@
 // The memory plan against measured peaks: at the launched world size (ctest runs 1, 2 and 3 ranks) and ZeRO
-// 0/1/2, real training steps of a small LLaVA-style model (random init, frozen vision tower, real
-// DataParallelOptimizer over MPI) are measured with MemoryTracker, and the plan's per-rank total must be
-// within 10% of the measured peak on every rank; so must its end-of-forward total (weights + states + saved
-// activations + logits) against the live bytes right after the forward. Each term is printed next to the
-// measurement.
-// Optimizer offload on the CPU: host and device are one memory, so the counting allocator sees the offloaded
-// state as before. The plan must move it out of the device total into host_terms; the check is (1) the device
-// total plus the host total within 10% of the measured peak (and after-forward bytes), and (2) the host total
-// equal to the bytes the optimizer itself holds as host memory (DpMemory::host_state), and the device-side
-// optimizer_states term zero: a plan that classified them wrongly fails (1) or (2).
+// 0/1/2/3, real training steps of a small LLaVA-style model (random init, frozen vision tower, real
+// DataParallelOptimizer or Zero3Driver over MPI) are measured with MemoryTracker, and the plan's per-rank
+// total must be within 10% (ZeRO-3: 3%) of the largest rank's measured peak and no less than any rank's
+// (within the same tolerance); its end-of-forward total (weights + states + saved activations + logits) must
+// be as close to the live bytes right after the forward on every rank. Each term is printed next to the
+// measurement. Optimizer offload on the CPU: host and device are one memory, so the counting allocator sees
+// the offloaded state as before. The plan must move it out of the device total into host_terms; the check is
+// (1) the device total plus the host total within 10% of the measured peak (and after-forward bytes), and (2)
+// the host total equal to the bytes the optimizer itself holds as host memory (DpMemory::host_state), and the
+// device-side optimizer_states term zero: a plan that classified them wrongly fails (1) or (2).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,8 +27,6 @@ std::shared_ptr<MpiComm> world() {
   static auto c = std::make_shared<MpiComm>();
   return c;
 }
-
-double ckpt_tolerance() { return world()->world_size() > 1 ? 0.12 : 0.03; }
 
 double rel_err(double plan, double measured) { return std::fabs(plan - measured) / measured; }
 
@@ -53,15 +51,26 @@ void check(MemoryPlanInputs in, const char* label, double tolerance = 0.10) {
         if (t.name == "loss_transient") fwd_plan -= t.bytes;
     }
   fwd_plan += plan.host_total;  // the CPU's one memory: device and host bytes together
+  // Every rank's measured peak. The plan is the peak of the rank that holds the most (ZeRO-3: a unit's
+  // reduction in flight holds `out` and a receive buffer for the rank's block of the unit, so the rank that
+  // owns the unit reduced while the backward peaks holds more than the others): within `tolerance` of the
+  // largest peak, and at least every rank's peak (within the same tolerance).
+  at::Tensor peaks = at::zeros({in.world}, at::kDouble);
+  peaks[world()->rank()] = double(m.peak_bytes);
+  world()->all_reduce(peaks, ReduceOp::Sum);
+  const double max_peak = peaks.max().item<double>();
   if (world()->rank() == 0) {
+    std::string per_rank;
+    for (int r = 0; r < in.world; ++r) per_rank += (r ? " / " : "") + format_bytes(peaks[r].item<double>());
+    std::printf("    measured peak per rank: %s\n", per_rank.c_str());
     std::printf(
-        "[%s] world %d ZeRO-%d %s%s%s: measured peak %s, plan %s (%s, %+.1f%%); after forward measured %s, "
+        "[%s] world %d ZeRO-%d %s%s%s: measured peak %s (largest rank), plan %s (%s, %+.1f%%); after forward "
+        "measured %s, "
         "plan %s (%+.1f%%)\n",
         label, in.world, in.stage, in.dtype.c_str(), in.offload == "cpu" ? " offload" : "",
         in.checkpointing == "none" ? "" : (" checkpointing " + in.checkpointing).c_str(),
-        format_bytes(double(m.peak_bytes)).c_str(),
-        format_bytes(double(plan.total + plan.host_total)).c_str(), plan.peak_phase.c_str(),
-        100.0 * (double(plan.total + plan.host_total) - double(m.peak_bytes)) / double(m.peak_bytes),
+        format_bytes(max_peak).c_str(), format_bytes(double(plan.total + plan.host_total)).c_str(),
+        plan.peak_phase.c_str(), 100.0 * (double(plan.total + plan.host_total) - max_peak) / max_peak,
         format_bytes(double(m.after_forward_bytes)).c_str(), format_bytes(double(fwd_plan)).c_str(),
         100.0 * (double(fwd_plan) - double(m.after_forward_bytes)) / double(m.after_forward_bytes));
     for (const auto& t : plan.terms)
@@ -72,7 +81,9 @@ void check(MemoryPlanInputs in, const char* label, double tolerance = 0.10) {
       std::printf("    phase %-20s %12lld\n", ph.name.c_str(), (long long)ph.bytes);
   }
   const int64_t total = plan.total + plan.host_total;
-  EXPECT_LE(rel_err(double(total), double(m.peak_bytes)), tolerance)
+  EXPECT_LE(rel_err(double(total), max_peak), tolerance)
+      << label << ": plan " << total << " B vs the largest measured peak " << max_peak << " B";
+  EXPECT_LE(double(m.peak_bytes), double(total) * (1 + tolerance))
       << label << ": plan " << total << " B vs measured peak " << m.peak_bytes << " B on rank "
       << world()->rank();
   EXPECT_LE(rel_err(double(fwd_plan), double(m.after_forward_bytes)), tolerance)
@@ -162,16 +173,15 @@ TEST(MemoryPlanMeasured, OffloadStatesHeavyFp32Zero0) {  // the peak is the opti
 }
 
 // ZeRO-3 (the plan's stage-3 terms: parameter shard, persistent units + prefetch + 1 gathered layers, the
-// persistent units' and the running unit's gradients, a reduction in flight), with activation checkpointing off
-// and on, without reshard after forward, and at prefetch 2; within 3%, tighter than the other stages' 10%, except
-// 12% for checkpointing at world > 1: whether the previous unit's reduction is still in flight during a recompute (no MPI
-// call runs there; the plan counts it, an upper bound) depends on the peers' timing, measured +3.1% to +10.4%.
+// persistent units' and the running unit's gradients, a reduction in flight), with activation checkpointing
+// off and on, without reshard after forward, and at prefetch 2; within 3%, tighter than the other stages'
+// 10%.
 TEST(MemoryPlanMeasured, Zero3Fp32) { check(gmod::testing::small_plan_inputs(1, 3), "ZeRO-3", 0.03); }
 
 TEST(MemoryPlanMeasured, Zero3Fp32Checkpointing) {
   MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 3);
   in.checkpointing = "full";
-  check(in, "ZeRO-3 checkpointing", ckpt_tolerance());
+  check(in, "ZeRO-3 checkpointing", 0.03);
 }
 
 TEST(MemoryPlanMeasured, Zero3Bf16Offload) {
@@ -183,7 +193,7 @@ TEST(MemoryPlanMeasured, Zero3Bf16Offload) {
 TEST(MemoryPlanMeasured, Zero3Bf16Checkpointing) {
   MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 3, "bf16");
   in.checkpointing = "full";
-  check(in, "ZeRO-3 bf16 checkpointing", ckpt_tolerance());
+  check(in, "ZeRO-3 bf16 checkpointing", 0.03);
 }
 
 TEST(MemoryPlanMeasured, Zero3NoReshardAfterForward) {
@@ -196,7 +206,7 @@ TEST(MemoryPlanMeasured, Zero3Prefetch2Checkpointing) {
   MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 3);
   in.zero3_prefetch = 2;
   in.checkpointing = "full";
-  check(in, "ZeRO-3 prefetch 2 checkpointing", ckpt_tolerance());
+  check(in, "ZeRO-3 prefetch 2 checkpointing", 0.03);
 }
 
 // LoRA on the γ-MoD model (model/lora.h): frozen LLM weights without gradient, master or moments; adapters (with

@@ -18,6 +18,7 @@
 #include "model/activation_checkpoint.h"
 #include "model/lm_loss.h"
 #include "parallel/mpi_comm.h"
+#include "parallel/watchdog.h"
 #include "tests/trainer/memory_plan_util.h"
 #include "trainer/zero3_driver.h"
 
@@ -97,8 +98,15 @@ ModelInputs batch(const LlavaConfig& c, int B, int L, bool with_image, uint64_t 
   return in;
 }
 
+constexpr int kSteps = 2, kMicro = 2;  // optimizer steps, micro-batches per step
+
+struct Run {
+  Log log;
+  int units = 0, hooked = 0;  // Zero3Driver::num_units(), num_hooked_units()
+};
+
 // The collective log of two optimizer steps (accumulation 2) of a small LLaVA with trainable CLIP layers.
-Log run(int prefetch, bool reshard, bool checkpointing) {
+Run run(int prefetch, bool reshard, bool checkpointing) {
   LlavaConfig c = gmod::testing::small_llava_config();
   auto model = std::make_shared<MultimodalLM>(c);
   model->init_weights(7);
@@ -116,14 +124,14 @@ Log run(int prefetch, bool reshard, bool checkpointing) {
   trainable.clear();
   EXPECT_GT(z3.num_hooked_units(), 4) << "the CLIP layers must be hooked units";
   const bool images = world()->rank() == 0;
-  for (int step = 0; step < 2; ++step) {
-    for (int k = 0; k < 2; ++k) {
+  for (int step = 0; step < kSteps; ++step) {
+    for (int k = 0; k < kMicro; ++k) {
       const ModelInputs in = batch(c, 2, 48, images, 100 * uint64_t(world()->rank()) + 10 * step + k);
       ForwardState st;
       z3.begin_forward();
       const ModelOutput out = forward_label_loss(*model, in, st);
       z3.end_forward();
-      if (k == 1) z3.set_last_micro_batch();
+      if (k + 1 == kMicro) z3.set_last_micro_batch();
       out.lm_loss_sum.backward();
       z3.end_backward();
     }
@@ -131,10 +139,11 @@ Log run(int prefetch, bool reshard, bool checkpointing) {
     z3.all_reduce_after_gradients(stat);
     z3.step(1e-3);
   }
-  return *log;
+  return Run{*log, z3.num_units(), z3.num_hooked_units()};
 }
 
-void expect_same_on_every_rank(const Log& log, const std::string& what) {
+void expect_same_on_every_rank(const Run& r, bool reshard, const std::string& what) {
+  const Log& log = r.log;
   std::string all;
   for (const auto& e : log) all += e + ";";
   const int64_t h = static_cast<int64_t>(std::hash<std::string>{}(all) >> 1);
@@ -144,24 +153,33 @@ void expect_same_on_every_rank(const Log& log, const std::string& what) {
                                      << world()->rank() << ", " << log.size() << " collectives)";
   EXPECT_EQ(-t[1].item<int64_t>(), h) << what;
   EXPECT_EQ(t[2].item<int64_t>(), -t[3].item<int64_t>()) << what << ": different numbers of collectives";
-  // Both kinds are there: unit gathers and per-unit reductions.
+  // Exactly the collectives of the design (the same on every rank, so equality alone would not see an extra
+  // or missing one): per micro-batch one gather of every unit for the forward and, with reshard after
+  // forward, one more of every hooked unit for the backward (none without: the units stay gathered); per step
+  // one reduction of every unit.
   int gathers = 0, reductions = 0;
   for (const auto& e : log) {
     gathers += e.rfind("all_gather_v_start", 0) == 0;
     reductions += e.rfind("reduce_scatter_v_start", 0) == 0;
   }
-  EXPECT_GT(gathers, 0) << what;
-  EXPECT_GT(reductions, 0) << what;
+  EXPECT_GT(r.hooked, 4) << what;
+  EXPECT_GT(r.units, r.hooked) << what << ": persistent units (embeddings, head, projector)";
+  EXPECT_EQ(gathers, kSteps * kMicro * (r.units + (reshard ? r.hooked : 0))) << what << ": unit gathers";
+  EXPECT_EQ(reductions, kSteps * r.units) << what << ": gradient reductions";
 }
 
 }  // namespace
 
 TEST(Zero3Order, SameCollectiveSequenceOnEveryRank) {
+  // Ranks whose sequences differ can also wait on each other (one blocks on a gather the other issues only
+  // after a reduction it is itself waiting for): a deadline well below ctest's turns such a wait into an
+  // error naming the collective instead of a hang.
+  set_collective_timeout(60);
   for (int prefetch : {0, 1, 2})
     for (bool reshard : {true, false})
       for (bool ckpt : {false, true}) {
         const std::string what = "prefetch " + std::to_string(prefetch) + (reshard ? "" : ", no reshard") +
                                  (ckpt ? ", checkpointing" : "");
-        expect_same_on_every_rank(run(prefetch, reshard, ckpt), what);
+        expect_same_on_every_rank(run(prefetch, reshard, ckpt), reshard, what);
       }
 }

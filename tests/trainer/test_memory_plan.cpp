@@ -104,35 +104,39 @@ TEST(MemoryPlan, FitsUsesBudgetAndReserve) {
   EXPECT_FALSE(plan_memory(in).fits);
 }
 
-// Checkpointing from the JSON (not a TrainConfig key yet); the reduction keys from optimizer.* ("param" = model dtype).
+// Checkpointing, ZeRO-3's prefetch and reshard, and the reduction keys from the parsed TrainConfig ("param" =
+// model dtype), as gmod train reads them.
 TEST(MemoryPlan, ReadsCheckpointingAndReductionKeys) {
-  const nlohmann::json raw = {{"model", {{"activation_checkpointing", "full"}}}};
   TrainConfig cfg;
+  cfg.model.activation_checkpointing = "full";
   cfg.model.dtype = "bf16";
   cfg.optimizer.accumulate_fp32 = true;
   cfg.optimizer.reduce_dtype = "param";
+  cfg.optimizer.zero3_prefetch = 3;
+  cfg.optimizer.zero3_reshard_after_forward = false;
   cfg.mod.enabled = true;
   cfg.mod.rule = "keep_top:1";
-  const MemoryPlanInputs in = plan_inputs_from_config(cfg, raw, gmod::testing::small_llava_config(), 2);
+  const MemoryPlanInputs in = plan_inputs_from_config(cfg, gmod::testing::small_llava_config(), 2);
   EXPECT_EQ(in.checkpointing, "full");
   EXPECT_TRUE(in.accumulate_fp32);
   EXPECT_EQ(in.reduce_dtype, "bf16");
+  EXPECT_EQ(in.zero3_prefetch, 3);
+  EXPECT_FALSE(in.zero3_reshard_after_forward);
   EXPECT_EQ(in.mod_layers, (std::vector<int>{1, 2, 3}));
   EXPECT_LT(in.mod_kept_fraction, 1.0);
+  EXPECT_EQ(plan_inputs_from_config(TrainConfig{}, gmod::testing::small_llava_config(), 2).zero3_prefetch,
+            TrainConfig{}.optimizer.zero3_prefetch);
 }
 
 TEST(MemoryPlan, ReadsTheTrainersActivationCheckpointingSpelling) {
   TrainConfig cfg;
   cfg.model.activation_checkpointing = "every_3";  // as gmod train takes it (model/activation_checkpoint.h)
-  MemoryPlanInputs in = plan_inputs_from_config(cfg, nlohmann::json::object(), gmod::testing::small_llava_config(), 1);
+  MemoryPlanInputs in = plan_inputs_from_config(cfg, gmod::testing::small_llava_config(), 1);
   EXPECT_EQ(in.checkpointing, "every_k");
   EXPECT_EQ(in.checkpoint_every, 3);
-  in = plan_inputs_from_config(TrainConfig{}, {{"model", {{"activation_checkpointing", "every_2"}}}},
-                               gmod::testing::small_llava_config(), 1);
-  EXPECT_EQ(in.checkpointing, "every_k");
-  EXPECT_EQ(in.checkpoint_every, 2);
-  EXPECT_EQ(plan_inputs_from_config(TrainConfig{}, nlohmann::json::object(), gmod::testing::small_llava_config(), 1)
-                .checkpointing,
+  cfg.model.activation_checkpointing = "every_1";
+  EXPECT_EQ(plan_inputs_from_config(cfg, gmod::testing::small_llava_config(), 1).checkpointing, "full");
+  EXPECT_EQ(plan_inputs_from_config(TrainConfig{}, gmod::testing::small_llava_config(), 1).checkpointing,
             "none");
 }
 

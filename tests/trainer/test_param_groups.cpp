@@ -247,7 +247,7 @@ TEST(ParamGroups, PlanCountsGroupsOnTheModelsNames) {
   EXPECT_EQ(g.groups.groups[2].params, pc.projector);
   EXPECT_EQ(g.groups.groups[0].params, pc.llm - pc.llm_layer[0]);
   EXPECT_TRUE(g.problems.empty());
-  MemoryPlanInputs in = plan_inputs_from_config(c, json::object(), m, 2);
+  MemoryPlanInputs in = plan_inputs_from_config(c, m, 2);
   const int64_t before = plan_memory(in).params_trainable;
   in.frozen_by_groups = g.frozen_by_groups;
   EXPECT_EQ(plan_memory(in).params_trainable, before - pc.llm_layer[0]);

@@ -375,13 +375,17 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
   int64_t inflight = cuda_release ? per_owned * shard + (src_e != r ? r : 0) * std::min(padded, bucket)
                                   : per_elem * padded + per_owned * shard;
   // ZeRO-3 (parallel/zero3_grads.cpp, mpi_comm.cpp): a unit's reduction in flight holds what it reads (the
-  // unit's gradient buffer, or its reduce-dtype copy), Inflight::out [owned] in the reduce dtype (never a view of
-  // the shard) and, on MPI, the fp32 upcast of a bf16 reduction and the receive buffer [owned]. On MPI the unit
-  // before the running one is reduced when the backward reaches the running one, and polled to completion there
-  // and in every gradient hook: with ranks in step it is gone before the running unit's backward peaks (measured
-  // at 1-3 ranks), so a layer's backward plans none without checkpointing (a late peer can keep one unit in
-  // flight longer); the end of the backward plans one. CUDA: the gradient is released when its reduce-scatter is enqueued on the reduction
-  // stream (recordStream); the reduce-dtype copy and `out` remain until the next poll.
+  // unit's gradient buffer, or its reduce-dtype copy), Inflight::out [owned] in the reduce dtype (never a
+  // view of the shard) and, on MPI, the fp32 upcast of a bf16 reduction and the receive buffer [owned];
+  // [owned] is the rank's block of the unit, min(U, S) on the rank that owns most of it (the plan is that
+  // rank's; the others hold less). On MPI the backward starts the reduction of the unit above the running one
+  // when it reaches the running one, and completes it at the running unit's first parameter gradient
+  // (Zero3Driver::on_grad_ready; never earlier, whatever the peers' timing): without checkpointing that is
+  // early in the layer's backward, before it peaks (no term); a checkpointed layer's parameter gradients all
+  // come out of its node at the end of its recompute and backward, so the reduction is held through them
+  // (counted). The end of the backward plans one. CUDA: the gradient is released when its reduce-scatter is
+  // enqueued on the reduction stream (recordStream); the reduce-dtype copy and `out` remain until the next
+  // poll.
   int64_t z3_inflight = 0;
   if (stage3) {
     const int64_t U = units.max_unit, own = std::min(U, shard);
@@ -391,8 +395,6 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
     if (mpi && N == 1) z3_inflight = 0;
     inflight = z3_inflight;
   }
-  // (Under activation checkpointing the recompute runs with no MPI call, so the previous unit's reduction, not
-  // complete when the backward reached this unit, stays in flight through the recompute: counted.)
   const int64_t z3_layer_inflight = mpi && in.checkpointing == "none" ? 0 : z3_inflight;
   // Bucket 0 (the last parameters, lm_head first) is launched as soon as its gradients are done and stays in
   // flight during the rest of the backward.

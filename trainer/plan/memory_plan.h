@@ -150,11 +150,9 @@ LoraLayerCounts lora_layer_counts(const LlamaConfig& t, int r, const std::vector
 
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 
-// Inputs from a training config (model config read separately, e.g. with load_model_config). Reads
-// `model.activation_checkpointing` from `raw` (the config JSON) when present, since that key may not be part of
-// TrainConfig yet.
-MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const nlohmann::json& raw,
-                                         const LlavaConfig& model, int world);
+// Inputs from a parsed training config (model config read separately, e.g. with load_model_config); every key
+// comes from TrainConfig, so `gmod plan` takes exactly the configs `gmod train` takes.
+MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConfig& model, int world);
 
 nlohmann::json to_json(const MemoryPlan& p);
 // Human table: one line per term, the phases, communication, budget verdict.

@@ -1,7 +1,7 @@
-// plan_inputs_from_config: what `gmod plan` and the trainer's start-up plan read from a training config (and the
-// raw JSON, for keys spelled as the plan's own) into MemoryPlanInputs (trainer/plan/memory_plan.h).
+// plan_inputs_from_config: what `gmod plan` and the trainer's start-up plan read from a parsed training
+// config (TrainConfig, the same keys and checks as `gmod train`) into MemoryPlanInputs
+// (trainer/plan/memory_plan.h).
 #include <algorithm>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -12,10 +12,7 @@
 
 namespace gmod {
 
-using json = nlohmann::json;
-
-MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw, const LlavaConfig& model,
-                                         int world) {
+MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConfig& model, int world) {
   MemoryPlanInputs in;
   in.model = model;
   in.world = world;
@@ -55,30 +52,10 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const json& raw
   }
   // model.activation_checkpointing as gmod train reads it ("none" | "full" | "every_<k>",
   // model/activation_checkpoint.h), in the plan's terms.
-  auto set_checkpointing = [&](const std::string& s) {
-    if (s == "every_k") {  // the plan's own spelling, with model.checkpoint_every
-      in.checkpointing = s;
-      return;
-    }
-    const ActivationCheckpointing ac = parse_activation_checkpointing(s);
-    in.checkpointing = ac.every == 0 ? "none" : ac.every == 1 ? "full" : "every_k";
-    if (ac.every > 1) in.checkpoint_every = ac.every;
-  };
-  set_checkpointing(cfg.model.activation_checkpointing);
-  // Keys other branches are adding; read them from the JSON when present.
-  if (raw.is_object()) {
-    if (raw.contains("model") && raw["model"].contains("activation_checkpointing")) {
-      const json& ac = raw["model"]["activation_checkpointing"];
-      if (ac.is_string())
-        set_checkpointing(ac.get<std::string>());
-      else if (ac.is_boolean())
-        in.checkpointing = ac.get<bool>() ? "full" : "none";
-    }
-    if (raw.contains("model") && raw["model"].contains("checkpoint_every"))
-      in.checkpoint_every = raw["model"]["checkpoint_every"].get<int>();
-    if (raw.contains("optimizer") && raw["optimizer"].contains("zero3_prefetch"))  // ZeRO-3's prefetch depth
-      in.zero3_prefetch = raw["optimizer"]["zero3_prefetch"].get<int>();
-  }
+  const ActivationCheckpointing ac = parse_activation_checkpointing(cfg.model.activation_checkpointing);
+  in.checkpointing = ac.every == 0 ? "none" : ac.every == 1 ? "full" : "every_k";
+  if (ac.every > 1) in.checkpoint_every = ac.every;
+  in.zero3_prefetch = cfg.optimizer.zero3_prefetch;
   in.accumulate_fp32 = cfg.optimizer.accumulate_fp32;
   in.zero3_reshard_after_forward = cfg.optimizer.zero3_reshard_after_forward;
   in.reduce_dtype = effective_reduce_dtype(cfg);
