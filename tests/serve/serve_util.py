@@ -1,16 +1,21 @@
-"""Helpers of the `gmod serve` tests (tests/serve/*_test.py): a `gmod serve --port 0` process on loopback with
-its output pumped and its port read from the "listening on" line, raw HTTP requests, `gmod generate`'s answer
-(the independent oracle) and a PNG writer. Standard library only.
+"""Helpers of the `gmod serve` tests (tests/serve/*_test.py): a `gmod serve --port 0` process on loopback
+(bench_serve.ServeProcess: its output pumped, its port read from the "listening on" line), raw HTTP requests,
+`gmod generate`'s answer (the independent oracle) and a PNG writer. Standard library only.
 """
+import base64
 import json
+import os
 import re
 import struct
 import subprocess
-import threading
+import sys
 import urllib.error
 import urllib.request
 import zlib
-import base64
+
+# The server process is bench/bench_serve.py's (one launcher for the benchmark and the tests).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from bench_serve import ServeProcess  # noqa: E402
 
 API_KEY = "test-key-123"
 MAX_NEW = 8
@@ -53,38 +58,20 @@ def data_url(data):
     return "data:image/png;base64," + base64.b64encode(data).decode()
 
 
-class Server:
-    def __init__(self, args, extra):
-        cmd = [args.gmod, "serve", *args.model_args, "--port", "0", "--api-key", API_KEY, *extra]
-        print("starting:", " ".join(cmd), flush=True)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines = []
-        port = []
-        ready = threading.Event()
+class Server(ServeProcess):
+    """bench_serve's ServeProcess with the tests' API key; a server that does not start fails the test."""
 
-        def pump():
-            for line in self.proc.stdout:
-                self.lines.append(line)
-                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-                if m:
-                    port.append(int(m.group(1)))
-                    ready.set()
-            ready.set()
-        threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(180) or not port:
-            self.close()
-            fail("gmod serve did not start listening:\n" + "".join(self.lines))
-        self.port = port[0]
-        self.base = f"http://127.0.0.1:{self.port}"
+    def __init__(self, args, extra):
+        serve_args = [*args.model_args, "--api-key", API_KEY, *extra]
+        print("starting:", args.gmod, "serve --port 0", " ".join(serve_args), flush=True)
+        try:
+            super().__init__(args.gmod, serve_args, timeout=180)
+        except RuntimeError as e:
+            fail(str(e))
+        self.port = int(self.base.rsplit(":", 1)[1])
 
     def close(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        super().close()
         print("".join(self.lines[-5:]), flush=True)
 
     def metrics(self):
