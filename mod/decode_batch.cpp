@@ -55,9 +55,7 @@ void DecodeBatch::reset() {
 bool DecodeBatch::fits(int64_t prompt_width, int64_t max_new_tokens) const {
   if (active_rows() == 0) return true;
   if (!opt_.use_cache) return false;
-  int64_t steps = std::max<int64_t>(max_new_tokens - 1, 0);
-  for (size_t r = 0; r < active_.size(); ++r)
-    if (active_[r]) steps = std::max(steps, budget_[r]);
+  const int64_t steps = std::max({max_new_tokens - 1, int64_t(0), steps_ahead()});
   return std::max(column_, prompt_width) + steps <= context_;
 }
 
@@ -115,14 +113,17 @@ void DecodeBatch::place(const std::vector<KVCache>& fresh, const at::Tensor& mas
     c.k.narrow(2, 0, n).index_copy_(0, idx, f.k.to(c.k.scalar_type()));
     c.v.narrow(2, 0, n).index_copy_(0, idx, f.v.to(c.v.scalar_type()));
   }
-  if (key_buf_.size(1) < column_) {
-    auto wider = at::zeros({key_buf_.size(0), column_}, key_buf_.options());
-    wider.narrow(1, 0, key_buf_.size(1)).copy_(key_buf_);
-    key_buf_ = wider;
-  }
+  widen_keys(column_);
   auto rows_keys = at::zeros({int64_t(rows.size()), key_buf_.size(1)}, key_buf_.options());
   rows_keys.narrow(1, 0, Lp).copy_(mask);
   key_buf_.index_copy_(0, idx, rows_keys);
+}
+
+void DecodeBatch::widen_keys(int64_t columns) {
+  if (key_buf_.size(1) >= columns) return;
+  auto wider = at::zeros({key_buf_.size(0), columns}, key_buf_.options());
+  wider.narrow(1, 0, key_buf_.size(1)).copy_(key_buf_);
+  key_buf_ = wider;
 }
 
 int64_t DecodeBatch::steps_ahead() const {
@@ -136,12 +137,7 @@ void DecodeBatch::reserve_ahead() {
   const int64_t steps = steps_ahead(), cap = std::max(context_, column_ + steps + 1);
   // Room for every token still to come: decode steps write their K/V in place (model/kv_cache.h).
   for (auto& c : caches_) kv_reserve(c, c.lengths.defined() ? std::min(c.length() + steps + 1, cap) : column_ + steps + 1);
-  const int64_t need = column_ + steps + 1;
-  if (key_buf_.size(1) < need) {
-    auto wider = at::zeros({key_buf_.size(0), need}, key_buf_.options());
-    wider.narrow(1, 0, key_buf_.size(1)).copy_(key_buf_);
-    key_buf_ = wider;
-  }
+  widen_keys(column_ + steps + 1);
 }
 
 DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_new_tokens) {
@@ -229,11 +225,7 @@ at::Tensor DecodeBatch::step(const at::Tensor& tokens) {
   ForwardShape shape;
   at::Tensor h;
   if (opt_.use_cache) {
-    if (key_buf_.size(1) <= column_) {  // past the reserve (a caller stepping beyond its budget)
-      auto wider = at::zeros({R, 2 * column_ + 1}, key_buf_.options());
-      wider.narrow(1, 0, key_buf_.size(1)).copy_(key_buf_);
-      key_buf_ = wider;
-    }
+    if (key_buf_.size(1) <= column_) widen_keys(2 * column_ + 1);  // past the reserve (stepping beyond its budget)
     key_buf_.select(1, column_).copy_(valid);
     const int64_t T = column_ + 1;
     auto key_hist = key_buf_.narrow(1, 0, T);

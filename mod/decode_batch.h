@@ -76,6 +76,7 @@ class DecodeBatch {
   void place(const std::vector<KVCache>& fresh, const at::Tensor& mask, const std::vector<int64_t>& rows);
   int64_t steps_ahead() const;  // the most decode steps an active row may still take
   void reserve_ahead();
+  void widen_keys(int64_t columns);  // key_buf_ to at least `columns` columns (new ones false)
   at::Tensor active_mask() const;  // [R] bool on the device
   // use_cache = false: appends the step's column to the whole sequences and runs them; the last position's
   // hidden.
