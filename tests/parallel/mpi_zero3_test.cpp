@@ -14,6 +14,7 @@
 #include "parallel/runtime.h"
 #include "tests/parallel/parallel_test_util.h"
 
+#include <algorithm>
 #include <climits>
 #ifdef GMOD_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -412,7 +413,26 @@ TEST(Zero3Nccl, GathersAndReductionsOnSideStreamsEqualMpi) {
   gm.reduce_start(0);
   EXPECT_FALSE(m.w1.grad().defined()) << "the unit's gradient is dropped when its reduction is enqueued";
   gm.finish();
-  EXPECT_TRUE(gm.shard_grad().cpu().equal(ga.shard_grad()))
-      << "max diff " << (gm.shard_grad().cpu() - ga.shard_grad()).abs().max().item<double>();
+  // CUDA against CPU is a comparison of two arithmetics (SLEEF's tanh against CUDA's tanhf, other GEMM summation
+  // orders), never bitwise: fp32, 1e-5 of the gradient's largest magnitude.
+  const at::Tensor got = gm.shard_grad().cpu(), want = ga.shard_grad();
+  const double scale = std::max(want.abs().max().item<double>(), 1e-30);
+  EXPECT_LE((got - want).abs().max().item<double>() / scale, 1e-5)
+      << "max diff " << (got - want).abs().max().item<double>() << " of " << scale;
+  // Bitwise only CUDA against CUDA: at one rank the reduced shard is the plain autograd gradient of the same model
+  // on the same GPU, same micro-batches, same order.
+  if (N == 1) {
+    Mlp p = Mlp::make(17).to(nccl->device());
+    for (int i = 0; i < 2; ++i) {
+      const int64_t mb = kGlobalBatch / 2;
+      at::Tensor xd = x.narrow(0, i * mb, mb).to(nccl->device()), yd = y.narrow(0, i * mb, mb).to(nccl->device());
+      (p.loss(xd, yd) / 2).backward();
+    }
+    std::vector<at::Tensor> g;
+    for (const auto& t : p.tensors()) g.push_back(t.grad().reshape({-1}).cpu());
+    const at::Tensor plain = at::cat(g);
+    EXPECT_TRUE(got.narrow(0, 0, plain.numel()).equal(plain))
+        << "stage 3 on NCCL vs plain CUDA autograd, max diff " << (got.narrow(0, 0, plain.numel()) - plain).abs().max().item<double>();
+  }
 #endif
 }
