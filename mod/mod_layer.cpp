@@ -96,15 +96,29 @@ Compaction compact(const at::Tensor& selected, const at::Tensor& counts, int64_t
   return c;
 }
 
+namespace {
+// Rows of the [B·L, D] view that index [B, K] names: index + b·L, flattened. Row-wise index_select /
+// index_copy instead of gather / scatter over an index expanded to [B, K, D]: the same values (copies of
+// distinct rows), but their backward is a row index_add / index_select, where the expanded gather's backward
+// under deterministic CUDA is a sort of B·K·D coordinates (GBs per layer at 7B).
+at::Tensor flat_rows(const at::Tensor& index, int64_t L) {
+  const auto offs = at::arange(index.size(0), index.options()).mul_(L).unsqueeze(1);
+  return (index + offs).reshape({-1});
+}
+}  // namespace
+
 at::Tensor gather_tokens(const at::Tensor& h, const at::Tensor& index) {
-  return h.gather(1, index.unsqueeze(-1).expand({index.size(0), index.size(1), h.size(-1)}));
+  const int64_t B = h.size(0), L = h.size(1), D = h.size(-1);
+  return h.reshape({B * L, D}).index_select(0, flat_rows(index, L)).view({B, index.size(1), D});
 }
 
 at::Tensor scatter_tokens(const at::Tensor& h, const Compaction& c, const at::Tensor& y) {
-  auto idx = c.index.unsqueeze(-1).expand({c.index.size(0), c.index.size(1), h.size(-1)});
+  const int64_t B = h.size(0), L = h.size(1), D = h.size(-1);
+  const at::Tensor rows = flat_rows(c.index, L);
+  const at::Tensor hf = h.reshape({B * L, D});
   // Padding slots carry an unselected token's own row, so writing them back changes nothing.
-  auto src = at::where(c.valid.unsqueeze(-1), y, h.gather(1, idx));
-  return h.scatter(1, idx, src);
+  auto src = at::where(c.valid.unsqueeze(-1), y, hf.index_select(0, rows).view({B, c.index.size(1), D}));
+  return hf.index_copy(0, rows, src.reshape({-1, D}).to(h.scalar_type())).view(h.sizes());
 }
 
 at::Tensor routing_loss(const at::Tensor& logits, const at::Tensor& selected, const at::Tensor& valid) {

@@ -47,6 +47,36 @@ TEST(Compaction, GatherScatterRoundTripIsExact) {
   EXPECT_TRUE(at::equal(diff, sel)) << "exactly the selected rows change";
 }
 
+// The row-wise gather/scatter (index_select / index_copy on the [B·L, D] view, whose backward stays row-wise
+// under deterministic CUDA) gives bitwise the values and gradients of the expanded-index gather/scatter it
+// replaced.
+TEST(Compaction, RowWiseGatherScatterEqualExpandedIndexBitwiseWithGradients) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  auto h0 = at::randn({3, 13, 6}, gen), w = at::randn({3, 13, 6}, gen);
+  auto sel = at::rand({3, 13}, gen) > 0.4;
+  sel[1].fill_(false);
+  auto c = compact(sel);
+  auto run = [&](bool rowwise) {
+    auto h = h0.clone().requires_grad_();
+    auto idx = c.index.unsqueeze(-1).expand({c.index.size(0), c.index.size(1), h.size(-1)});
+    auto x = rowwise ? gather_tokens(h, c.index) : h.gather(1, idx);
+    auto y = x * 2.0 + 1.0;
+    at::Tensor out;
+    if (rowwise) {
+      out = scatter_tokens(h, c, y);
+    } else {
+      auto src = at::where(c.valid.unsqueeze(-1), y, h.gather(1, idx));
+      out = h.scatter(1, idx, src);
+    }
+    (out * w).sum().backward();
+    return std::make_pair(out.detach(), h.grad());
+  };
+  auto [a, ga] = run(true);
+  auto [b, gb] = run(false);
+  EXPECT_TRUE(at::equal(a, b));
+  EXPECT_TRUE(at::equal(ga, gb));
+}
+
 TEST(RoutingMasks, CapacityIsPerSampleFromRoles) {
   auto in = test::text_inputs({12, 9, 5}, 12, 8, 1);  // routable = positions [0, 8)
   auto m = routing_masks(in.token_roles, in.attention_mask, 3, 12, ForcedKeep::kQuestionsAnswers, at::kCPU);
