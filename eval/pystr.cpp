@@ -166,13 +166,15 @@ bool parse_float(std::string_view s, double* out) {
   return true;
 }
 
-double round2(double x) {
+double round_to(double x, int digits) {
   if (!std::isfinite(x)) return x;
   // glibc's printf rounds the exact binary value to the nearest (ties to even), as Python's dtoa does.
-  const int n = std::snprintf(nullptr, 0, "%.2f", x);
+  const int n = std::snprintf(nullptr, 0, "%.*f", digits, x);
   std::string buf(static_cast<size_t>(n) + 1, '\0');
-  std::snprintf(buf.data(), buf.size(), "%.2f", x);
+  std::snprintf(buf.data(), buf.size(), "%.*f", digits, x);
   return std::strtod(buf.c_str(), nullptr);
 }
+
+double round2(double x) { return round_to(x, 2); }
 
 }  // namespace gmod::eval::py

@@ -36,5 +36,7 @@ bool is_space_at(std::string_view s, size_t i, size_t* len);
 bool parse_float(std::string_view s, double* out);
 // round(x, 2) as Python does it for floats (correctly rounded through the decimal representation).
 double round2(double x);
+// round(x, digits) for 0 <= digits <= 17.
+double round_to(double x, int digits);
 
 }  // namespace gmod::eval::py

@@ -2,6 +2,7 @@
 #include "eval/score.h"
 
 #include <cstdio>
+#include <map>
 #include <stdexcept>
 
 #include "eval/questions.h"
@@ -21,8 +22,43 @@ const std::vector<std::string>& benchmark_names() {
   return names;
 }
 
+const std::vector<std::string>& rule_names(const std::string& benchmark) {
+  static const std::map<std::string, std::vector<std::string>> rules = {
+      {"textvqa", {"m4c"}},       {"vqav2", {"vqaeval", "m4c"}},      {"gqa", {"gqa"}},
+      {"scienceqa", {"gamma-mod", "llava"}}, {"pope", {"llava"}},      {"mme", {"mme"}},
+      {"mmbench", {"mmbench"}},   {"mmmu", {"mmmu"}}};
+  const auto it = rules.find(benchmark);
+  if (it == rules.end()) throw std::invalid_argument("unknown benchmark '" + benchmark + "'");
+  return it->second;
+}
+
+std::string rule_of(const ScoreInputs& in, const std::string& benchmark) {
+  const std::vector<std::string>& names = rule_names(benchmark);
+  if (in.rule.empty()) return names[0];
+  for (const std::string& n : names)
+    if (n == in.rule) return n;
+  std::string known;
+  for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument(benchmark + ": unknown --rule '" + in.rule + "' (known: " + known + ")");
+}
+
+void option_does_not_apply(const std::string& option, const std::string& why, std::vector<Problem>* problems) {
+  problems->push_back({option, "does not apply: " + why + " (ignored)"});
+}
+
 ScoreResult score(const std::string& benchmark, const ScoreInputs& in) {
   ScoreResult r;
+  const std::string rule = rule_of(in, benchmark);
+  std::vector<Problem> options;  // options given that the benchmark does not read
+  if (!in.split.empty() && benchmark != "scienceqa")
+    option_does_not_apply("--split", benchmark + " has no split to choose (ScienceQA's pid_splits.json)",
+                          &options);
+  const bool reads_questions = benchmark == "pope" || (benchmark == "vqav2" && rule == "vqaeval");
+  if (!in.questions.empty() && !reads_questions)
+    option_does_not_apply("--questions",
+                          benchmark + (benchmark == "vqav2" ? " with --rule " + rule : std::string()) +
+                              " reads no question file",
+                          &options);
   if (benchmark == "textvqa")
     r = score_textvqa(in);
   else if (benchmark == "vqav2")
@@ -42,6 +78,8 @@ ScoreResult score(const std::string& benchmark, const ScoreInputs& in) {
   else
     throw std::invalid_argument("unknown benchmark '" + benchmark + "'");
   r.benchmark = benchmark;
+  r.problems.insert(r.problems.end(), options.begin(), options.end());
+  r.rule = rule;
   std::vector<Problem> ignored;  // the scorer has named the malformed records already
   for (const Record& rec : read_records(in.answers, &ignored))
     if (const std::string p = answer_problem(rec.value); !p.empty())
@@ -51,7 +89,10 @@ ScoreResult score(const std::string& benchmark, const ScoreInputs& in) {
 }
 
 Json score_json(const ScoreResult& r, const ScoreInputs& in) {
-  Json out = {{"benchmark", r.benchmark}, {"answers", in.answers}, {"annotations", in.annotations}};
+  Json out = {{"benchmark", r.benchmark},
+              {"rule", r.rule},
+              {"answers", in.answers},
+              {"annotations", in.annotations}};
   if (!in.questions.empty()) out["questions"] = in.questions;
   out["figures"] = r.figures;
   out["problem_count"] = r.problems.size();

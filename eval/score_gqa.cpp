@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "eval/answer_ids.h"
 #include "eval/pystr.h"
 
 namespace gmod::eval {
@@ -17,6 +18,8 @@ ScoreResult score_gqa(const ScoreInputs& in) {
   std::map<std::string, std::string>
       predictions;  // question id -> converted prediction (the last answer wins)
   std::map<std::string, std::string> where;
+  // convert_gqa_for_eval.py keeps every line; GQA's eval.py reads them into {questionId: prediction}
+  AnswerIds seen("GQA's eval.py", Repeats::kLastWins);
   for (const Record& rec : read_jsonl(in.answers, &r.problems)) {
     const auto it = rec.value.find("question_id");
     const std::string* text = string_field(rec, "text", &r.problems);
@@ -25,6 +28,7 @@ ScoreResult score_gqa(const ScoreInputs& in) {
       continue;
     }
     if (!text) continue;
+    seen.add(it->get<std::string>(), it->get<std::string>(), rec.where, &r.problems);
     predictions[it->get<std::string>()] = py::lower(py::rstrip_chars(*text, "."));
     where[it->get<std::string>()] = rec.where;
   }
@@ -47,6 +51,10 @@ ScoreResult score_gqa(const ScoreInputs& in) {
     if (p == predictions.end()) r.problems.push_back({at, "no answer for this question (counted as wrong)"});
     ++total, correct += hit;
     ++by_type[type].second, by_type[type].first += hit;
+    r.per_question.push_back({{"id", qid},
+                              {"processed", p == predictions.end() ? Json() : Json(p->second)},
+                              {"answer", q["answer"]},
+                              {"score", hit ? 1 : 0}});
   }
   for (const auto& [qid, w] : where)
     if (!asked.count(qid))

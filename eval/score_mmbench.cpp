@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "eval/answer_ids.h"
 #include "eval/pystr.h"
 
 namespace gmod::eval {
@@ -177,6 +178,7 @@ ScoreResult score_mmbench(const ScoreInputs& in) {
       if (const std::string* o = t.get(std::string(1, c)); o && !o->empty()) row.choices[c] = *o;
     rows[index] = std::move(row);
   }
+  AnswerIds seen("MMBench's evaluator (answers merged by index)", Repeats::kLastWins);
   for (const Record& rec : read_jsonl(in.answers, &r.problems)) {
     const auto it = rec.value.find("question_id");
     const std::string* text = string_field(rec, "text", &r.problems);
@@ -191,6 +193,7 @@ ScoreResult score_mmbench(const ScoreInputs& in) {
           {rec.where, "question_id " + it->dump() + " is not an index of " + in.annotations[0]});
       continue;
     }
+    seen.add(it->dump(), it->dump(), rec.where, &r.problems);
     row->second.prediction = py::strip(*text), row->second.answered = true;  // the last answer wins
   }
   std::map<std::string, std::pair<int64_t, int64_t>> by_cat, by_l2;  // -> (hits, questions)
@@ -223,6 +226,10 @@ ScoreResult score_mmbench(const ScoreInputs& in) {
       if (p.empty() || p != group[i]->answer) hit = 0;
     }
     hits += hit, ++questions;
+    Json copies = Json::array();
+    for (size_t i = 0; i < group.size(); ++i)
+      copies.push_back({{"index", group[i]->index}, {"prediction", group[i]->prediction}, {"parsed", pred[i]}});
+    r.per_question.push_back({{"id", idx}, {"copies", copies}, {"score", hit}});
     by_cat[main.category].first += hit, ++by_cat[main.category].second;
     by_l2[main.l2].first += hit, ++by_l2[main.l2].second;
   }

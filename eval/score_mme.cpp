@@ -77,6 +77,7 @@ ScoreResult score_mme(const ScoreInputs& in) {
   std::map<std::string, std::map<std::string, std::vector<double>>> scores;
   std::map<std::string, std::string> id_shown;
   int64_t other = 0;
+  std::set<std::pair<std::string, std::string>> matched;
   for (const Record& rec : read_jsonl(in.answers, &r.problems)) {
     const std::string id = id_key(rec, "question_id", &r.problems);
     const std::string* prompt = string_field(rec, "prompt", &r.problems);
@@ -95,8 +96,14 @@ ScoreResult score_mme(const ScoreInputs& in) {
                                            " and this prompt as its question"});
       continue;
     }
+    matched.insert(t->first);
     const std::string label = mme_label(*text);
     other += label == "other";
+    r.per_question.push_back({{"id", id_text(rec.value["question_id"])},
+                              {"prediction", *text},
+                              {"parsed", label},
+                              {"answer", t->second.answer},
+                              {"score", label == t->second.answer ? 1 : 0}});
     const std::string& cat = t->second.category;
     if (!scores.count(cat)) cat_order.push_back(cat);
     auto& by_id = scores[cat];
@@ -104,6 +111,10 @@ ScoreResult score_mme(const ScoreInputs& in) {
     by_id[id].push_back(label == t->second.answer ? 1.0 : 0.0);
     id_shown[id] = id_text(rec.value["question_id"]);
   }
+  for (const auto& [key, t] : truth)
+    if (!matched.count(key))
+      r.problems.push_back({t.where, "no answer for this question (its image is left out of " + t.category +
+                                         ", as MME's calculation.py scores the answered pairs)"});
   double perception_total = 0, cognition_total = 0;
   Json cats = Json::object();
   for (const std::string& cat : cat_order) {

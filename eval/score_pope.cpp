@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "eval/answer_ids.h"
 #include "eval/pystr.h"
 
 namespace gmod::eval {
@@ -60,6 +61,7 @@ ScoreResult score_pope(const ScoreInputs& in) {
   }
   // answers per category, in file order: (says yes, where)
   std::map<std::string, std::vector<std::pair<bool, std::string>>> answers;
+  AnswerIds seen("eval_pope.py", Repeats::kAllCount);
   for (const Record& rec : read_jsonl(in.answers, &r.problems)) {
     const std::string id = id_key(rec, "question_id", &r.problems);
     const std::string* text = string_field(rec, "text", &r.problems);
@@ -70,7 +72,12 @@ ScoreResult score_pope(const ScoreInputs& in) {
           {rec.where, "question_id " + id_text(rec.value["question_id"]) + " is not in " + in.questions});
       continue;
     }
+    seen.add(id, id_text(rec.value["question_id"]), rec.where, &r.problems);
     answers[c->second].emplace_back(pope_says_yes(*text), rec.where);
+    r.per_question.push_back({{"id", id_text(rec.value["question_id"])},
+                              {"prediction", *text},
+                              {"parsed", answers[c->second].back().first ? "yes" : "no"},
+                              {"category", c->second}});
   }
   std::set<std::string> scored;
   double f1_sum = 0, acc_sum = 0;
@@ -140,6 +147,13 @@ ScoreResult score_pope(const ScoreInputs& in) {
                    {"yes_ratio", ratio(yes, static_cast<int64_t>(ans.size()))}};
     if (!f1.is_null()) f1_sum += f1.get<double>(), ++f1_n;
     if (!acc.is_null()) acc_sum += acc.get<double>(), ++acc_n;
+    if (f1.is_null())
+      r.problems.push_back({file, "split " + cat + " has no F1 (" +
+                                      std::string(ans.empty()        ? "no answers"
+                                                  : tp + fp == 0     ? "no 'yes' answer: precision 0/0"
+                                                  : tp + fn == 0     ? "no positive label: recall 0/0"
+                                                                     : "precision and recall 0") +
+                                      "): eval_pope.py stops there (ZeroDivisionError)"});
     auto show = [](const Json& x) { return x.is_null() ? std::string("n/a") : percent(x.get<double>()); };
     r.lines.push_back(cat + ": " + std::to_string(ans.size()) + " answers  TP " + std::to_string(tp) +
                       "  FP " + std::to_string(fp) + "  TN " + std::to_string(tn) + "  FN " +
@@ -153,9 +167,14 @@ ScoreResult score_pope(const ScoreInputs& in) {
   r.figures["splits"] = splits;
   r.figures["mean_f1"] = f1_n ? Json(f1_sum / f1_n) : Json();
   r.figures["mean_accuracy"] = acc_n ? Json(acc_sum / acc_n) : Json();
-  if (f1_n)
-    r.lines.push_back("mean F1 " + percent(f1_sum / f1_n) + ", mean accuracy " + percent(acc_sum / acc_n) +
-                      " over " + std::to_string(f1_n) + " splits");
+  // eval_pope.py prints each split only; the means are gmod's, each over the splits that have the figure
+  r.figures["f1_splits"] = f1_n;
+  r.figures["accuracy_splits"] = acc_n;
+  if (f1_n || acc_n)
+    r.lines.push_back("mean F1 " + (f1_n ? percent(f1_sum / f1_n) : std::string("n/a")) + " over " +
+                      std::to_string(f1_n) + " split(s), mean accuracy " +
+                      (acc_n ? percent(acc_sum / acc_n) : std::string("n/a")) + " over " +
+                      std::to_string(acc_n) + " split(s)");
   return r;
 }
 

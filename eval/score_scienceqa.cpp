@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "eval/answer_ids.h"
+#include "eval/pystr.h"
 #include "eval/regex.h"
 
 namespace gmod::eval {
@@ -17,10 +19,12 @@ bool is_option(const std::string& s) { return s.size() == 1 && kOptions.find(s[0
 
 }  // namespace
 
-std::string scienceqa_letter(const std::string& text) {
+std::string scienceqa_letter(const std::string& text, const std::string& rule) {
   static const Regex answer_is("The answer is ([A-Z]).");
   if (is_option(text)) return text;
-  if (text.size() >= 3 && is_option(text.substr(0, 1)) && text.compare(1, 2, ". ") == 0)
+  // len(pred_text) >= 3 counts code points; pred_text[0] is an option only when it is an ASCII A-E
+  if (py::length(text) >= 3 && is_option(text.substr(0, 1)) &&
+      (rule == "gamma-mod" || text.compare(1, 2, ". ") == 0))
     return text.substr(0, 1);
   const auto found = answer_is.findall(text);
   return found.size() == 1 ? found[0] : "FAILED";
@@ -28,6 +32,9 @@ std::string scienceqa_letter(const std::string& text) {
 
 ScoreResult score_scienceqa(const ScoreInputs& in) {
   require_inputs(in, "scienceqa", 1, false);
+  const std::string rule = rule_of(in, "scienceqa");
+  const std::string split = in.split.empty() ? "test" : in.split;
+  const std::string script = rule == "llava" ? "LLaVA's eval_science_qa.py" : "γ-MoD's eval_science_qa.py";
   std::string problems_path, splits_path;
   struct stat st {};
   if (in.annotations.size() == 1 && stat(in.annotations[0].c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -44,20 +51,22 @@ ScoreResult score_scienceqa(const ScoreInputs& in) {
   const Json problems = read_json(problems_path);
   const Json splits = read_json(splits_path);
   if (!problems.is_object()) throw std::runtime_error(problems_path + ": not a JSON object of problems");
-  if (!splits.is_object() || !splits.contains(in.split) || !splits[in.split].is_array())
-    throw std::runtime_error(splits_path + ": no list of problem ids for split '" + in.split + "'");
+  if (!splits.is_object() || !splits.contains(split) || !splits[split].is_array())
+    throw std::runtime_error(splits_path + ": no list of problem ids for split '" + split + "'");
 
   std::map<std::string, Record> predictions;  // question_id -> answer record (the last one wins)
+  AnswerIds seen(script, Repeats::kLastWins);
   for (Record& rec : read_jsonl(in.answers, &r.problems)) {
     const std::string id = id_key(rec, "question_id", &r.problems);
     if (id.empty() || !string_field(rec, "text", &r.problems) || !string_field(rec, "prompt", &r.problems))
       continue;
+    seen.add(id, id_text(rec.value["question_id"]), rec.where, &r.problems);
     predictions[id] = std::move(rec);
   }
   int64_t total = 0, correct = 0, img_total = 0, img_correct = 0;
   std::set<std::string> in_split;
-  for (const Json& pid : splits[in.split]) {
-    const std::string at = splits_path + "[" + in.split + "]";
+  for (const Json& pid : splits[split]) {
+    const std::string at = splits_path + "[" + split + "]";
     if (!pid.is_string()) {
       r.problems.push_back({at, "a problem id that is not a string: " + pid.dump()});
       continue;
@@ -81,7 +90,7 @@ ScoreResult score_scienceqa(const ScoreInputs& in) {
       text = p->second.value["text"].get<std::string>();
       prompt = p->second.value["prompt"].get<std::string>();
     }
-    const std::string letter = scienceqa_letter(text);
+    const std::string letter = scienceqa_letter(text, rule);
     const size_t n_choices = (*prob)["choices"].size();
     const size_t idx = letter.size() == 1 ? kOptions.find(letter[0]) : std::string::npos;
     const bool hit = idx != std::string::npos && idx < n_choices &&
@@ -89,11 +98,24 @@ ScoreResult score_scienceqa(const ScoreInputs& in) {
     const bool image = prompt.find("<image>") != std::string::npos;
     ++total, correct += hit;
     img_total += image, img_correct += image && hit;
+    const int64_t gt = (*prob)["answer"].get<int64_t>();
+    r.per_question.push_back({{"id", id},
+                              {"prediction", text},
+                              {"parsed", letter},
+                              {"answer", gt >= 0 && gt < 5 ? Json(kOptions.substr(gt, 1)) : Json(gt)},
+                              {"image", image},
+                              {"score", hit ? 1 : 0}});
   }
+  if (total == 0)
+    r.problems.push_back({splits_path, "split '" + split + "' has no problems: " + script +
+                                           " stops there (ZeroDivisionError); no accuracy"});
+  else if (img_total == 0)
+    r.problems.push_back({in.answers, "no answered problem of split '" + split + "' has an image: " + script +
+                                          " stops there (ZeroDivisionError); no IMG accuracy"});
   for (const auto& [id, rec] : predictions)
     if (!in_split.count(id))
       r.problems.push_back({rec.where, "question_id " + id_text(rec.value["question_id"]) +
-                                           " is not in split '" + in.split + "'"});
+                                           " is not in split '" + split + "'"});
   r.figures["count"] = total;
   r.figures["correct"] = correct;
   r.figures["acc"] = total ? Json(static_cast<double>(correct) / static_cast<double>(total) * 100) : Json();
@@ -101,7 +123,7 @@ ScoreResult score_scienceqa(const ScoreInputs& in) {
   r.figures["img_correct"] = img_correct;
   r.figures["img_acc"] =
       img_total ? Json(static_cast<double>(img_correct) / static_cast<double>(img_total) * 100) : Json();
-  r.lines.push_back("problems      " + std::to_string(total) + " (" + in.split + ")");
+  r.lines.push_back("problems      " + std::to_string(total) + " (" + split + ")");
   r.lines.push_back("accuracy      " +
                     (total ? percent(static_cast<double>(correct) / static_cast<double>(total)) : "n/a") +
                     " (" + std::to_string(correct) + " correct)");

@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
+#include "eval/answer_ids.h"
 #include "eval/pystr.h"
+#include "eval/score_vqaeval.h"
 #include "eval/regex.h"
 #include "eval/vqa_normalize.h"
 
@@ -14,15 +17,20 @@ namespace {
 struct Pred {
   std::string text;
   std::vector<std::string> gt;  // raw human answers
+  std::string id;               // as written
 };
 
-// Normalises and scores the predictions in order; fills figures and lines.
+// Normalises and scores the predictions in order; fills figures, lines and the per-question values.
 void finish(ScoreResult& r, const std::vector<Pred>& preds) {
   double sum = 0;
   for (const Pred& p : preds) {
     std::vector<std::string> gt;
     for (const std::string& a : p.gt) gt.push_back(normalize_vqa_answer(a));
-    sum += vqa_soft_score(normalize_vqa_answer(p.text), gt);
+    const std::string processed = normalize_vqa_answer(p.text);
+    const double score = vqa_soft_score(processed, gt);
+    sum += score;
+    r.per_question.push_back(
+        {{"id", p.id}, {"prediction", p.text}, {"processed", processed}, {"score", score}});
   }
   const double acc = preds.empty() ? 0.0 : sum / static_cast<double>(preds.size());
   r.figures["samples"] = preds.size();
@@ -102,6 +110,8 @@ ScoreResult score_textvqa(const ScoreInputs& in) {
     by_key[{id, py::lower(a["question"].get<std::string>())}] = i;
   }
   std::vector<Pred> preds;
+  AnswerIds seen("eval_textvqa.py", Repeats::kAllCount);
+  std::set<size_t> answered;
   for (const Record& rec : read_jsonl(in.answers, &r.problems)) {
     const std::string id = id_key(rec, "question_id", &r.problems);
     const std::string* prompt = string_field(rec, "prompt", &r.problems);
@@ -118,18 +128,26 @@ ScoreResult score_textvqa(const ScoreInputs& in) {
                                            " and question \"" + question + "\""});
       continue;
     }
-    Pred p{*text, {}};
+    seen.add(id + "\n" + question, id_text(rec.value["question_id"]) + " (\"" + question + "\")", rec.where,
+             &r.problems);
+    answered.insert(it->second);
+    Pred p{*text, {}, id_text(rec.value["question_id"])};
     const Json& a = data[it->second];
     if (!ten_answers(a.contains("answers") ? a["answers"] : Json(),
                      in.annotations[0] + "[data #" + std::to_string(it->second) + "]", &p.gt, &r.problems))
       continue;
     preds.push_back(std::move(p));
   }
+  for (const auto& [key, i] : by_key)
+    if (!answered.count(i))
+      r.problems.push_back({in.annotations[0] + "[data #" + std::to_string(i) + "]",
+                            "no answer for this question (eval_textvqa.py scores the answered ones only)"});
   finish(r, preds);
   return r;
 }
 
 ScoreResult score_vqav2(const ScoreInputs& in) {
+  if (rule_of(in, "vqav2") == "vqaeval") return score_vqav2_vqaeval(in);
   require_inputs(in, "vqav2", 1, false);
   ScoreResult r;
   const Json doc = read_json(in.annotations[0]);
@@ -147,6 +165,7 @@ ScoreResult score_vqav2(const ScoreInputs& in) {
       by_id[id] = i;
   }
   std::vector<Pred> preds;
+  AnswerIds seen("the m4c evaluator (TextVQAAccuracyEvaluator.eval_pred_list)", Repeats::kAllCount);
   for (const Record& rec : read_jsonl(in.answers, &r.problems)) {
     const std::string id = id_key(rec, "question_id", &r.problems);
     const std::string* text = string_field(rec, "text", &r.problems);
@@ -156,7 +175,8 @@ ScoreResult score_vqav2(const ScoreInputs& in) {
       r.problems.push_back({rec.where, "no annotation for question_id " + id_text(rec.value["question_id"])});
       continue;
     }
-    Pred p{*text, {}};
+    seen.add(id, id_text(rec.value["question_id"]), rec.where, &r.problems);
+    Pred p{*text, {}, id_text(rec.value["question_id"])};
     const Json& a = anns[it->second];
     if (!ten_answers(a.contains("answers") ? a["answers"] : Json(),
                      in.annotations[0] + "[annotations #" + std::to_string(it->second) + "]", &p.gt,
@@ -164,6 +184,11 @@ ScoreResult score_vqav2(const ScoreInputs& in) {
       continue;
     preds.push_back(std::move(p));
   }
+  for (const auto& [id, i] : by_id)
+    if (!seen.contains(id))
+      r.problems.push_back({in.annotations[0] + "[annotations #" + std::to_string(i) + "]",
+                            "no answer for question_id " + id_text(anns[i]["question_id"]) +
+                                " (the m4c evaluator scores the answered ones only)"});
   finish(r, preds);
   return r;
 }

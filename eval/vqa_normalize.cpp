@@ -149,12 +149,15 @@ const std::unordered_map<std::string, std::string>& number_words() {
 const char* const kPunctuation[] = {";",  "/", "[", "]", "\"", "{", "}", "(", ")", "=", "+",
                                     "\\", "_", "-", ">", "<",  "@", "`", ",", "?", "!"};
 
-std::string process_punctuation(const std::string& in) {
-  static const Regex comma_between_digits(R"((?<=\d)(,)+(?=\d))");
+}  // namespace
+
+std::string vqa_process_punctuation(const std::string& in, VqaCommaRule comma) {
+  static const Regex m4c_comma(R"((?<=\d)(,)+(?=\d))");  // m4c's COMMA_STRIP
+  static const Regex vqaeval_comma(R"((\d)(,)(\d))");     // VQAEval's commaStrip
   // The original's period pattern starts with a lookahead that never fails at a '.', so it is: a '.' not
   // followed by a digit.
   static const Regex period(R"(\.(?!\d))");
-  const bool digit_commas = comma_between_digits.search(in);
+  const bool digit_commas = (comma == VqaCommaRule::kM4c ? m4c_comma : vqaeval_comma).search(in);
   std::string out = in;
   for (const char* p : kPunctuation) {
     const std::string ps(p);
@@ -164,7 +167,7 @@ std::string process_punctuation(const std::string& in) {
   return period.sub(out, "", /*count=*/32);  // the original passes re.UNICODE (32) as the count
 }
 
-std::string process_digit_article(const std::string& in) {
+std::string vqa_process_digit_article(const std::string& in) {
   std::vector<std::string> words;
   for (std::string w : py::split_ws(py::lower(in))) {
     const auto n = number_words().find(w);
@@ -178,14 +181,12 @@ std::string process_digit_article(const std::string& in) {
   return py::join(words, " ");
 }
 
-}  // namespace
-
 std::string normalize_vqa_answer(std::string_view answer) {
   std::string s = py::lower(answer);
   s = py::replace(py::replace(s, ",", ""), "?", "");
   s = py::strip(py::replace(s, "'s", " 's"));
   s = py::strip(py::replace(py::replace(s, "\n", " "), "\t", " "));
-  return process_digit_article(process_punctuation(s));
+  return vqa_process_digit_article(vqa_process_punctuation(s, VqaCommaRule::kM4c));
 }
 
 }  // namespace gmod::eval

@@ -88,7 +88,7 @@ TEST(MmeRelease, ScoringOnTheReleaseFolderEqualsTheOriginal) {
   ASSERT_TRUE(problems.empty());
   const Json want = read_json(fx + "/expected.json");
   for (const std::string& answers : {fx + "/answers.jsonl", d.str("llava_answers.jsonl")}) {
-    const ScoreResult r = score("mme", {answers, {d.str("mme")}, "", "test"});
+    const ScoreResult r = score("mme", {answers, {d.str("mme")}, "", "", ""});
     EXPECT_TRUE(r.problems.empty()) << answers << ": "
                                     << (r.problems.empty() ? ""
                                                            : r.problems[0].where + ": " + r.problems[0].what);
@@ -152,7 +152,7 @@ TEST(AnswerProblems, NamedAndScoredAsTheEmptyAnswer) {
   EXPECT_EQ(bad["metadata"]["problem"], "images/x.png: cannot open");
   write(d.str("a.jsonl"), ok.dump() + "\n" + bad.dump() + "\n");
   write(d.str("gqa.json"), R"({"q1": {"answer": "red"}, "q2": {"answer": "blue"}})");
-  const ScoreResult r = score("gqa", {d.str("a.jsonl"), {d.str("gqa.json")}, "", "test"});
+  const ScoreResult r = score("gqa", {d.str("a.jsonl"), {d.str("gqa.json")}, "", "", ""});
   EXPECT_EQ(r.figures["questions"], 2);
   EXPECT_EQ(r.figures["correct"], 1);
   ASSERT_EQ(r.problems.size(), 1u);
