@@ -1,6 +1,10 @@
 // Python str semantics on UTF-8 strings (see pystr.h).
 #include "eval/pystr.h"
 
+#include <unicode/locid.h>
+#include <unicode/uchar.h>
+#include <unicode/unistr.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -24,10 +28,20 @@ uint32_t code_point(std::string_view s, size_t i, size_t* len) {
   return *len = 1, b;
 }
 
+// str.isspace() of one code point, as Python's unicodedata build defines it: general category Zs, or
+// bidirectional class WS, B or S (ICU's character database).
 bool is_space_cp(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
+  const auto ch = static_cast<UChar32>(c);
+  if (u_charType(ch) == U_SPACE_SEPARATOR) return true;
+  const UCharDirection d = u_charDirection(ch);
+  return d == U_WHITE_SPACE_NEUTRAL || d == U_BLOCK_SEPARATOR || d == U_SEGMENT_SEPARATOR;
+}
+
+// str.isalpha() of one code point: general category Lu, Ll, Lt, Lm or Lo.
+bool is_alpha_cp(uint32_t c) {
+  const int8_t t = u_charType(static_cast<UChar32>(c));
+  return t == U_UPPERCASE_LETTER || t == U_LOWERCASE_LETTER || t == U_TITLECASE_LETTER ||
+         t == U_MODIFIER_LETTER || t == U_OTHER_LETTER;
 }
 
 // Byte offset just after the last non-space code point.
@@ -49,6 +63,16 @@ size_t content_begin(std::string_view s) {
 }  // namespace
 
 bool is_space_at(std::string_view s, size_t i, size_t* len) { return is_space_cp(code_point(s, i, len)); }
+
+bool is_alpha_at(std::string_view s, size_t i, size_t* len) { return is_alpha_cp(code_point(s, i, len)); }
+
+bool isalpha(std::string_view s) {
+  if (s.empty()) return false;
+  size_t len = 0;
+  for (size_t i = 0; i < s.size(); i += len)
+    if (!is_alpha_at(s, i, &len)) return false;
+  return true;
+}
 
 std::string strip(std::string_view s) {
   const size_t b = content_begin(s);
@@ -94,9 +118,20 @@ std::vector<std::string> split(std::string_view s, std::string_view sep) {
 }
 
 std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  bool ascii = true;
+  for (char c : s) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (ascii) {
+    std::string out(s);
+    for (char& c : out)
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    return out;
+  }
+  // full case mapping with the root locale: SpecialCasing's unconditional entries (U+0130 -> i + U+0307)
+  // and Final_Sigma, as str.lower() applies them
+  icu::UnicodeString u =
+      icu::UnicodeString::fromUTF8(icu::StringPiece(s.data(), static_cast<int32_t>(s.size())));
+  std::string out;
+  u.toLower(icu::Locale::getRoot()).toUTF8String(out);
   return out;
 }
 
@@ -126,7 +161,24 @@ size_t length(std::string_view s) {
   return n;
 }
 
-bool parse_float(std::string_view s, double* out) {
+bool parse_float(std::string_view s_in, double* out) {
+  // as float() on a str: Unicode whitespace becomes ' ', a Unicode decimal digit its ASCII digit, any other
+  // non-ASCII character makes it invalid (_PyUnicode_TransformDecimalAndSpaceToASCII)
+  std::string s;
+  size_t len = 0;
+  for (size_t i = 0; i < s_in.size(); i += len) {
+    const uint32_t c = code_point(s_in, i, &len);
+    if (c < 127) {
+      s += static_cast<char>(c);
+    } else if (is_space_cp(c)) {
+      s += ' ';
+    } else if (const int32_t d = u_charDigitValue(static_cast<UChar32>(c));
+               d >= 0 && u_charType(static_cast<UChar32>(c)) == U_DECIMAL_DIGIT_NUMBER) {
+      s += static_cast<char>('0' + d);
+    } else {
+      return false;
+    }
+  }
   const std::string t = strip(s);
   std::string clean;  // the number without its underscores, for strtod
   size_t i = 0;

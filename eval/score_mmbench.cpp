@@ -49,19 +49,10 @@ std::string can_infer_text(const std::string& answer, const std::map<char, std::
   return n == 1 ? found : "";
 }
 
-// str.isalpha() of the code point starting at byte i (non-ASCII: a letter unless common punctuation).
+// str.isalpha() of the code point starting at byte i.
 bool is_alpha_at(const std::string& s, size_t i) {
-  const auto b = static_cast<unsigned char>(s[i]);
-  if (b < 0x80) return std::isalpha(b) != 0;
-  uint32_t cp = 0;
-  if ((b & 0xE0) == 0xC0 && i + 1 < s.size())
-    cp = ((b & 0x1Fu) << 6) | (s[i + 1] & 0x3F);
-  else if ((b & 0xF0) == 0xE0 && i + 2 < s.size())
-    cp = ((b & 0x0Fu) << 12) | ((s[i + 1] & 0x3Fu) << 6) | (s[i + 2] & 0x3F);
-  else
-    return true;
-  return !((cp >= 0x2000 && cp <= 0x206F) || (cp >= 0x3000 && cp <= 0x303F) ||
-           (cp >= 0xFF01 && cp <= 0xFF0F) || (cp >= 0xFF1A && cp <= 0xFF20) || (cp >= 0x80 && cp <= 0xBF));
+  size_t len = 0;
+  return py::is_alpha_at(s, i, &len);
 }
 
 size_t prev_cp(const std::string& s, size_t i) {  // start of the code point before byte i

@@ -1,21 +1,44 @@
 // MMMU multiple-choice and open accuracy (see score_mmmu.h).
 #include "eval/score_mmmu.h"
 
+#include <cctype>
+#include <fstream>
 #include <map>
 
+#include "eval/answer_ids.h"
 #include "eval/mmmu_parse.h"
+#include "eval/mmmu_subjects.h"
 #include "eval/pystr.h"
 
 namespace gmod::eval {
 
+bool mmmu_eval_only_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char c = 0;
+  while (f.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  }
+  if (c != '{') return false;
+  f.seekg(0);
+  const Json doc = Json::parse(f, nullptr, /*allow_exceptions=*/false);
+  // one JSON object for the whole file that is not itself an output.json record
+  return doc.is_object() && !(doc.contains("id") && doc.contains("response"));
+}
+
 ScoreResult score_mmmu(const ScoreInputs& in) {
   require_inputs(in, "mmmu", 0, false);
+  if (mmmu_eval_only_file(in.answers)) return score_mmmu_eval_only(in);
   ScoreResult r;
+  if (!in.annotations.empty())
+    option_does_not_apply("--annotations",
+                          "output.json records carry their answers (parse-and-eval mode); an answer dict is "
+                          "read with an {id: prediction} file (eval-only mode)",
+                          &r.problems);
   PyRandom rng(42);  // eval_utils.py seeds Python's random with 42 when imported
   std::vector<std::string> cat_order;
   std::map<std::string, std::pair<int64_t, int64_t>> cats;  // category -> (correct, questions)
   int64_t correct = 0, total = 0, random_picks = 0;
   Json parsed = Json::array();
+  AnswerIds seen("main_parse_and_eval.py", Repeats::kAllCount);
   for (const Record& rec : read_records(in.answers, &r.problems)) {
     const std::string* id = string_field(rec, "id", &r.problems);
     const std::string* type = string_field(rec, "question_type", &r.problems);
@@ -66,19 +89,21 @@ ScoreResult score_mmmu(const ScoreInputs& in) {
       pred = Json::array();
       for (const auto& v : values) pred.push_back(v.is_number ? Json(v.number) : Json(v.text));
     }
-    const std::vector<std::string> words = py::split(*id, "_");
-    std::string cat;
-    for (size_t i = 1; i + 1 < words.size(); ++i) cat += (i > 1 ? "_" : "") + words[i];
+    seen.add(*id, *id, rec.where, &r.problems);
+    const std::string cat = mmmu::subject_of(*id);
     if (!cats.count(cat)) cat_order.push_back(cat);
     cats[cat].first += hit, ++cats[cat].second;
     correct += hit, ++total;
     parsed.push_back({{"id", *id}, {"parsed_pred", pred}, {"correct", hit}});
+    r.per_question.push_back(
+        {{"id", *id}, {"prediction", *response}, {"parsed", pred}, {"answer", answer}, {"score", hit ? 1 : 0}});
   }
   Json per_cat = Json::object();
   for (const std::string& c : cat_order)
     per_cat[c] = {{"num", cats[c].second},
                   {"acc", static_cast<double>(cats[c].first) / static_cast<double>(cats[c].second)}};
   const double acc = total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
+  r.figures["mode"] = "parse-and-eval";
   r.figures["questions"] = total;
   r.figures["correct"] = correct;
   r.figures["accuracy"] = acc;

@@ -1,7 +1,7 @@
 // The Python building blocks the scorers rely on, against Python itself (tests/fixtures/score/python.json and
 // normalize.json, made by tests/fixtures/make_score_fixtures.py): float() syntax, round(x, 2),
-// random.seed(42)
-// + random.choice, and the m4c evaluator's answer normalisation of every awkward answer the fixtures use.
+// random.seed(42) + random.choice, str.lower/split/strip/isalpha and float() on non-ASCII text, and the m4c
+// evaluator's and VQAEval's answer processing of every awkward answer the fixtures use.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -11,6 +11,7 @@
 #include "eval/py_random.h"
 #include "eval/pystr.h"
 #include "eval/records.h"
+#include "eval/score_vqaeval.h"
 #include "eval/vqa_normalize.h"
 #include "tests/common/paths.h"
 
@@ -45,6 +46,34 @@ TEST(PythonSemantics, RoundToTwoDecimalsAsPython) {
         << "round(" << c["in"].get<std::string>() << ", 2)";
 }
 
+TEST(PythonSemantics, RoundToThreeDecimalsAsPython) {
+  const Json cases = fixture_json("python.json")["round3"];
+  ASSERT_FALSE(cases.empty());
+  for (const Json& c : cases)
+    EXPECT_EQ(g17(py::round_to(std::strtod(c["in"].get<std::string>().c_str(), nullptr), 3)),
+              c["out"].get<std::string>())
+        << "round(" << c["in"].get<std::string>() << ", 3)";
+}
+
+// str.lower(), str.split(), str.strip(), str.isalpha() and float() on non-ASCII text, as Python gives them.
+TEST(PythonSemantics, UnicodeCaseSpacesLettersAndDigitsAsPython) {
+  const Json cases = fixture_json("python.json")["unicode"];
+  ASSERT_GT(cases.size(), 30u);
+  for (const Json& c : cases) {
+    const std::string in = c["in"].get<std::string>();
+    EXPECT_EQ(py::lower(in), c["lower"].get<std::string>()) << "\"" << in << "\".lower()";
+    EXPECT_EQ(Json(py::split_ws(in)), c["split"]) << "\"" << in << "\".split()";
+    EXPECT_EQ(py::strip(in), c["strip"].get<std::string>()) << "\"" << in << "\".strip()";
+    EXPECT_EQ(py::isalpha(in), c["isalpha"].get<bool>()) << "\"" << in << "\".isalpha()";
+    double v = 0;
+    const bool ok = py::parse_float(in, &v);
+    EXPECT_EQ(ok, !c["float"].is_null()) << "float(\"" << in << "\")";
+    if (ok && !c["float"].is_null()) {
+      EXPECT_EQ(g17(v), c["float"].get<std::string>()) << "float(\"" << in << "\")";
+    }
+  }
+}
+
 TEST(PythonSemantics, RandomChoiceSeeded42AsPython) {
   PyRandom rng(42);
   for (const Json& c : fixture_json("python.json")["choice_seed42"])
@@ -63,6 +92,15 @@ TEST(VqaNormalize, EqualsTheM4cEvaluatorOnEveryAwkwardAnswer) {
   ASSERT_GT(cases.size(), 80u);
   for (const Json& c : cases)
     EXPECT_EQ(normalize_vqa_answer(c["in"].get<std::string>()), c["out"].get<std::string>())
+        << "answer \"" << c["in"].get<std::string>() << "\"";
+}
+
+// VQAEval.evaluate's processing of a prediction (γ-MoD's vqa_eval.py): its own digit-comma rule, no "'s" split.
+TEST(VqaNormalize, PredictionEqualsVqaEvalOnEveryAwkwardAnswer) {
+  const Json cases = fixture_json("normalize.json");
+  ASSERT_GT(cases.size(), 80u);
+  for (const Json& c : cases)
+    EXPECT_EQ(vqaeval_prediction(c["in"].get<std::string>()), c["vqaeval"].get<std::string>())
         << "answer \"" << c["in"].get<std::string>() << "\"";
 }
 

@@ -2,81 +2,16 @@
 // (tests/fixtures/score/<benchmark>/expected.json, made by tests/fixtures/make_score_fixtures.py): counts
 // exact, averages within 1e-12 relative. The "dirty" answer files are the same answers with malformed records
 // inserted: the figures must not change and every inserted record must be named by its line.
-#include <gtest/gtest.h>
-
-#include <cmath>
 #include <map>
 #include <set>
 
-#include "eval/score.h"
 #include "eval/score_mmbench.h"
-#include "tests/common/paths.h"
+#include "tests/eval/score_fixture.h"
 
 namespace gmod::eval {
 namespace {
 
-std::string dir(const std::string& b) { return test::fixture("score/" + b); }
-
-// Every figure of `want` (the original's) equals the one of `got` at the same path; the collections one level
-// below the top (categories, splits, types) must have the same keys (a category the original reports is
-// reported, and no other).
-void expect_figures(const Json& got, const Json& want, const std::string& path, int depth = 0) {
-  const bool top = depth == 0;
-  if (want.is_object()) {
-    ASSERT_TRUE(got.is_object()) << path << ": not an object: " << got.dump();
-    if (depth == 1) {
-      EXPECT_EQ(got.size(), want.size()) << path << ": keys " << got.dump() << " vs " << want.dump();
-    }
-    for (const auto& [k, v] : want.items()) {
-      if (top && (k == "dirty_problems" || k == "problems" || k == "parsed" || k == "letters")) continue;
-      ASSERT_TRUE(got.contains(k)) << path << "." << k << " missing in " << got.dump();
-      expect_figures(got[k], v, path + "." + k, depth + 1);
-    }
-  } else if (want.is_number_integer()) {
-    ASSERT_TRUE(got.is_number_integer()) << path << ": " << got.dump() << " is not an integer";
-    EXPECT_EQ(got.get<int64_t>(), want.get<int64_t>()) << path;
-  } else if (want.is_number()) {
-    ASSERT_TRUE(got.is_number()) << path << ": " << got.dump();
-    const double g = got.get<double>(), w = want.get<double>();
-    EXPECT_LE(std::fabs(g - w), 1e-12 * std::max(1.0, std::fabs(w))) << path << ": " << g << " vs " << w;
-  } else {
-    EXPECT_EQ(got, want) << path;
-  }
-}
-
-ScoreInputs inputs(const std::string& b, const std::string& answers = "answers.jsonl") {
-  ScoreInputs in;
-  in.answers = dir(b) + "/" + answers;
-  if (b == "textvqa") in.annotations = {dir(b) + "/TextVQA_val.json"};
-  if (b == "vqav2") in.annotations = {dir(b) + "/vqav2_annotations.json"};
-  if (b == "gqa") in.annotations = {dir(b) + "/questions.json"};
-  if (b == "scienceqa") in.annotations = {dir(b)};
-  if (b == "pope") in.annotations = {dir(b) + "/coco"}, in.questions = dir(b) + "/questions.jsonl";
-  if (b == "mme") in.annotations = {dir(b) + "/mme_truth.jsonl"};
-  if (b == "mmbench") in.annotations = {dir(b) + "/mmbench_dev.tsv"};
-  return in;
-}
-
-std::string problems_text(const ScoreResult& r) {
-  std::string s;
-  for (const auto& p : r.problems) s += "  " + p.where + ": " + p.what + "\n";
-  return s;
-}
-
-// expected.json's "problems": each listed word appears in one problem, and there are no others.
-void expect_problems(const ScoreResult& r, const Json& want, const std::string& file) {
-  size_t n = 0;
-  for (const Json& p : want) {
-    const std::string word = p["contains"].get<std::string>();
-    const std::string where = p.contains("line") ? file + ":" + std::to_string(p["line"].get<int>()) : "";
-    bool found = false;
-    for (const auto& q : r.problems)
-      found = found || ((where.empty() || q.where == where) && q.what.find(word) != std::string::npos);
-    EXPECT_TRUE(found) << "no problem at '" << where << "' saying '" << word << "' in:\n" << problems_text(r);
-    ++n;
-  }
-  EXPECT_EQ(r.problems.size(), n) << problems_text(r);
-}
+using namespace test_fixture;
 
 class Scorer : public ::testing::TestWithParam<std::string> {};
 
