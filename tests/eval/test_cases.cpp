@@ -3,6 +3,9 @@
 // eval_science_qa.py, γ-MoD's eval_mmmu_only.py). gmod must give its figures (unrounded within 1e-12 relative,
 // rounded ones exactly and in the same order), its per-question values, and name exactly the listed problems;
 // where the original stops (a question missing, an id its answer dict lacks) gmod names why.
+#include <filesystem>
+#include <fstream>
+
 #include "tests/eval/score_fixture.h"
 
 namespace gmod::eval {
@@ -33,7 +36,68 @@ TEST_P(Cases, FiguresPerQuestionValuesAndProblemsEqualTheOriginal) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Benchmarks, Cases, ::testing::Values("vqav2", "scienceqa", "mmmu"));
+INSTANTIATE_TEST_SUITE_P(Benchmarks, Cases, ::testing::Values("textvqa", "vqav2", "scienceqa", "mmmu"));
+
+bool names(const ScoreResult& r, const std::string& where, const std::string& word) {
+  for (const Problem& p : r.problems)
+    if (p.where == where && p.what.find(word) != std::string::npos) return true;
+  return false;
+}
+
+// An option the benchmark does not read is a named problem, and its figures are those without it.
+TEST(Options, ThatDoNotApplyAreNamedProblems) {
+  ScoreInputs in = inputs("gqa");
+  in.split = "val", in.questions = dir("gqa") + "/questions.json";
+  ScoreResult r = score("gqa", in);
+  EXPECT_TRUE(names(r, "--split", "does not apply")) << problems_text(r);
+  EXPECT_TRUE(names(r, "--questions", "does not apply")) << problems_text(r);
+  EXPECT_EQ(r.problems.size(), 2u) << problems_text(r);
+  EXPECT_EQ(r.figures["correct"], read_json(dir("gqa") + "/expected.json")["correct"]);
+  in = inputs("mmmu", "output.json");
+  in.annotations = {dir("mmmu") + "/answer_dict.json"};  // parse-and-eval records carry their answers
+  r = score("mmmu", in);
+  EXPECT_TRUE(names(r, "--annotations", "does not apply")) << problems_text(r);
+  EXPECT_EQ(r.problems.size(), 1u) << problems_text(r);
+  in = inputs("textvqa");
+  in.rule = "vqaeval";
+  EXPECT_THROW(score("textvqa", in), std::invalid_argument);
+  in = inputs("scienceqa");
+  in.split = "val";  // applies: the one problem of split val, 999, has no answer
+  r = score("scienceqa", in);
+  EXPECT_EQ(r.figures["count"], 1);
+  EXPECT_FALSE(names(r, "--split", "does not apply")) << problems_text(r);
+}
+
+// POPE's means are gmod's own (eval_pope.py prints each split): each says over how many splits it is, and a
+// split without an F1 (eval_pope.py divides by zero there) is named.
+TEST(Pope, SummaryCountsTheSplitsOfEachMean) {
+  gmod::test::TempDir d;
+  const std::string src = dir("pope");
+  std::filesystem::create_directories(d.path / "coco");
+  for (const char* c : {"adversarial", "popular", "random"})
+    std::filesystem::copy_file(src + "/coco/coco_pope_" + c + ".json",
+                               d.path / "coco" / (std::string("coco_pope_") + c + ".json"));
+  // every answer of category "random" says no: no 'yes' answer, precision 0/0
+  std::vector<Problem> ignored;
+  std::string answers;
+  for (const Record& q : read_jsonl(src + "/questions.jsonl", &ignored))
+    answers += Json({{"question_id", q.value["question_id"]},
+                     {"text", q.value["category"] == "random" ? "No" : "Yes"}})
+                   .dump() +
+               "\n";
+  { std::ofstream(d.path / "answers.jsonl") << answers; }
+  ScoreInputs in;
+  in.answers = (d.path / "answers.jsonl").string();
+  in.annotations = {(d.path / "coco").string()};
+  in.questions = src + "/questions.jsonl";
+  const ScoreResult r = score("pope", in);
+  EXPECT_EQ(r.figures["f1_splits"], 2);
+  EXPECT_EQ(r.figures["accuracy_splits"], 3);
+  EXPECT_NE(r.lines.back().find("over 2 split(s), mean accuracy"), std::string::npos) << r.lines.back();
+  EXPECT_NE(r.lines.back().find("over 3 split(s)"), std::string::npos) << r.lines.back();
+  EXPECT_TRUE(names(r, (d.path / "coco" / "coco_pope_random.json").string(), "ZeroDivisionError"))
+      << problems_text(r);
+}
 
 }  // namespace
 }  // namespace gmod::eval

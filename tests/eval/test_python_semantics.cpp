@@ -39,8 +39,11 @@ TEST(PythonSemantics, FloatSyntaxAsPythonFloat) {
   }
 }
 
+// (The list is held in a local: `for (c : fixture_json(..)["k"])` would walk a destroyed temporary.)
 TEST(PythonSemantics, RoundToTwoDecimalsAsPython) {
-  for (const Json& c : fixture_json("python.json")["round2"])
+  const Json cases = fixture_json("python.json")["round2"];
+  ASSERT_GT(cases.size(), 5u);
+  for (const Json& c : cases)
     EXPECT_EQ(g17(py::round2(std::strtod(c["in"].get<std::string>().c_str(), nullptr))),
               c["out"].get<std::string>())
         << "round(" << c["in"].get<std::string>() << ", 2)";
@@ -76,7 +79,9 @@ TEST(PythonSemantics, UnicodeCaseSpacesLettersAndDigitsAsPython) {
 
 TEST(PythonSemantics, RandomChoiceSeeded42AsPython) {
   PyRandom rng(42);
-  for (const Json& c : fixture_json("python.json")["choice_seed42"])
+  const Json cases = fixture_json("python.json")["choice_seed42"];
+  ASSERT_GT(cases.size(), 10u);
+  for (const Json& c : cases)
     EXPECT_EQ(rng.below(c["n"].get<uint32_t>()), c["pick"].get<uint32_t>()) << "choice of " << c["n"];
 }
 
