@@ -99,5 +99,30 @@ TEST(Pope, SummaryCountsTheSplitsOfEachMean) {
       << problems_text(r);
 }
 
+// What cannot be matched is reported per file: characters newer than the originals' Python (3.10, Unicode
+// 13.0), and MMBench option cells pandas would read as missing or as numbers.
+TEST(Differences, AreReportedPerFileWithTheFirstExamples) {
+  gmod::test::TempDir d;
+  const std::string answers = (d.path / "a.jsonl").string();
+  // U+10570 VITHKUQI CAPITAL LETTER A (Unicode 14.0): cased, a letter
+  { std::ofstream(answers) << "{\"question_id\": \"20000\", \"text\": \"x \xF0\x90\x95\xB0\"}\n"; }
+  ScoreInputs in = inputs("gqa");
+  in.answers = answers;
+  ScoreResult r = score("gqa", in);
+  EXPECT_TRUE(names(r, answers, "1 character(s) assigned after Unicode 13.0 (U+10570 at line 1)")) << problems_text(r);
+  const std::string tsv = (d.path / "mmb.tsv").string();
+  {
+    std::ofstream(tsv) << "index\tquestion\tA\tB\tC\tanswer\tcategory\tL2-category\n"
+                       << "0\tq\tNone\t2\tcat\tA\tc\tl\n1\tq\tx\t3\ty\tB\tc\tl\n";
+  }
+  { std::ofstream(answers) << R"({"question_id": 0, "text": "A"})" "\n" R"({"question_id": 1, "text": "B"})" "\n"; }
+  in = ScoreInputs{answers, {tsv}, "", "", ""};
+  r = score("mmbench", in);
+  EXPECT_TRUE(names(r, tsv, "1 option cell(s) pandas reads as missing (first: " + tsv + ":2 column A \"None\")"))
+      << problems_text(r);
+  EXPECT_TRUE(names(r, tsv, "column B: all 2 options are numbers")) << problems_text(r);
+  EXPECT_EQ(r.problems.size(), 2u) << problems_text(r);
+}
+
 }  // namespace
 }  // namespace gmod::eval
