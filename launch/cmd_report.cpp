@@ -37,7 +37,7 @@ struct SuiteModel {
 
 struct SuiteBenchmark {
   eval::ReportBenchmark b;
-  std::string questions, images, format = "auto", score_questions, split = "test";
+  std::string questions, images, format = "auto", score_questions, split;  // split "": the scorer's default
   std::vector<std::string> annotations, args;
 };
 
@@ -120,7 +120,7 @@ Suite read_suite(const std::string& path) {
     sb.images = str(b, "images", w, false);
     sb.format = str(b, "format", w, false, "auto");
     sb.score_questions = str(b, "score_questions", w, false);
-    sb.split = str(b, "split", w, false, "test");
+    sb.split = str(b, "split", w, false);  // given only where it applies (ScienceQA)
     sb.annotations = strings(b.value("annotations", eval::Json()), w + ".annotations");
     sb.args = strings(b.value("answer_args", eval::Json()), w + ".answer_args");
     if (!seen.insert("b:" + slug(sb.b.name)).second)
