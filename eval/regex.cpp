@@ -18,9 +18,42 @@ struct Regex::Impl {
   }
 };
 
-Regex::Regex(const std::string& pattern, bool dotall) : impl_(std::make_unique<Impl>()) {
+namespace {
+
+// Python's \s for str patterns is str.isspace(): general category Zs or bidirectional class WS, B or S (which
+// takes in \x1c-\x1f); PCRE2's is Unicode's White_Space (with U+180E in \h). Written with PCRE2's own Unicode
+// properties, \s and \S mean Python's. Everything else passes through (an escaped backslash stays escaped).
+std::string python_classes(const std::string& p) {
+  static const std::string space = R"(\p{Zs}\p{bc=WS}\p{bc=B}\p{bc=S})";
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '\\' && i + 1 < p.size()) {
+      const char c = p[i + 1];
+      if (c == 's')
+        out += in_class ? space : "[" + space + "]";
+      else if (c == 'S' && !in_class)
+        out += "[^" + space + "]";
+      else
+        out += p.substr(i, 2);
+      ++i;
+      continue;
+    }
+    if (p[i] == '[' && !in_class)
+      in_class = true;
+    else if (p[i] == ']' && in_class && !out.empty() && out.back() != '[')
+      in_class = false;
+    out += p[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+Regex::Regex(const std::string& pattern_in, bool dotall) : impl_(std::make_unique<Impl>()) {
   int err = 0;
   PCRE2_SIZE off = 0;
+  const std::string pattern = python_classes(pattern_in);
   pcre2_compile_context* cc = pcre2_compile_context_create(nullptr);
   pcre2_set_newline(cc, PCRE2_NEWLINE_LF);  // '.' excludes only '\n', as in Python
   impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
@@ -29,7 +62,7 @@ Regex::Regex(const std::string& pattern, bool dotall) : impl_(std::make_unique<I
   if (!impl_->code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    throw std::invalid_argument("regex \"" + pattern + "\" does not compile at offset " +
+    throw std::invalid_argument("regex \"" + pattern_in + "\" does not compile at offset " +
                                 std::to_string(off) + ": " + reinterpret_cast<const char*>(msg));
   }
   pcre2_pattern_info(impl_->code, PCRE2_INFO_CAPTURECOUNT, &impl_->groups);

@@ -11,6 +11,7 @@
 #include "eval/py_random.h"
 #include "eval/pystr.h"
 #include "eval/records.h"
+#include "eval/regex.h"
 #include "eval/score_vqaeval.h"
 #include "eval/vqa_normalize.h"
 #include "tests/common/paths.h"
@@ -58,7 +59,8 @@ TEST(PythonSemantics, RoundToThreeDecimalsAsPython) {
         << "round(" << c["in"].get<std::string>() << ", 3)";
 }
 
-// str.lower(), str.split(), str.strip(), str.isalpha() and float() on non-ASCII text, as Python gives them.
+// str.lower(), str.split(), str.strip(), str.isalpha(), float() and re's \s, \S, \w, \d on non-ASCII text, as
+// Python gives them.
 TEST(PythonSemantics, UnicodeCaseSpacesLettersAndDigitsAsPython) {
   const Json cases = fixture_json("python.json")["unicode"];
   ASSERT_GT(cases.size(), 30u);
@@ -68,6 +70,11 @@ TEST(PythonSemantics, UnicodeCaseSpacesLettersAndDigitsAsPython) {
     EXPECT_EQ(Json(py::split_ws(in)), c["split"]) << "\"" << in << "\".split()";
     EXPECT_EQ(py::strip(in), c["strip"].get<std::string>()) << "\"" << in << "\".strip()";
     EXPECT_EQ(py::isalpha(in), c["isalpha"].get<bool>()) << "\"" << in << "\".isalpha()";
+    static const Regex spaces(R"(\s+)"), words(R"(\w+)"), digit(R"(\d)"), non_spaces(R"(\S+)");
+    EXPECT_EQ(Json(spaces.split(in)), c["re_split_s"]) << "re.split(r'\\s+', \"" << in << "\")";
+    EXPECT_EQ(Json(words.findall(in)), c["re_findall_w"]) << "re.findall(r'\\w+', \"" << in << "\")";
+    EXPECT_EQ(Json(digit.findall(in)), c["re_findall_d"]) << "re.findall(r'\\d', \"" << in << "\")";
+    EXPECT_EQ(Json(non_spaces.findall(in)), c["re_findall_S"]) << "re.findall(r'\\S+', \"" << in << "\")";
     double v = 0;
     const bool ok = py::parse_float(in, &v);
     EXPECT_EQ(ok, !c["float"].is_null()) << "float(\"" << in << "\")";
