@@ -89,7 +89,8 @@ Runner setup(CLI::App& app) {
   add(app, "--json", o->json, "write figures and problems as JSON to this file (- = stdout)")
       ->type_name("FILE");
   add_flag(app, "--allow-problems", o->allow_problems,
-           "exit 0 even when records are malformed or unmatched (they are listed either way)");
+           "exit 0 even when records are malformed, unmatched, missing or repeated, or an option does not apply "
+           "(all are listed either way)");
   add(app, "--show", o->show, "problems to list on the terminal at most")->check(non_negative());
   return [o] { return run_score(*o); };
 }

@@ -36,7 +36,7 @@ TEST_P(Cases, FiguresPerQuestionValuesAndProblemsEqualTheOriginal) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Benchmarks, Cases, ::testing::Values("textvqa", "vqav2", "scienceqa", "mmmu"));
+INSTANTIATE_TEST_SUITE_P(Benchmarks, Cases, ::testing::Values("textvqa", "vqav2", "scienceqa", "pope", "mme", "mmmu"));
 
 bool names(const ScoreResult& r, const std::string& where, const std::string& word) {
   for (const Problem& p : r.problems)
