@@ -23,7 +23,9 @@ TEST_P(Cases, FiguresPerQuestionValuesAndProblemsEqualTheOriginal) {
   for (const Json& c : want["cases"]) {
     ScoreInputs in = inputs(b, c["answers"].get<std::string>());
     if (c.contains("rule")) in.rule = c["rule"].get<std::string>();
-    if (c.contains("questions")) in.questions = dir(b) + "/vqav2_questions.json";
+    if (c.contains("questions"))
+      in.questions = dir(b) + "/" + (c["questions"].is_string() ? c["questions"].get<std::string>()
+                                                                : std::string("vqav2_questions.json"));
     if (c.contains("annotations")) in.annotations = {dir(b) + "/" + c["annotations"].get<std::string>()};
     const std::string what = b + " " + c["answers"].get<std::string>() + " rule " + (in.rule.empty() ? "default" : in.rule) +
                              (in.questions.empty() ? "" : " with --questions");
