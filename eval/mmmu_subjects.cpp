@@ -22,17 +22,36 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& disciplines
 }
 
 const std::vector<std::string>& subjects() {
-  static const std::vector<std::string> s = {
-      "Accounting",   "Agriculture",       "Architecture_and_Engineering",
-      "Art",          "Art_Theory",        "Basic_Medical_Science",
-      "Biology",      "Chemistry",         "Clinical_Medicine",
-      "Computer_Science", "Design",        "Diagnostics_and_Laboratory_Medicine",
-      "Economics",    "Electronics",       "Energy_and_Power",
-      "Finance",      "Geography",         "History",
-      "Literature",   "Manage",            "Marketing",
-      "Materials",    "Math",              "Mechanical_Engineering",
-      "Music",        "Pharmacy",          "Physics",
-      "Psychology",   "Public_Health",     "Sociology"};
+  static const std::vector<std::string> s = {"Accounting",
+                                             "Agriculture",
+                                             "Architecture_and_Engineering",
+                                             "Art",
+                                             "Art_Theory",
+                                             "Basic_Medical_Science",
+                                             "Biology",
+                                             "Chemistry",
+                                             "Clinical_Medicine",
+                                             "Computer_Science",
+                                             "Design",
+                                             "Diagnostics_and_Laboratory_Medicine",
+                                             "Economics",
+                                             "Electronics",
+                                             "Energy_and_Power",
+                                             "Finance",
+                                             "Geography",
+                                             "History",
+                                             "Literature",
+                                             "Manage",
+                                             "Marketing",
+                                             "Materials",
+                                             "Math",
+                                             "Mechanical_Engineering",
+                                             "Music",
+                                             "Pharmacy",
+                                             "Physics",
+                                             "Psychology",
+                                             "Public_Health",
+                                             "Sociology"};
   return s;
 }
 

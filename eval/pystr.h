@@ -1,9 +1,9 @@
 // Python str semantics the official scoring scripts rely on, on UTF-8 std::strings: str.strip()/split() with
-// Python's whitespace, strip(chars), lower() (Unicode full case mapping), isalpha(), replace, float() (Unicode
-// digits and spaces), and the length in code points. The character classes and case mappings come from ICU
-// (libicu-dev), defined as CPython's unicodedata build defines them; ICU's Unicode version may be newer than
-// the Python's (docs/eval.md). The scorers are written against these so that "strip" means what the Python
-// original means.
+// Python's whitespace, strip(chars), lower() (Unicode full case mapping), isalpha(), replace, float()
+// (Unicode digits and spaces), and the length in code points. The character classes and case mappings come
+// from ICU (libicu-dev), defined as CPython's unicodedata build defines them; ICU's Unicode version may be
+// newer than the Python's (docs/eval.md). The scorers are written against these so that "strip" means what
+// the Python original means.
 #pragma once
 
 #include <string>
@@ -38,8 +38,8 @@ size_t length(std::string_view s);
 // Whether the code point starting at byte `i` is Python whitespace; `len` gets its byte length.
 bool is_space_at(std::string_view s, size_t i, size_t* len);
 // float(s) succeeds (Python's float syntax: surrounding whitespace, sign, digits with single underscores
-// between them, a fraction, an exponent, inf/infinity/nan in any case; any Unicode decimal digit counts as its
-// digit, any Unicode space as a space); the value goes to `out`.
+// between them, a fraction, an exponent, inf/infinity/nan in any case; any Unicode decimal digit counts as
+// its digit, any Unicode space as a space); the value goes to `out`.
 bool parse_float(std::string_view s, double* out);
 // round(x, 2) as Python does it for floats (correctly rounded through the decimal representation).
 double round2(double x);

@@ -1,7 +1,7 @@
 // Python `re` operations the scoring scripts use (search, findall, sub with a count, split), on PCRE2 with
-// UTF-8 and Unicode properties so \d, \w, \b mean what they mean for Python str patterns, and \s, \S rewritten
-// to Python's whitespace (category Zs or bidirectional class WS, B, S). Patterns are
-// compiled once; a pattern that does not compile throws std::invalid_argument.
+// UTF-8 and Unicode properties so \d, \w, \b mean what they mean for Python str patterns, and \s, \S
+// rewritten to Python's whitespace (category Zs or bidirectional class WS, B, S). Patterns are compiled once;
+// a pattern that does not compile throws std::invalid_argument.
 #pragma once
 
 #include <memory>

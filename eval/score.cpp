@@ -25,9 +25,10 @@ const std::vector<std::string>& benchmark_names() {
 
 const std::vector<std::string>& rule_names(const std::string& benchmark) {
   static const std::map<std::string, std::vector<std::string>> rules = {
-      {"textvqa", {"m4c"}},       {"vqav2", {"vqaeval", "m4c"}},      {"gqa", {"gqa"}},
-      {"scienceqa", {"gamma-mod", "llava"}}, {"pope", {"llava"}},      {"mme", {"mme"}},
-      {"mmbench", {"mmbench"}},   {"mmmu", {"mmmu"}}};
+      {"textvqa", {"m4c"}},     {"vqav2", {"vqaeval", "m4c"}},
+      {"gqa", {"gqa"}},         {"scienceqa", {"gamma-mod", "llava"}},
+      {"pope", {"llava"}},      {"mme", {"mme"}},
+      {"mmbench", {"mmbench"}}, {"mmmu", {"mmmu"}}};
   const auto it = rules.find(benchmark);
   if (it == rules.end()) throw std::invalid_argument("unknown benchmark '" + benchmark + "'");
   return it->second;
@@ -43,7 +44,8 @@ std::string rule_of(const ScoreInputs& in, const std::string& benchmark) {
   throw std::invalid_argument(benchmark + ": unknown --rule '" + in.rule + "' (known: " + known + ")");
 }
 
-void option_does_not_apply(const std::string& option, const std::string& why, std::vector<Problem>* problems) {
+void option_does_not_apply(const std::string& option, const std::string& why,
+                           std::vector<Problem>* problems) {
   problems->push_back({option, "does not apply: " + why + " (ignored)"});
 }
 
@@ -94,10 +96,8 @@ ScoreResult score(const std::string& benchmark, const ScoreInputs& in) {
 }
 
 Json score_json(const ScoreResult& r, const ScoreInputs& in) {
-  Json out = {{"benchmark", r.benchmark},
-              {"rule", r.rule},
-              {"answers", in.answers},
-              {"annotations", in.annotations}};
+  Json out = {
+      {"benchmark", r.benchmark}, {"rule", r.rule}, {"answers", in.answers}, {"annotations", in.annotations}};
   if (!in.questions.empty()) out["questions"] = in.questions;
   out["figures"] = r.figures;
   out["problem_count"] = r.problems.size();

@@ -40,8 +40,8 @@ const std::vector<std::string>& rule_names(const std::string& benchmark);
 // metadata.problem, eval/questions.h) is scored as the empty answer it holds, as the original scorers do, and
 // also named among the problems.
 ScoreResult score(const std::string& benchmark, const ScoreInputs& in);
-// What `gmod score --json` writes: {benchmark, rule, answers, annotations, [questions], figures, problem_count,
-// problems: [{where, what}]}.
+// What `gmod score --json` writes: {benchmark, rule, answers, annotations, [questions], figures,
+// problem_count, problems: [{where, what}]}.
 Json score_json(const ScoreResult& r, const ScoreInputs& in);
 
 // Helpers shared by the scorers.

@@ -154,9 +154,9 @@ ScoreResult score_mmbench(const ScoreInputs& in) {
   std::map<int64_t, Row> rows;  // by index (sorted, as the evaluator sorts)
   // Where pandas' read_csv would read an option cell differently from its text (docs/eval.md): a default NA
   // string is a missing option there; a column of numbers holds numbers ("1" -> 1.0 when some are missing).
-  static const std::set<std::string> pandas_na = {"",    "#N/A", "#N/A N/A", "#NA",  "-1.#IND", "-1.#QNAN",
-                                                  "-NaN", "-nan", "1.#IND",  "1.#QNAN", "<NA>", "N/A",
-                                                  "NA",  "NULL", "NaN",      "None", "n/a",     "nan", "null"};
+  static const std::set<std::string> pandas_na = {
+      "",     "#N/A", "#N/A N/A", "#NA",  "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+      "<NA>", "N/A",  "NA",       "NULL", "NaN",     "None",     "n/a",  "nan",  "null"};
   std::map<char, std::pair<int64_t, int64_t>> numeric;  // column -> (number cells, non-empty cells)
   int64_t na_cells = 0;
   std::string na_first;
@@ -184,17 +184,18 @@ ScoreResult score_mmbench(const ScoreInputs& in) {
     rows[index] = std::move(row);
   }
   if (na_cells)
-    r.problems.push_back({in.annotations[0], std::to_string(na_cells) +
-                                                 " option cell(s) pandas reads as missing (first: " + na_first +
-                                                 "): gmod reads the text as the option; the original's figure may "
-                                                 "differ"});
+    r.problems.push_back(
+        {in.annotations[0], std::to_string(na_cells) +
+                                " option cell(s) pandas reads as missing (first: " + na_first +
+                                "): gmod reads the text as the option; the original's figure may "
+                                "differ"});
   for (const auto& [c, n] : numeric)
     if (n.second > 0 && n.first == n.second)
-      r.problems.push_back({in.annotations[0], "column " + std::string(1, c) + ": all " +
-                                                   std::to_string(n.second) +
-                                                   " options are numbers, which pandas reads as numbers (\"1\" -> "
-                                                   "1.0 when a cell is empty): gmod compares the text; the "
-                                                   "original's figure may differ"});
+      r.problems.push_back(
+          {in.annotations[0], "column " + std::string(1, c) + ": all " + std::to_string(n.second) +
+                                  " options are numbers, which pandas reads as numbers (\"1\" -> "
+                                  "1.0 when a cell is empty): gmod compares the text; the "
+                                  "original's figure may differ"});
   AnswerIds seen("MMBench's evaluator (answers merged by index)", Repeats::kLastWins);
   for (const Record& rec : read_jsonl(in.answers, &r.problems)) {
     const auto it = rec.value.find("question_id");
@@ -245,7 +246,8 @@ ScoreResult score_mmbench(const ScoreInputs& in) {
     hits += hit, ++questions;
     Json copies = Json::array();
     for (size_t i = 0; i < group.size(); ++i)
-      copies.push_back({{"index", group[i]->index}, {"prediction", group[i]->prediction}, {"parsed", pred[i]}});
+      copies.push_back(
+          {{"index", group[i]->index}, {"prediction", group[i]->prediction}, {"parsed", pred[i]}});
     r.per_question.push_back({{"id", idx}, {"copies", copies}, {"score", hit}});
     by_cat[main.category].first += hit, ++by_cat[main.category].second;
     by_l2[main.l2].first += hit, ++by_l2[main.l2].second;

@@ -95,8 +95,11 @@ ScoreResult score_mmmu(const ScoreInputs& in) {
     cats[cat].first += hit, ++cats[cat].second;
     correct += hit, ++total;
     parsed.push_back({{"id", *id}, {"parsed_pred", pred}, {"correct", hit}});
-    r.per_question.push_back(
-        {{"id", *id}, {"prediction", *response}, {"parsed", pred}, {"answer", answer}, {"score", hit ? 1 : 0}});
+    r.per_question.push_back({{"id", *id},
+                              {"prediction", *response},
+                              {"parsed", pred},
+                              {"answer", answer},
+                              {"score", hit ? 1 : 0}});
   }
   Json per_cat = Json::object();
   for (const std::string& c : cat_order)

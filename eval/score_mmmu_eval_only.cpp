@@ -54,7 +54,8 @@ ScoreResult score_mmmu_eval_only(const ScoreInputs& in) {
   std::vector<std::string> repeated, repeated_dict;
   const Json outputs = read_object(in.answers, &repeated);
   const Json answers = read_object(dict_path, &repeated_dict);
-  if (!answers.is_object()) throw std::runtime_error(dict_path + ": not a JSON object {id: {question_type, ground_truth}}");
+  if (!answers.is_object())
+    throw std::runtime_error(dict_path + ": not a JSON object {id: {question_type, ground_truth}}");
   for (const std::string& k : repeated)
     r.problems.push_back({in.answers + "[" + k + "]", "id given more than once: " + std::string(kScript) +
                                                           " (json.load) keeps the last value, as gmod does"});
@@ -69,8 +70,8 @@ ScoreResult score_mmmu_eval_only(const ScoreInputs& in) {
     if (!known.count(cat))
       r.problems.push_back({where, "'" + cat + "' is not an MMMU subject: " + kScript + " skips it"});
     else if (!answer_cats.count(cat))
-      r.problems.push_back({where, "no id of subject " + cat + " in " + dict_path + ": " + kScript +
-                                       " skips the subject"});
+      r.problems.push_back(
+          {where, "no id of subject " + cat + " in " + dict_path + ": " + kScript + " skips the subject"});
     else
       by_cat[cat].emplace_back(id, &pred);
   }
@@ -114,7 +115,8 @@ ScoreResult score_mmmu_eval_only(const ScoreInputs& in) {
           r.problems.push_back({where, std::string(!pred->is_string() ? "an open answer that is not a string"
                                                                       : "a ground_truth that is not a string "
                                                                         "or a list of strings") +
-                                           ": " + kScript + " stops here (parse_open_response/normalize_str)"});
+                                           ": " + kScript +
+                                           " stops here (parse_open_response/normalize_str)"});
           continue;
         }
         const std::vector<mmmu::Value> values = mmmu::parse_open(pred->get<std::string>());
@@ -144,7 +146,8 @@ ScoreResult score_mmmu_eval_only(const ScoreInputs& in) {
     double acc = 0;
     *num = 0;
     for (const std::string& c : cats)
-      if (results.count(c)) acc += results[c].acc * static_cast<double>(results[c].num), *num += results[c].num;
+      if (results.count(c))
+        acc += results[c].acc * static_cast<double>(results[c].num), *num += results[c].num;
     return *num ? acc / static_cast<double>(*num) : 0.0;
   };
   Json printable = Json::object(), categories = Json::object();
@@ -153,7 +156,8 @@ ScoreResult score_mmmu_eval_only(const ScoreInputs& in) {
     const double acc = ins_acc(cats, &num);
     printable["Overall-" + domain] = {{"num", num}, {"acc", py::round_to(acc, 3)}};
     for (const std::string& c : cats)
-      if (results.count(c)) printable[c] = {{"num", results[c].num}, {"acc", py::round_to(results[c].acc, 3)}};
+      if (results.count(c))
+        printable[c] = {{"num", results[c].num}, {"acc", py::round_to(results[c].acc, 3)}};
   }
   int64_t total = 0;
   const double acc = ins_acc(evaluated, &total);

@@ -149,10 +149,10 @@ ScoreResult score_pope(const ScoreInputs& in) {
     if (!acc.is_null()) acc_sum += acc.get<double>(), ++acc_n;
     if (f1.is_null())
       r.problems.push_back({file, "split " + cat + " has no F1 (" +
-                                      std::string(ans.empty()        ? "no answers"
-                                                  : tp + fp == 0     ? "no 'yes' answer: precision 0/0"
-                                                  : tp + fn == 0     ? "no positive label: recall 0/0"
-                                                                     : "precision and recall 0") +
+                                      std::string(ans.empty()    ? "no answers"
+                                                  : tp + fp == 0 ? "no 'yes' answer: precision 0/0"
+                                                  : tp + fn == 0 ? "no positive label: recall 0/0"
+                                                                 : "precision and recall 0") +
                                       "): eval_pope.py stops there (ZeroDivisionError)"});
     auto show = [](const Json& x) { return x.is_null() ? std::string("n/a") : percent(x.get<double>()); };
     r.lines.push_back(cat + ": " + std::to_string(ans.size()) + " answers  TP " + std::to_string(tp) +

@@ -7,8 +7,8 @@
 
 #include "eval/answer_ids.h"
 #include "eval/pystr.h"
-#include "eval/score_vqaeval.h"
 #include "eval/regex.h"
+#include "eval/score_vqaeval.h"
 #include "eval/vqa_normalize.h"
 
 namespace gmod::eval {

@@ -88,10 +88,12 @@ ScoreResult score_vqav2_vqaeval(const ScoreInputs& in) {
     for (const Json& x : answers_ok ? a["answers"] : Json::array())
       answers_ok = answers_ok && x.is_object() && x.contains("answer") && x["answer"].is_string();
     if (!types)
-      r.problems.push_back({where, "no string 'question_type' and 'answer_type': the original stops (KeyError)"});
+      r.problems.push_back(
+          {where, "no string 'question_type' and 'answer_type': the original stops (KeyError)"});
     else if (!answers_ok)
-      r.problems.push_back({where, "no non-empty 'answers' list of {answer: string} records: the original "
-                                   "stops (KeyError/ZeroDivisionError)"});
+      r.problems.push_back({where,
+                            "no non-empty 'answers' list of {answer: string} records: the original "
+                            "stops (KeyError/ZeroDivisionError)"});
     if (types && answers_ok) {
       q.answers = a["answers"];
       q.question_type = a["question_type"].get<std::string>();
@@ -123,7 +125,8 @@ ScoreResult score_vqav2_vqaeval(const ScoreInputs& in) {
     if (key.empty() || !text) continue;
     if (!qa.count(key)) {
       r.problems.push_back({rec.where, "question_id " + id_text(rec.value["question_id"]) + " is not in " +
-                                           ann_path + " (VQA.loadRes asserts the answers are its questions)"});
+                                           ann_path +
+                                           " (VQA.loadRes asserts the answers are its questions)"});
       continue;
     }
     if (!choices.empty()) {
@@ -189,7 +192,8 @@ ScoreResult score_vqav2_vqaeval(const ScoreInputs& in) {
   r.lines.push_back("samples   " + std::to_string(acc_qa.size()));
   if (acc_qa.empty()) {
     r.lines.push_back("overall   n/a (no answered question: VQAEval divides by zero)");
-    r.problems.push_back({in.answers, "no answered question of " + ann_path + ": VQAEval stops (ZeroDivisionError)"});
+    r.problems.push_back(
+        {in.answers, "no answered question of " + ann_path + ": VQAEval stops (ZeroDivisionError)"});
     return r;
   }
   std::snprintf(buf, sizeof buf, "overall   %.2f", r.figures["overall"].get<double>());

@@ -10,9 +10,10 @@
 // A question of the annotations without an answer, an answer to a question not in them (the original
 // asserts both), a repeated answer line (the last one counts: loadRes's index), a question without
 // question_type/answer_type or without answers (the original stops with KeyError/ZeroDivisionError) are named
-// problems. --answers (question_id, text) jsonl; --annotations the VQA annotation json; --questions (optional)
-// the VQA question json, read as loadRes reads it (its info/task_type/data_type/data_subtype/license, and each
-// answer must be one of the question's multiple_choices when task_type is "Multiple Choice").
+// problems. --answers (question_id, text) jsonl; --annotations the VQA annotation json; --questions
+// (optional) the VQA question json, read as loadRes reads it (its
+// info/task_type/data_type/data_subtype/license, and each answer must be one of the question's
+// multiple_choices when task_type is "Multiple Choice").
 #pragma once
 
 #include <string>

@@ -18,8 +18,10 @@ constexpr uint8_t kPythonUnicode[2] = {13, 0};
 bool newer_and_meaningful(UChar32 c) {
   UVersionInfo age;
   u_charAge(c, age);
-  if (age[0] < kPythonUnicode[0] || (age[0] == kPythonUnicode[0] && age[1] <= kPythonUnicode[1])) return false;
-  return u_isalpha(c) || u_isdigit(c) || u_isUWhiteSpace(c) || u_tolower(c) != c || u_hasBinaryProperty(c, UCHAR_CASED);
+  if (age[0] < kPythonUnicode[0] || (age[0] == kPythonUnicode[0] && age[1] <= kPythonUnicode[1]))
+    return false;
+  return u_isalpha(c) || u_isdigit(c) || u_isUWhiteSpace(c) || u_tolower(c) != c ||
+         u_hasBinaryProperty(c, UCHAR_CASED);
 }
 
 void scan_file(const std::string& path, std::vector<Problem>* problems) {
@@ -53,10 +55,10 @@ void scan_file(const std::string& path, std::vector<Problem>* problems) {
     i += n;
   }
   if (count)
-    problems->push_back({path, std::to_string(count) +
-                                   " character(s) assigned after Unicode 13.0 (" + examples +
-                                   "): Python 3.10, which γ-MoD's scripts ran on, has no case or class for them, "
-                                   "ICU here has; figures that read them may differ from the original's"});
+    problems->push_back(
+        {path, std::to_string(count) + " character(s) assigned after Unicode 13.0 (" + examples +
+                   "): Python 3.10, which γ-MoD's scripts ran on, has no case or class for them, "
+                   "ICU here has; figures that read them may differ from the original's"});
 }
 
 }  // namespace

@@ -153,7 +153,7 @@ const char* const kPunctuation[] = {";",  "/", "[", "]", "\"", "{", "}", "(", ")
 
 std::string vqa_process_punctuation(const std::string& in, VqaCommaRule comma) {
   static const Regex m4c_comma(R"((?<=\d)(,)+(?=\d))");  // m4c's COMMA_STRIP
-  static const Regex vqaeval_comma(R"((\d)(,)(\d))");     // VQAEval's commaStrip
+  static const Regex vqaeval_comma(R"((\d)(,)(\d))");    // VQAEval's commaStrip
   // The original's period pattern starts with a lookahead that never fails at a '.', so it is: a '.' not
   // followed by a digit.
   static const Regex period(R"(\.(?!\d))");

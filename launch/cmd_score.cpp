@@ -30,7 +30,8 @@ int run_score(const ScoreCliOptions& o) {
   std::cout << o.benchmark << " (rule " << r.rule << "): " << o.in.answers << "\n";
   for (const std::string& l : r.lines) std::cout << l << "\n";
   if (!r.problems.empty()) {
-    std::cout << r.problems.size() << " problem(s) (records not in the figures above unless said, options ignored):\n";
+    std::cout << r.problems.size()
+              << " problem(s) (records not in the figures above unless said, options ignored):\n";
     for (size_t i = 0; i < r.problems.size() && static_cast<int>(i) < o.show; ++i)
       std::cout << "  " << r.problems[i].where << ": " << r.problems[i].what << "\n";
     if (static_cast<int>(r.problems.size()) > o.show)
@@ -88,9 +89,10 @@ Runner setup(CLI::App& app) {
       ->type_name("FILE");
   add(app, "--json", o->json, "write figures and problems as JSON to this file (- = stdout)")
       ->type_name("FILE");
-  add_flag(app, "--allow-problems", o->allow_problems,
-           "exit 0 even when records are malformed, unmatched, missing or repeated, or an option does not apply "
-           "(all are listed either way)");
+  add_flag(
+      app, "--allow-problems", o->allow_problems,
+      "exit 0 even when records are malformed, unmatched, missing or repeated, or an option does not apply "
+      "(all are listed either way)");
   add(app, "--show", o->show, "problems to list on the terminal at most")->check(non_negative());
   return [o] { return run_score(*o); };
 }

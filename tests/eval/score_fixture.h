@@ -31,8 +31,8 @@ inline ScoreInputs inputs(const std::string& b, const std::string& answers = "an
 // Unrounded figures: within 1e-12 relative (one ulp of a mean is far below).
 inline bool close(double g, double w) { return std::fabs(g - w) <= 1e-12 * std::max(1.0, std::fabs(w)); }
 
-// Every figure of `want` equals the one of `got` at the same path (`exact`: numbers bit for bit, objects in the
-// same key order, as the rounded figures the originals print); the collections one level below the top
+// Every figure of `want` equals the one of `got` at the same path (`exact`: numbers bit for bit, objects in
+// the same key order, as the rounded figures the originals print); the collections one level below the top
 // (categories, splits, types) have the same keys. Top-level keys in `skip` are not figures.
 inline void expect_figures(const Json& got, const Json& want, const std::string& path, bool exact = false,
                            int depth = 0) {
@@ -44,8 +44,8 @@ inline void expect_figures(const Json& got, const Json& want, const std::string&
     }
     size_t i = 0;
     for (const auto& [k, v] : want.items()) {
-      if (depth == 0 && (k == "dirty_problems" || k == "problems" || k == "parsed" || k == "letters" ||
-                         k == "cases"))
+      if (depth == 0 &&
+          (k == "dirty_problems" || k == "problems" || k == "parsed" || k == "letters" || k == "cases"))
         continue;
       ASSERT_TRUE(got.contains(k)) << path << "." << k << " missing in " << got.dump();
       if (exact && depth > 0 && i < got.size()) {
@@ -105,7 +105,8 @@ inline void expect_per_question(const Json& got, const Json& want, const std::st
       const Json& g = got[i][k];
       if (v.is_number() && g.is_number()) {
         EXPECT_TRUE(close(g.get<double>(), v.get<double>()))
-            << what << " #" << i << " (" << want[i].value("id", Json()) << ") " << k << ": " << g << " vs " << v;
+            << what << " #" << i << " (" << want[i].value("id", Json()) << ") " << k << ": " << g << " vs "
+            << v;
       } else {
         EXPECT_EQ(g, v) << what << " #" << i << " (" << want[i].value("id", Json()) << ") " << k;
       }

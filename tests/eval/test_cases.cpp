@@ -1,8 +1,8 @@
-// The "cases" of tests/fixtures/score/<benchmark>/expected.json (tests/fixtures/score_fixtures_gamma.py): more
-// answer files and rules, each scored by the original script (γ-MoD's VQA + VQAEval, γ-MoD's and LLaVA's
-// eval_science_qa.py, γ-MoD's eval_mmmu_only.py). gmod must give its figures (unrounded within 1e-12 relative,
-// rounded ones exactly and in the same order), its per-question values, and name exactly the listed problems;
-// where the original stops (a question missing, an id its answer dict lacks) gmod names why.
+// The "cases" of tests/fixtures/score/<benchmark>/expected.json (tests/fixtures/score_fixtures_gamma.py):
+// more answer files and rules, each scored by the original script (γ-MoD's VQA + VQAEval, γ-MoD's and LLaVA's
+// eval_science_qa.py, γ-MoD's eval_mmmu_only.py). gmod must give its figures (unrounded within 1e-12
+// relative, rounded ones exactly and in the same order), its per-question values, and name exactly the listed
+// problems; where the original stops (a question missing, an id its answer dict lacks) gmod names why.
 #include <filesystem>
 #include <fstream>
 
@@ -24,10 +24,12 @@ TEST_P(Cases, FiguresPerQuestionValuesAndProblemsEqualTheOriginal) {
     ScoreInputs in = inputs(b, c["answers"].get<std::string>());
     if (c.contains("rule")) in.rule = c["rule"].get<std::string>();
     if (c.contains("questions"))
-      in.questions = dir(b) + "/" + (c["questions"].is_string() ? c["questions"].get<std::string>()
-                                                                : std::string("vqav2_questions.json"));
+      in.questions = dir(b) + "/" +
+                     (c["questions"].is_string() ? c["questions"].get<std::string>()
+                                                 : std::string("vqav2_questions.json"));
     if (c.contains("annotations")) in.annotations = {dir(b) + "/" + c["annotations"].get<std::string>()};
-    const std::string what = b + " " + c["answers"].get<std::string>() + " rule " + (in.rule.empty() ? "default" : in.rule) +
+    const std::string what = b + " " + c["answers"].get<std::string>() + " rule " +
+                             (in.rule.empty() ? "default" : in.rule) +
                              (in.questions.empty() ? "" : " with --questions");
     SCOPED_TRACE(what);
     const ScoreResult r = score(b, in);
@@ -38,7 +40,8 @@ TEST_P(Cases, FiguresPerQuestionValuesAndProblemsEqualTheOriginal) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Benchmarks, Cases, ::testing::Values("textvqa", "vqav2", "scienceqa", "pope", "mme", "mmmu"));
+INSTANTIATE_TEST_SUITE_P(Benchmarks, Cases,
+                         ::testing::Values("textvqa", "vqav2", "scienceqa", "pope", "mme", "mmmu"));
 
 bool names(const ScoreResult& r, const std::string& where, const std::string& word) {
   for (const Problem& p : r.problems)
@@ -111,16 +114,23 @@ TEST(Differences, AreReportedPerFileWithTheFirstExamples) {
   ScoreInputs in = inputs("gqa");
   in.answers = answers;
   ScoreResult r = score("gqa", in);
-  EXPECT_TRUE(names(r, answers, "1 character(s) assigned after Unicode 13.0 (U+10570 at line 1)")) << problems_text(r);
+  EXPECT_TRUE(names(r, answers, "1 character(s) assigned after Unicode 13.0 (U+10570 at line 1)"))
+      << problems_text(r);
   const std::string tsv = (d.path / "mmb.tsv").string();
   {
     std::ofstream(tsv) << "index\tquestion\tA\tB\tC\tanswer\tcategory\tL2-category\n"
                        << "0\tq\tNone\t2\tcat\tA\tc\tl\n1\tq\tx\t3\ty\tB\tc\tl\n";
   }
-  { std::ofstream(answers) << R"({"question_id": 0, "text": "A"})" "\n" R"({"question_id": 1, "text": "B"})" "\n"; }
+  {
+    std::ofstream(answers) << R"({"question_id": 0, "text": "A"})"
+                              "\n"
+                              R"({"question_id": 1, "text": "B"})"
+                              "\n";
+  }
   in = ScoreInputs{answers, {tsv}, "", "", ""};
   r = score("mmbench", in);
-  EXPECT_TRUE(names(r, tsv, "1 option cell(s) pandas reads as missing (first: " + tsv + ":2 column A \"None\")"))
+  EXPECT_TRUE(
+      names(r, tsv, "1 option cell(s) pandas reads as missing (first: " + tsv + ":2 column A \"None\")"))
       << problems_text(r);
   EXPECT_TRUE(names(r, tsv, "column B: all 2 options are numbers")) << problems_text(r);
   EXPECT_EQ(r.problems.size(), 2u) << problems_text(r);

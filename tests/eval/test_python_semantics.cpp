@@ -107,7 +107,8 @@ TEST(VqaNormalize, EqualsTheM4cEvaluatorOnEveryAwkwardAnswer) {
         << "answer \"" << c["in"].get<std::string>() << "\"";
 }
 
-// VQAEval.evaluate's processing of a prediction (γ-MoD's vqa_eval.py): its own digit-comma rule, no "'s" split.
+// VQAEval.evaluate's processing of a prediction (γ-MoD's vqa_eval.py): its own digit-comma rule, no "'s"
+// split.
 TEST(VqaNormalize, PredictionEqualsVqaEvalOnEveryAwkwardAnswer) {
   const Json cases = fixture_json("normalize.json");
   ASSERT_GT(cases.size(), 80u);
