@@ -40,7 +40,7 @@ class DpGradHook final : public torch::autograd::PostAccumulateGradHook {
 
 struct DataParallelOptimizer::CudaState {
 #ifdef GMOD_WITH_CUDA
-  explicit CudaState(c10::DeviceIndex d) : stream(c10::cuda::getStreamFromPool(false, d)) {}
+  explicit CudaState(c10::DeviceIndex d) : stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, d)) {}
   c10::cuda::CUDAStream stream;
 #endif
 };

@@ -117,6 +117,16 @@ NcclComm::NcclComm(MPI_Comm parent, int device_index) {
   if (!inited)
     throw std::runtime_error("parallel/nccl_comm: MPI is not initialised (call gmod::Runtime first)");
   {
+    // The libnccl loaded at run time (LD_LIBRARY_PATH may pick the wheel's or the toolkit's) must be the major
+    // version gmod was compiled against: the API and its enums change between majors.
+    int v = 0;
+    if (ncclGetVersion(&v) == ncclSuccess && v / 10000 != NCCL_MAJOR)
+      throw std::runtime_error("parallel/nccl_comm: the loaded NCCL is " + std::to_string(v / 10000) + "." +
+                               std::to_string(v / 100 % 100) + ", gmod was built against NCCL " +
+                               std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) +
+                               " (a different major version): put the matching libnccl first on LD_LIBRARY_PATH");
+  }
+  {
     MPI_Request req;
     const CollectiveId id{"bootstrap (MPI_Comm_idup)", 0, 0};
     check_mpi(MPI_Comm_idup(parent, &mpi_, &req), describe(id));
@@ -198,6 +208,10 @@ int NcclComm::settle(int rc, const char* what, double t0, double timeout) {
     }
     if (it > 1000) std::this_thread::sleep_for(std::chrono::microseconds(100));
     if (!comm_) break;  // ncclCommInitRankConfig failed before creating the communicator
+    // The watchdog may have aborted (and be freeing) comm_ meanwhile: it sets aborted_ first, so stop touching it.
+    if (aborted_.load())
+      throw std::runtime_error(describe(CollectiveId{what, id_, seq_ + 1}) +
+                               ": the communicator was aborted (watchdog) while NCCL was still setting it up");
     const ncclResult_t q = ncclCommGetAsyncError(comm_, &state);
     if (q != ncclSuccess) return q;
   }
@@ -337,7 +351,7 @@ std::unique_ptr<CommRequest> NcclComm::all_gather_v_start(at::Tensor buf, std::v
   count(buf.numel() * buf.element_size(), world_ > 1 ? double(world_ - 1) / world_ : 0.0);
   const auto dev = static_cast<c10::DeviceIndex>(device_);
   c10::cuda::CUDAGuard guard(dev);
-  if (!gather_stream_) gather_stream_ = c10::cuda::getStreamFromPool(false, dev).unwrap();
+  if (!gather_stream_) gather_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, dev).unwrap();
   const c10::cuda::CUDAStream side(*gather_stream_);
   // The gather stream starts after what the current stream has queued (the buffer's allocation, our block).
   cudaEvent_t ready, done;

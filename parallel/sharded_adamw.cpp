@@ -1,6 +1,7 @@
 #include "parallel/sharded_adamw.h"
 
 #include "parallel/adamw_cpu.h"
+#include "parallel/pinned_host.h"
 
 #include <nlohmann/json.hpp>
 
@@ -59,11 +60,11 @@ ShardedAdamW::ShardedAdamW(int64_t begin, int64_t end, const at::Tensor& master0
   if (hyper.offload) {
     // Host memory; pinned when the parameters are on a CUDA device, so the gradient and parameter copies are DMA.
     pinned_ = master0.is_cuda();
-    const auto host = at::TensorOptions().dtype(at::kFloat).pinned_memory(pinned_);
-    master_ = at::empty({end - begin}, host);
+    // Exactly sized (parallel/pinned_host.h: not the caching host allocator's power-of-two blocks).
+    master_ = host_empty(end - begin, at::kFloat, pinned_, "the offloaded master weights");
     master_.copy_(master0.reshape({-1}));
-    exp_avg_ = at::zeros({end - begin}, host);
-    exp_avg_sq_ = at::zeros({end - begin}, host);
+    exp_avg_ = host_empty(end - begin, at::kFloat, pinned_, "the offloaded exp_avg").zero_();
+    exp_avg_sq_ = host_empty(end - begin, at::kFloat, pinned_, "the offloaded exp_avg_sq").zero_();
   } else {
     master_ = master0.reshape({-1}).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true).contiguous();
     exp_avg_ = at::zeros_like(master_);
@@ -160,7 +161,7 @@ void ShardedAdamW::step(const at::Tensor& grad, const std::vector<double>& lrs) 
   const at::Tensor* g = &grad;
   if (!grad.device().is_cpu()) {
     if (!grad_host_.defined())
-      grad_host_ = at::empty({end_ - begin_}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pinned_));
+      grad_host_ = host_empty(end_ - begin_, at::kFloat, pinned_, "the offloaded gradient copy");
     grad_host_.copy_(grad);  // synchronous: the update below reads it
     g = &grad_host_;
   }
@@ -234,8 +235,7 @@ void ShardedAdamW::copy_master_to(at::Tensor dst) const {
   if (hyper_.offload && !dst.device().is_cpu() && dst.scalar_type() != at::kFloat) {
     // Round on the host (the same round-to-nearest-even as on the device), move half the bytes for bf16.
     if (!out_host_.defined() || out_host_.scalar_type() != dst.scalar_type())
-      out_host_ =
-          at::empty({master_.numel()}, at::TensorOptions().dtype(dst.scalar_type()).pinned_memory(pinned_));
+      out_host_ = host_empty(master_.numel(), dst.scalar_type(), pinned_, "the offloaded weight write-back");
     out_host_.copy_(master_);
     d.copy_(out_host_);
   } else {

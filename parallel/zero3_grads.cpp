@@ -16,7 +16,8 @@ namespace gmod {
 
 struct Zero3Grads::CudaState {
 #ifdef GMOD_WITH_CUDA
-  explicit CudaState(c10::DeviceIndex d) : stream(c10::cuda::getStreamFromPool(false, d)), device(d) {}
+  explicit CudaState(c10::DeviceIndex d)
+      : stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, d)), device(d) {}
   c10::cuda::CUDAStream stream;
   c10::DeviceIndex device;
 #endif
