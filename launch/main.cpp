@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "launch/args.h"
+#include "model/fp32_precision.h"
 
 namespace {
 
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   using namespace gmod::cli;
   auto& cmds = commands();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return std::strcmp(a.name, b.name) < 0; });
+  gmod::use_ieee_fp32();  // fp32 means IEEE fp32 on the GPU too (model/fp32_precision.h)
 
   CLI::App app("gmod: instruction tuning of LLaVA-style multimodal LLMs with data parallelism and γ-MoD.",
                "gmod");

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "model/fp32_precision.h"
 #include "model/hf_names.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
@@ -177,8 +178,20 @@ TEST(HfParityFixtures, CoverTheConfigurationsTheyClaim) {
 namespace {
 
 // The same fixtures on the GPU (skipped without one): fp32 logits and loss as on the CPU reference.
+// LibTorch allows TF32 in cuDNN convolutions by default; gmod's fp32 (every command, and this parity test)
+// turns it off so the CLIP patch embedding and ConvNeXt run in IEEE fp32. Checkable without a GPU: the flags.
+TEST(Fp32Precision, UseIeeeFp32TurnsTf32OffForCudnnAndCublas) {
+  use_ieee_fp32();
+  EXPECT_FALSE(at::globalContext().allowTF32CuDNN()) << "cuDNN convolutions may still use TF32";
+  EXPECT_FALSE(at::globalContext().allowTF32CuBLAS());
+  EXPECT_NE(at::globalContext().float32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV),
+            at::Float32Precision::TF32);
+  EXPECT_TRUE(ieee_fp32_in_force());
+}
+
 TEST(HfParityCuda, LlavaFp32OnCudaMatchesTransformers) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  use_ieee_fp32();
   for (const char* name : {"llava_layer_m2", "llava_full_m1"}) {
     const auto dir = test::fixture(std::string("hf/") + name);
     auto model = load_pretrained(dir, at::kFloat, at::Device(at::kCUDA, 0));
@@ -189,7 +202,7 @@ TEST(HfParityCuda, LlavaFp32OnCudaMatchesTransformers) {
     in.labels = in.labels.cuda();
     in.pixel_values = in.pixel_values.cuda();
     auto out = model->forward(in);
-    // TF32 is off by default in LibTorch matmuls, so fp32 on the GPU stays close to the CPU reference.
+    // TF32 off (matmuls and cuDNN convolutions, use_ieee_fp32), so fp32 on the GPU stays close to the CPU reference.
     EXPECT_LT(max_abs_on_valid(out.logits.cpu(), ref.tensor("logits"), in.attention_mask.cpu()), 1e-4)
         << name;
     EXPECT_NEAR(out.lm_loss.item<double>(), ref.tensor("loss").item<double>(), 1e-4) << name;
