@@ -73,6 +73,9 @@ nlohmann::json memory_stats(const at::Device& device) {
     j["cuda_alloc_mb"] = std::round(double(s.allocated_bytes[agg].current) / mb);
     j["cuda_peak_alloc_mb"] = std::round(double(s.allocated_bytes[agg].peak) / mb);
     j["cuda_reserved_mb"] = std::round(double(s.reserved_bytes[agg].current) / mb);
+    // Peak reserved beside peak allocated: blocks freed with recordStream (buckets, ZeRO-3 units) stay reserved
+    // until the communication stream passes them, which only the reserved figure shows.
+    j["cuda_peak_reserved_mb"] = std::round(double(s.reserved_bytes[agg].peak) / mb);
     j["cuda_alloc_retries"] = s.num_alloc_retries;
     j["cuda_ooms"] = s.num_ooms;
   }

@@ -31,7 +31,8 @@ namespace gmod {
 double default_peak_tflops(const at::Device& device, at::ScalarType dtype);
 
 // Host or accelerator memory of this process: {"rss_mb"} on CPU; {"cuda_alloc_mb", "cuda_peak_alloc_mb",
-// "cuda_reserved_mb", "cuda_alloc_retries", "cuda_ooms"} on CUDA (caching-allocator statistics), plus rss_mb.
+// "cuda_reserved_mb", "cuda_peak_reserved_mb", "cuda_alloc_retries", "cuda_ooms"} on CUDA (caching-allocator
+// statistics), plus rss_mb.
 nlohmann::json memory_stats(const at::Device& device);
 
 struct StepMetrics {

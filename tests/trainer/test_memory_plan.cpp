@@ -202,6 +202,26 @@ int64_t phase_term(const MemoryPlan& p, const std::string& phase, const std::str
 }
 }  // namespace
 
+// gmod plan states how far CUDA reserved memory may exceed the total when reductions lag the backward: what is
+// freed at enqueue (stage-2 buckets, ZeRO-3 unit gradients, reduce-dtype copies) may all stay reserved; nothing on
+// the CPU (MPI frees at completion) and only the copies at stages 0/1 (their buckets are one flat buffer).
+TEST(MemoryPlan, StatesTheReservedBoundWhenReductionsLag) {
+  for (int stage : {0, 1, 2, 3})
+    for (const char* reduce : {"fp32", "bf16"}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + " reduce " + reduce);
+      MemoryPlanInputs in = gmod::testing::small_plan_inputs(2, stage, "bf16");
+      in.reduce_dtype = reduce;
+      EXPECT_EQ(plan_memory(in).cuda_reserved_lag_bytes, 0);
+      in.device = "cuda";
+      const MemoryPlan p = plan_memory(in);
+      const int64_t n = stage == 3 ? p.params_trainable : p.params_padded;
+      const int64_t copy = std::string(reduce) == "fp32" ? 4 : 0;  // bf16 gradients reduced in fp32
+      EXPECT_EQ(p.cuda_reserved_lag_bytes, (stage >= 2 ? 2 * n : 0) + copy * n);
+      EXPECT_EQ(format_plan(p).find("CUDA reserved may exceed the total by up to") != std::string::npos,
+                p.cuda_reserved_lag_bytes > 0);
+    }
+}
+
 TEST(MemoryPlan, Zero3TermsFromTheUnits) {
   const LlavaConfig c = gmod::testing::small_llava_config();
   const int64_t D = 128, I = 344, V = 1024, Dv = 64;

@@ -567,6 +567,13 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
     p.comm_wire_bytes += f * double(s.e * padded);
   }
   for (const auto& c : p.comm) p.comm_payload_bytes += c.bytes;
+  // Reserved beyond `total` while reductions lag (MemoryPlan::cuda_reserved_lag_bytes): what the plan counts as
+  // freed at enqueue, i.e. every bucket's (every unit's) gradient and its reduce-dtype copy of the window.
+  if (cuda) {
+    const int64_t copy_e = src_e != r ? r : 0;
+    const int64_t freed_grads = stage3 ? grad_elem_bytes * trainable : cuda_release ? grad_elem_bytes * padded : 0;
+    p.cuda_reserved_lag_bytes = freed_grads + copy_e * (stage3 ? trainable : padded);
+  }
 
   p.budget_bytes = in.budget_bytes;
   p.reserve_bytes = in.reserve_bytes;

@@ -103,6 +103,12 @@ struct MemoryPlan {
   // ZeRO-3: the largest hooked unit (parameters gathered together around one unit's forward and backward)
   // and the persistent parameters, gathered from each micro-batch's forward to the end of its backward.
   int64_t zero3_unit_params = 0, zero3_persistent_params = 0;
+  // CUDA only: how far the caching allocator's *reserved* memory may exceed `total` when the reductions lag the
+  // backward (slow links, multi-node). Buckets (stage 2), ZeRO-3 unit gradients and reduce-dtype copies are freed
+  // when their collective is enqueued (recordStream): the block is reusable only once the communication stream
+  // has passed it, so in the worst case every one freed in the window stays reserved. Bounded by the gradient of
+  // one backward (nothing is freed before it is written); 0 on CPU (MPI frees at completion, counted in `total`).
+  int64_t cuda_reserved_lag_bytes = 0;
   double budget_bytes = 0, reserve_bytes = 0;
   bool has_budget = false, fits = true;
 

@@ -37,6 +37,7 @@ json to_json(const MemoryPlan& p) {
       {"peak_phase", p.peak_phase},
       {"phases", phases},
       {"activations_saved_bytes", p.activations_saved},
+      {"cuda_reserved_lag_bytes", p.cuda_reserved_lag_bytes},
       {"host", {{"total_bytes", p.host_total}, {"terms", host}}},
       {"comm_per_step",
        {{"payload_bytes", p.comm_payload_bytes}, {"wire_bytes", p.comm_wire_bytes}, {"collectives", comm}}}};
@@ -70,6 +71,13 @@ std::string format_plan(const MemoryPlan& p) {
   }
   std::snprintf(line, sizeof line, "  (activations saved without checkpointing: %s)\n",
                 format_bytes(double(p.activations_saved)).c_str());
+  if (p.cuda_reserved_lag_bytes > 0) {
+    os << line;
+    std::snprintf(line, sizeof line,
+                  "  (CUDA reserved may exceed the total by up to %s while reductions lag the backward:\n"
+                  "   blocks freed at enqueue stay reserved until the communication stream passes them)\n",
+                  format_bytes(double(p.cuda_reserved_lag_bytes)).c_str());
+  }
   if (!p.host_terms.empty()) {
     os << line << "\nhost memory per rank (optimizer offload; not in the total above):\n";
     for (const auto& t : p.host_terms) {
