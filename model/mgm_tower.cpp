@@ -110,4 +110,10 @@ bool MgmTower::init_parameter(const std::string& name, at::Tensor& t, at::Genera
   return false;
 }
 
+std::string MgmTower::differentiated_bilinear_resize() const {
+  for (const auto& t : convnext->parameters())
+    if (t.requires_grad()) return "Mini-Gemini's global crop (model/mgm_tower.cpp) resizes the trained ConvNeXt's features";
+  return "";
+}
+
 }  // namespace gmod

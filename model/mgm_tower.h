@@ -35,6 +35,7 @@ class MgmTower : public VisionTower {
   }
   int image_size() const override { return config.image_size_aux; }
   bool init_parameter(const std::string& name, at::Tensor& t, at::Generator& gen) const override;
+  std::string differentiated_bilinear_resize() const override;
   bool is_adapter(const std::string& name) const override;
 
   // The ConvNeXt stage maps resized to the stem's grid and concatenated: [N, sum(dims), A/4, A/4].

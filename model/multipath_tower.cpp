@@ -75,4 +75,10 @@ bool MultipathTower::init_parameter(const std::string& name, at::Tensor& t, at::
   return false;
 }
 
+std::string MultipathTower::differentiated_bilinear_resize() const {
+  for (const auto& t : convnext->parameters())
+    if (t.requires_grad()) return "LLaVA-HR's align_grid (model/mr_adapters.cpp) upsamples the trained ConvNeXt's features";
+  return "";
+}
+
 }  // namespace gmod

@@ -27,6 +27,7 @@ class MultipathTower : public VisionTower {
   int64_t tokens_per_image() const override;
   int image_size() const override { return config.input_image_size; }
   bool init_parameter(const std::string& name, at::Tensor& t, at::Generator& gen) const override;
+  std::string differentiated_bilinear_resize() const override;
   bool is_adapter(const std::string& name) const override { return name.rfind("align_stages", 0) == 0; }
 
   MultipathConfig config;

@@ -38,6 +38,10 @@ class VisionTower : public torch::nn::Module {
     (void)name;
     return false;
   }
+  // Where the forward resizes bilinearly a tensor that requires grad with the parameters' current requires_grad
+  // flags (so the resize's backward runs), or "" when none does. That backward has no deterministic CUDA kernel in
+  // LibTorch; the trainer refuses `deterministic: true` on CUDA for such a run at start (trainer/deterministic_check.h).
+  virtual std::string differentiated_bilinear_resize() const { return ""; }
   // Recompute the tower's checkpoint units (CLIP encoder layers, ConvNeXt stages) in the backward instead of
   // keeping their activations.
   void set_activation_checkpointing(bool on) { checkpoint_units_ = on; }

@@ -23,6 +23,7 @@
 #include "parallel/watchdog.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/data_guard.h"
+#include "trainer/deterministic_check.h"
 #include "trainer/fault_injection.h"
 #include "trainer/model_setup.h"
 #include "trainer/param_freeze.h"
@@ -124,6 +125,17 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
   // The tower's own units (CLIP layers, ConvNeXt stages) are checkpointed whenever decoder layers are.
   if (model_->vision) model_->vision->set_activation_checkpointing(model_->llm->activation_checkpointing.enabled());
   freeze_and_count();
+  if (cfg_.deterministic && device_.is_cuda()) {  // trainer/deterministic_check.h: refuse now, not mid-step
+    std::vector<DeterministicUse> uses;
+    if (model_->vision)
+      uses.push_back({model_->vision->differentiated_bilinear_resize(), "bilinear resize backward",
+                      bilinear_backward_runs(device_)});
+    const auto& mc = cfg_.mod.config;
+    if (cfg_.mod.enabled && mc.router == RouterKind::kAttention && mc.amod_causal_normalise)
+      uses.push_back({"A-MoD's causal column normalisation (mod/router.cpp)", "float cumsum",
+                      float_cumsum_runs(device_)});
+    if (const std::string e = deterministic_conflicts(uses); !e.empty()) throw std::invalid_argument(e);
+  }
   setup_optimizer();
   resume_if_requested();
   loader_ = std::make_unique<DataLoader>(*train_set_,
