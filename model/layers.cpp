@@ -96,6 +96,18 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
   return x.unsqueeze(2).expand({s[0], s[1], n_rep, s[2], s[3]}).reshape({s[0], s[1] * n_rep, s[2], s[3]});
 }
 
+// SDPA over grouped K/V heads. Its enable_gqa is served by the flash kernel only (bf16/fp16, no mask); on CUDA
+// with an explicit mask (left padding, ragged batches) or fp32 it would fall to the math path, which materialises
+// [B, H, L, L] scores. There the K/V heads are repeated first (a transient [B, H, L, Dh] copy) so the
+// memory-efficient kernel serves. The CPU keeps enable_gqa (its flash kernel takes masks and fp32).
+at::Tensor grouped_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const std::optional<at::Tensor>& mask, bool causal, double scale, int64_t rep) {
+  const bool repeat = rep > 1 && q.is_cuda() && (mask.has_value() || q.scalar_type() == at::kFloat);
+  if (repeat)
+    return at::scaled_dot_product_attention(q, repeat_kv(k, rep), repeat_kv(v, rep), mask, 0.0, causal, scale);
+  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale, /*enable_gqa=*/rep > 1);
+}
+
 // Plain causal attention through the fused kernel SDPA would pick, keeping the per-row log-sum-exp it computes
 // anyway. Returns {out [B,H,L,Dh], lse [B,H,L] fp32}, or {undefined, undefined} when no such kernel applies.
 std::pair<at::Tensor, at::Tensor> causal_attention_with_lse(const at::Tensor& q, const at::Tensor& k,
@@ -201,7 +213,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   } else {
     // An undefined tensor inside the optional is not "no mask" to SDPA: pass nullopt explicitly.
     auto m = mask.allowed.defined() ? std::optional<at::Tensor>(mask.allowed) : std::nullopt;
-    out = at::scaled_dot_product_attention(q, k, v, m, 0.0, causal, scale, /*enable_gqa=*/rep > 1);
+    out = grouped_sdpa(q, k, v, m, causal, scale, rep);
   }
   out = out.transpose(1, 2).reshape({B, L, n_heads * head_dim});
   return lora_linear(*o_proj, out);
