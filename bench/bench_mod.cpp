@@ -6,8 +6,10 @@
 // (every sample seq tokens) and unequal ones (seq, 7/8, 3/4, 5/8 ... of seq, right-padded: ragged kept counts).
 // Random weights, text-only inputs with image-like routable spans; the host role counts are made as the data
 // pipeline makes them (data/batch.cpp), so a step's syncs are the trainer's.
+// With --bf16 / --checkpointing full (the GPU check's ≈1B-parameter shape): model FLOP utilisation against the
+// device's peak (trainer/peak_flops.h), tokens/s and, on CUDA, peak allocated and reserved memory per variant.
 //   bench_mod [--hidden 512] [--layers 8] [--seq 512] [--batch 4] [--iters 3] [--routable 5/8 seq]
-//             [--lengths equal|unequal|both] [--cuda]
+//             [--lengths equal|unequal|both] [--cuda] [--bf16] [--checkpointing none|full] [--no-decode]
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
@@ -21,7 +23,9 @@
 #include "mod/accounting.h"
 #include "mod/conversion.h"
 #include "mod/host_sync_counter.h"
+#include "model/activation_checkpoint.h"
 #include "model/token_roles.h"
+#include "trainer/metrics.h"
 
 using namespace gmod;
 
@@ -29,8 +33,8 @@ namespace {
 
 struct Args {
   int hidden = 512, layers = 8, seq = 512, batch = 4, iters = 3, routable = 0;  // 0: 5/8 of seq
-  bool cuda = false;
-  std::string lengths = "both";
+  bool cuda = false, bf16 = false, decode = true;
+  std::string lengths = "both", checkpointing = "none";
 };
 
 Args parse(int argc, char** argv) {
@@ -47,10 +51,15 @@ Args parse(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--iters")) next(a.iters);
     else if (!std::strcmp(argv[i], "--routable")) next(a.routable);
     else if (!std::strcmp(argv[i], "--cuda")) a.cuda = true;
+    else if (!std::strcmp(argv[i], "--bf16")) a.bf16 = true;
+    else if (!std::strcmp(argv[i], "--no-decode")) a.decode = false;
+    else if (!std::strcmp(argv[i], "--checkpointing") && i + 1 < argc) a.checkpointing = argv[++i];
     else if (!std::strcmp(argv[i], "--lengths") && i + 1 < argc) a.lengths = argv[++i];
     else throw std::invalid_argument(std::string("unknown option ") + argv[i]);
   }
   if (a.routable == 0) a.routable = a.seq * 5 / 8;
+  if (a.checkpointing != "none" && a.checkpointing != "full")
+    throw std::invalid_argument("--checkpointing must be none or full");
   if (a.routable < 33 || a.routable > a.seq) throw std::invalid_argument("--routable must be in [33, seq]");
   if (a.lengths != "equal" && a.lengths != "unequal" && a.lengths != "both")
     throw std::invalid_argument("--lengths must be equal, unequal or both");
@@ -67,7 +76,8 @@ std::shared_ptr<MultimodalLM> make_model(const Args& a, at::Device dev) {
   c.text.vocab_size = 1000;
   auto m = std::make_shared<MultimodalLM>(c);
   m->init_weights(1);
-  m->to(dev);
+  m->to(dev, a.bf16 ? at::kBFloat16 : at::kFloat);
+  m->llm->activation_checkpointing = parse_activation_checkpointing(a.checkpointing);
   return m;
 }
 
@@ -116,7 +126,7 @@ double time_it(int iters, bool cuda, F f) {
 
 const char* const kUsage =
     "usage: bench_mod [--hidden 512] [--layers 8] [--seq 512] [--batch 4] [--iters 3] [--routable N]\n"
-    "                 [--lengths equal|unequal|both] [--cuda]\n"
+    "                 [--lengths equal|unequal|both] [--cuda] [--bf16] [--checkpointing none|full] [--no-decode]\n"
     "Mixture-of-Depths vs dense: fwd+bwd step and prefill time next to the FLOP ratio of the accounting,\n"
     "and the host synchronisations of one training step, for dense, γ-MoD and A-MoD, equal and ragged\n"
     "sample lengths.\n";
@@ -142,9 +152,10 @@ int main(int argc, char** argv) {
   const char* variant_names[3] = {"dense", "gamma-MoD", "A-MoD"};
   const MoDConfig* variant_cfg[3] = {nullptr, &gamma, &amod};
 
-  std::printf("config: hidden %d, layers %d (γ-MoD %zu, A-MoD %zu), seq %d, batch %d, routable %d, skip_frac 0.5, %s\n",
+  std::printf("config: hidden %d, layers %d (γ-MoD %zu, A-MoD %zu), seq %d, batch %d, routable %d, skip_frac 0.5, %s, "
+              "%s, activation checkpointing %s\n",
               a.hidden, a.layers, gamma.mod_layers.size(), amod.mod_layers.size(), a.seq, a.batch, a.routable,
-              a.cuda ? "cuda" : "cpu");
+              a.cuda ? "cuda" : "cpu", a.bf16 ? "bf16" : "fp32", a.checkpointing.c_str());
   for (int unequal = 0; unequal < 2; ++unequal) {
     if ((unequal && a.lengths == "equal") || (!unequal && a.lengths == "unequal")) continue;
     const auto lengths = sample_lengths(a, unequal);
@@ -155,7 +166,9 @@ int main(int argc, char** argv) {
     double times[3][2];
     HostSyncCounter::Counts syncs[3];
     ComputeReport rep[3];
+    double peak_alloc[3] = {}, peak_reserved[3] = {};
     for (int variant = 0; variant < 3; ++variant) {
+      bench::reset_cuda_peaks(a.cuda);
       auto model = make_model(a, dev);
       if (variant_cfg[variant]) convert_to_mod(*model, *variant_cfg[variant]);
       model->train();
@@ -176,6 +189,7 @@ int main(int argc, char** argv) {
         step();
         syncs[variant] = counter.counts();
       }
+      bench::cuda_peaks(a.cuda, peak_alloc[variant], peak_reserved[variant]);
       times[variant][1] = time_it(a.iters, a.cuda, [&] {
         at::NoGradGuard ng;
         ForwardState st;
@@ -199,8 +213,20 @@ int main(int argc, char** argv) {
     {  // realised against theoretical on the trainer's FLOP formula, and batched decode (bench/mod_savings.h)
       auto model = make_model(a, dev);
       convert_to_mod(*model, gamma);
-      bench::print_train_flop_saving(*model, in, times[0][0], times[1][0]);
-      bench::bench_decode([&] { return make_model(a, dev); }, gamma, in, 16, a.cuda);
+      const auto f = bench::print_train_flop_saving(*model, in, times[0][0], times[1][0]);
+      const double peak = default_peak_tflops(dev, a.bf16 ? at::kBFloat16 : at::kFloat) * 1e12;
+      int64_t tokens = 0;
+      for (auto n : lengths) tokens += n;
+      for (int variant = 0; variant < 2; ++variant) {
+        const double fl = variant ? f.first : f.second, t = times[variant][0];
+        char mfu[32] = "n/a";
+        if (peak > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * fl / t / peak);
+        std::printf("%-9s train step %8.1f ms  %10.0f tokens/s  %7.2f TFLOP/s  MFU %s", variant_names[variant],
+                    1e3 * t, double(tokens) / t, fl / t * 1e-12, mfu);
+        if (a.cuda) std::printf("  peak allocated %.0f MiB, reserved %.0f MiB", peak_alloc[variant], peak_reserved[variant]);
+        std::printf("\n");
+      }
+      if (a.decode) bench::bench_decode([&] { return make_model(a, dev); }, gamma, in, 16, a.cuda);
     }
   }
   return 0;

@@ -22,13 +22,14 @@
 # The checks (about 5-7 min of GPU time on an H200):
 #   mod     (60 s) MoD on CUDA vs the CPU reference: the fused kernels' log-sum-exp for A-MoD scoring (mem-efficient
 #           fp32, flash bf16), γ-MoD and A-MoD training forward + backward (test_mod MoDCuda.*)
-#   llava   (45 s) LLaVA fp32 on CUDA vs the transformers fixtures (test_model HfParityCuda.*)
+#   llava   (45 s) LLaVA fp32 (TF32 off) on CUDA vs the transformers fixtures (test_model HfParityCuda.*:Fp32Precision.*)
 #   nccl    (75 s) NCCL ZeRO stages 0-2 (and 3 where built) fp32/bf16 vs the reference, and the overlap hooks, 1 rank
 #           (mpi_parallel ZeroNccl.*:OverlapNccl.*:Zero3Nccl.* as an MPI singleton; Zero3Nccl: ZeRO-3's gathers and
 #           reductions on side streams)
 #   offload (30 s) CPU-offloaded AdamW with pinned state and a device gradient, and ZeRO-2's bucket release on CUDA
 #           (test_parallel OffloadCuda.*:BucketRelease.Cuda*)
-#   ckptrng (20 s) the CUDA RNG state saved in a checkpoint and read back byte-exact (test_trainer CheckpointCudaRng.*)
+#   ckptrng (20 s) the CUDA RNG state saved in a checkpoint and read back byte-exact, and whether the bilinear
+#           backward / float cumsum run under deterministic CUDA (test_trainer CheckpointCudaRng.*:DeterministicCheck.Probes*)
 #   train   (120 s) gmod train of configs/tiny_parts.json on one GPU: 4 steps with a checkpoint at step 2, a second run
 #           stopped at step 2 and resumed (the log must say "resume: DIR (step 2, saved by ..."), and the two final
 #           checkpoints' weights equal (exported by gmod export, safetensors compared); figure: mfu
@@ -39,6 +40,9 @@
 #   decode  (75 s) a measurement, not a check: bench_decode --cuda (LLaMA-shaped, hidden 1024, 12 layers, batches
 #           1/8/32): dense vs γ-MoD next-token ms, the floor its routing decisions allow and the realised fraction
 #           (docs/eval.md, "Decode speed"); PASS when it ran, its lines in the log and in summary.json
+#   mfu     (150 s) a measurement, run last in what the checks left (else SKIP): bench_mod --cuda --bf16 on a
+#           LLaMA-shaped ≈1B model (hidden 2048, 16 layers, 4 x 2048 tokens), activation checkpointing off and on:
+#           dense vs γ-MoD step ms, tokens/s, TFLOP/s, MFU against the device's peak, peak allocated/reserved MiB
 # Prints one line per part (PASS / FAIL / SKIP and the figure that decided it) and "gpu_check: PASS" or
 # "gpu_check: FAIL (parts)", with "[skipped: parts]" when any part skipped; exit code 1 on any failure. On the GPU
 # machine a gtest case that skips (no usable device) is a FAIL. Logs: $GMOD_GPU_LOGS, default $OUT/gmod-gpu-check
@@ -50,7 +54,7 @@ set -uo pipefail
 [[ ${1:-} == --help || ${1:-} == -h ]] && { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0; }
 root="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${GMOD_PYTHON:-python3}"
-TARGETS=(gmod test_mod test_model mpi_parallel test_parallel test_trainer bench_decode)
+TARGETS=(gmod test_mod test_model mpi_parallel test_parallel test_trainer bench_decode bench_mod)
 
 # --- here: build and pack ----------------------------------------------------------------------------------------
 # Copies FILE to OUT/sys/<its path without /usr> (the layout Open MPI relocates with OPAL_PREFIX=OUT/sys).
@@ -64,7 +68,7 @@ pack() {
   mkdir -p "$out/bin" "$out/lib"
   local b
   for b in bin/gmod tests/mod/test_mod tests/model/test_model tests/parallel/mpi_parallel tests/parallel/test_parallel \
-           tests/trainer/test_trainer bench/bench_decode; do
+           tests/trainer/test_trainer bench/bench_decode bench/bench_mod; do
     strip -o "$out/bin/$(basename "$b")" "$build/$b" || return 1
   done
   # Libraries of the Debian packages (MPI, HDF5, SentencePiece, PCRE2, JPEG, PNG, ...) the binaries load; not
@@ -240,6 +244,24 @@ check_decode() {  # BIN
   fi
 }
 
+# A measurement, not a check: dense vs γ-MoD bf16 training steps of a LLaMA-shaped ≈1B-parameter model (hidden
+# 2048, 16 layers, 4 x 2048 tokens), activation checkpointing off and on: step time, tokens/s, TFLOP/s, MFU against
+# the device's peak, peak allocated / reserved memory (bench_mod --bf16).
+MFU_ARGS=(--cuda --bf16 --hidden 2048 --layers 16 --seq 2048 --batch 4 --iters 3 --lengths equal --no-decode)
+check_mfu() {  # BIN
+  local log="$LOGS/mfu.log" rc=0 ck lines=""
+  : >"$log"
+  for ck in none full; do
+    timeout -k 5 "$(sub 150)" "$1" "${MFU_ARGS[@]}" --checkpointing $ck >>"$log" 2>&1 || { rc=$?; break; }
+  done
+  lines=$(grep -E 'activation checkpointing|train step|realised saving' "$log" | tr -s ' ' | tr '\n' ';' | tr '\t' ' ')
+  if [[ $rc -eq 0 && $(grep -c ' train step ' "$log") -ge 4 ]]; then
+    EXTRA="mfu_lines=$lines"
+    verdict mfu PASS "$lines"
+  else verdict mfu FAIL "rc $rc$([[ $rc == 124 || $rc == 137 ]] && echo " (over the limit)"), log $log: $(grep -m1 -iE 'error' "$log")"
+  fi
+}
+
 check_train_zero3() {  # BINDIR
   local gmod=$1/gmod w="$WORK/zero3" lg="$LOGS/zero3" st
   rm -rf "$w" "$lg" && mkdir -p "$w" "$lg"
@@ -301,6 +323,7 @@ main() {
       bindir="${GMOD_BUILD_DIR:-$root/build}" MODE=dry-run DEV=cpu
       [[ -z ${GMOD_PYTHON:-} ]] && PY=$(sed -n 's/^GMOD_PYTHON:[A-Z]*=//p' "$bindir/CMakeCache.txt" 2>/dev/null) && PY=${PY:-python3}
       DECODE_ARGS=(--only llama --batches 1,2 --new 4 --reps 1 --hidden 128 --layers 3 --seq 100 --demo-seq 100)
+      MFU_ARGS=(--hidden 128 --layers 4 --seq 128 --batch 2 --iters 1 --lengths equal --no-decode)
     fi
     pack=""
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 GMOD_SOURCE_DIR="$root"
@@ -320,19 +343,23 @@ main() {
   summary running
   local b="${bindir:-$pack/bin}"
   local tm=$b/test_mod tmo=$b/test_model mp=$b/mpi_parallel tp=$b/test_parallel tt=$b/test_trainer g=$b/gmod bd=$b/bench_decode
+  local bm=$b/bench_mod
   if [[ -n ${bindir:-} ]]; then
     tm=$b/tests/mod/test_mod tmo=$b/tests/model/test_model mp=$b/tests/parallel/mpi_parallel
     tp=$b/tests/parallel/test_parallel tt=$b/tests/trainer/test_trainer g=$b/bin/gmod bd=$b/bench/bench_decode
+    bm=$b/bench/bench_mod
   fi
-  # Part limits sum to 525 s, inside the default deadline of 540 s (and run's 600 s a command).
+  # Part limits sum to 525 s, inside the default deadline of 540 s (and run's 600 s a command); mfu (a measurement)
+  # comes last and runs only in what the checks left (SKIP otherwise).
   part mod     60 gtest "$tm" 'MoDCuda.*'
-  part llava   45 gtest "$tmo" 'HfParityCuda.*'
+  part llava   45 gtest "$tmo" 'HfParityCuda.*:Fp32Precision.*'
   part nccl    75 gtest "$mp" 'ZeroNccl.*:OverlapNccl.*:Zero3Nccl.*'
   part offload 30 gtest "$tp" 'OffloadCuda.*:BucketRelease.Cuda*'
-  part ckptrng 20 gtest "$tt" 'CheckpointCudaRng.*'
+  part ckptrng 20 gtest "$tt" 'CheckpointCudaRng.*:DeterministicCheck.Probes*'
   part train  120 check_train "$(dirname "$g")"
   part zero3  100 check_train_zero3 "$(dirname "$g")"
   part decode  75 check_decode "$bd"
+  part mfu    150 check_mfu "$bm"
   local v
   if [[ ${#FAILED[@]} -eq 0 ]]; then v="gpu_check: PASS"; else v="gpu_check: FAIL (${FAILED[*]})"; fi
   [[ ${#SKIPPED[@]} -gt 0 ]] && v+=" [skipped: ${SKIPPED[*]}]"

@@ -10,10 +10,16 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <utility>
 
 #include "mod/conversion.h"
 #include "mod/generate.h"
 #include "trainer/flops.h"
+
+#ifdef GMOD_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace gmod::bench {
 
@@ -33,7 +39,9 @@ inline void print_saving(const char* what, double t_dense, double t_mod, double 
 
 // The fwd+bwd step of `model` (MoD) on `in`: train FLOPs against the dense model on the same tokens, everything
 // trainable, against the measured step times.
-inline void print_train_flop_saving(MultimodalLM& model, const ModelInputs& in, double t_dense, double t_mod) {
+// Returns {the MoD model's train-step FLOPs, the dense model's}.
+inline std::pair<double, double> print_train_flop_saving(MultimodalLM& model, const ModelInputs& in, double t_dense,
+                                                         double t_mod) {
   ForwardState st;
   {
     at::NoGradGuard ng;
@@ -48,6 +56,27 @@ inline void print_train_flop_saving(MultimodalLM& model, const ModelInputs& in, 
   std::printf("train step FLOPs (trainer/flops.h, LM head included): %.4g GFLOP, dense %.4g GFLOP\n", f.flops * 1e-9,
               f.dense_flops * 1e-9);
   print_saving("fwd+bwd (train FLOPs)", t_dense, t_mod, f.flops, f.dense_flops);
+  return {double(f.flops), double(f.dense_flops)};
+}
+
+// CUDA peak memory statistics of this process (MiB): reset before a variant, read after its steps; no-ops on the
+// CPU or without CUDA.
+inline void reset_cuda_peaks(bool cuda) {
+#ifdef GMOD_WITH_CUDA
+  if (cuda) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+#endif
+  (void)cuda;
+}
+inline void cuda_peaks(bool cuda, double& alloc_mib, double& reserved_mib) {
+#ifdef GMOD_WITH_CUDA
+  if (cuda) {
+    const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    alloc_mib = double(s.allocated_bytes[agg].peak) / (1 << 20);
+    reserved_mib = double(s.reserved_bytes[agg].peak) / (1 << 20);
+  }
+#endif
+  (void)cuda, (void)alloc_mib, (void)reserved_mib;
 }
 
 // Batched greedy decode of `new_tokens` tokens after the prompts `in` (no EOS stop), dense against γ-MoD with
