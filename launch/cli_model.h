@@ -22,6 +22,7 @@
 #include "mod/mod_config.h"
 #include "model/config.h"
 #include "model/pretrained.h"
+#include "model/tower_refs.h"
 
 namespace gmod::cli {
 
@@ -35,7 +36,25 @@ struct ModelOptions {
   std::optional<uint64_t> random_init;
   std::string mod;
   std::string fastv;  // "K:R": FastV at inference (mod/fastv.h)
+  TowerOverrides towers;
 };
+
+// --vision-tower, --vision-tower-slow, --vision-tower-aux: where the towers an original config names are
+// (model/tower_refs.h); the runner passes them to set_tower_overrides before loading.
+inline void add_tower_options(CLI::App& app, TowerOverrides& t) {
+  const char* g = "Vision towers named by an original LLaVA / LLaVA-HR / MGM / γ-MoD config";
+  add(app, "--vision-tower", t.vision,
+      "the CLIP tower's directory (config.json), instead of looking up mm_vision_tower (model dir, path, "
+      "Hugging Face cache, known architectures)")
+      ->type_name("DIR")
+      ->group(g);
+  add(app, "--vision-tower-slow", t.vision_slow, "LLaVA-HR's ConvNeXt: a timm name or a directory")
+      ->type_name("NAME|DIR")
+      ->group(g);
+  add(app, "--vision-tower-aux", t.vision_aux, "Mini-Gemini's auxiliary ConvNeXt: a directory (its name decides)")
+      ->type_name("DIR")
+      ->group(g);
+}
 
 inline void add_model_options(CLI::App& app, ModelOptions& o) {
   add(app, "--model", o.model, "Hugging Face model dir (dense, or γ-MoD with \"mod\" in config.json)")
@@ -62,6 +81,7 @@ inline void add_model_options(CLI::App& app, ModelOptions& o) {
       "convert to γ-MoD by this rule (e.g. layers:2,3 or arank_mod), fresh shared router")
       ->type_name("RULE")
       ->group(g);
+  add_tower_options(app, o.towers);
 }
 
 // --tokenizer, --template, --max-len: how records become tokens.
@@ -115,6 +135,7 @@ inline CliModel load_cli_model(const ModelOptions& o) {
   m.dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   m.device = at::Device(o.device);
   if (o.threads > 0) at::set_num_threads(o.threads);
+  set_tower_overrides(o.towers);
   if (o.random_init) {
     m.model = std::make_shared<MultimodalLM>(load_model_config(m.dir));
     m.model->init_weights(*o.random_init);

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "launch/args.h"
+#include "launch/cli_model.h"
 #include "mod/mod_checkpoint.h"
 #include "model/config.h"
 #include "model/lm_loss.h"
@@ -31,6 +32,7 @@ struct ForwardOptions {
   int seq = 64;
   int threads = 0;
   std::optional<double> check_reference;
+  TowerOverrides towers;
 };
 
 int run_forward(const ForwardOptions& o) {
@@ -38,6 +40,7 @@ int run_forward(const ForwardOptions& o) {
   if (o.threads > 0) at::set_num_threads(o.threads);
   const at::Device device(o.device);
   const std::string& dir = o.model;
+  set_tower_overrides(o.towers);
 
   const auto ref_path = (std::filesystem::path(dir) / "reference.safetensors").string();
   // The random batch (no reference.safetensors): its length must fit the model (config.json only, before loading).
@@ -118,6 +121,7 @@ Runner setup(CLI::App& app) {
       "compare step 0's loss with reference.safetensors' \"loss\" (transformers); exit 1 when |diff| > TOL")
       ->type_name("TOL")
       ->check(non_negative());
+  add_tower_options(app, o->towers);
   return [o] { return run_forward(*o); };
 }
 

@@ -183,7 +183,11 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
       "router_aux_loss_coef", "infer_threshold", "decode_threshold", "decode_skip", "scale_by_router",
       "router_init", "router_init_seed", "amod_causal_normalise", "amod_skipped", "amod_routable", "mode",
       "selection", "fastv_k", "fastv_r", "adaptive_threshold", "avg_seqlen", "layer_arank",
-      "avg_seqlen_source"};
+      "avg_seqlen_source",
+      // γ-MoD's own config.mod (its MoDLLaVALlamaConfig): mod_mode is the layer rule it chose the layers by
+      // (kept as `selection`); capacity_factor is stored but its routing formula does not read it (mod-spec.md:
+      // the 0.5 is hard-coded), so it is accepted and does not change skip_frac.
+      "mod_mode", "capacity_factor"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find(known.begin(), known.end(), it.key()) == known.end())
       throw std::invalid_argument(source + ": unknown MoD config key \"" + it.key() + "\"");
@@ -210,6 +214,11 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
       c.amod_routable = parse_enum<AmodRoutable>(j.at("amod_routable").get<std::string>(), source);
     if (j.contains("mode")) c.mode = parse_enum<RoutingMode>(j.at("mode").get<std::string>(), source);
     if (j.contains("selection")) c.selection = j.at("selection").get<std::string>();
+    else if (j.contains("mod_mode") && j.at("mod_mode").is_string())
+      c.selection = j.at("mod_mode").get<std::string>();
+    if (j.contains("capacity_factor") && !j.at("capacity_factor").is_number())
+      throw std::invalid_argument(source + ": capacity_factor must be a number, not " +
+                                  j.at("capacity_factor").dump());
     if (j.contains("fastv_k")) c.fastv_k = j.at("fastv_k").get<int>();
     if (j.contains("fastv_r")) c.fastv_r = j.at("fastv_r").get<double>();
     if (j.contains("adaptive_threshold"))

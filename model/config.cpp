@@ -2,6 +2,7 @@
 
 #include "model/llava_hr_config.h"
 #include "model/mgm_config.h"
+#include "model/tower_refs.h"
 
 #include <climits>
 #include <cmath>
@@ -88,7 +89,9 @@ LlmFamily parse_family(const nlohmann::json& j, const std::string& where, std::v
   Reader{j, where, errors}.optional("model_type", type);
   if (type == "qwen2" || type == "llava_qwen" || type == "llava_qwen2") return LlmFamily::kQwen2;
   if (type == "mistral" || type == "llava_mistral" || type == "mgm_mistral") return LlmFamily::kMistral;
-  if (type != "llama" && type != "mgm" && type.rfind("llava", 0) != 0)
+  // γ-MoD's own: mod_llava_llama (LLaVA-1.5 / LLaVA-HR based), mod_mgm (Mini-Gemini based), both LLaMA.
+  if (type != "llama" && type != "mgm" && type != "mod_mgm" && type.rfind("llava", 0) != 0 &&
+      type.rfind("mod_llava", 0) != 0)
     errors.push_back(where + "model_type '" + type + "' is not supported (llama, qwen2, mistral)");
   return LlmFamily::kLlama;
 }
@@ -338,8 +341,8 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
       if (j.contains("vision_config") && j["vision_config"].is_object())
         c.vision = parse_clip_vision_config(j["vision_config"], where + "vision_config: ", errors);
       else
-        errors.push_back(where + "original LLaVA config without an embedded 'vision_config': add the CLIP "
-                         "vision config of '" + j.value("mm_vision_tower", std::string("?")) + "'");
+        errors.push_back(where + "original LLaVA config without 'mm_vision_tower' or an embedded 'vision_config' "
+                         "(the CLIP tower; model/tower_refs.h)");
       r.optional("image_token_id", c.image_token_id);
       if (j.contains("is_multipath_encoder") && !j["is_multipath_encoder"].is_boolean())
         errors.push_back(where + "field 'is_multipath_encoder' must be true or false");
@@ -412,6 +415,7 @@ LlavaConfig load_model_config(const std::string& path) {
   } catch (const std::exception& e) {
     throw std::runtime_error(p.string() + ": malformed JSON: " + e.what());
   }
+  resolve_tower_refs(j, p.parent_path().string(), p.string());  // towers named, not embedded (model/tower_refs.h)
   return parse_model_config(j, p.string());
 }
 

@@ -59,6 +59,7 @@ at::Tensor MultimodalLM::image_features(const at::Tensor& pixel_values) {
 
 at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values) {
   auto is_img = input_ids == config.image_token_id;  // [B, L]
+  check_token_ids(input_ids, is_img);
   // A model composed from parts keeps the LLM's vocabulary and uses id vocab_size as the image placeholder (as
   // LLaVA's IMAGE_TOKEN_INDEX): those rows are looked up as id 0 and then overwritten by image features.
   auto emb = llm->embed(config.image_token_id >= config.text.vocab_size ? input_ids.masked_fill(is_img, 0)
@@ -78,6 +79,21 @@ at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Ten
     throw std::invalid_argument(os.str());
   }
   return emb.masked_scatter(is_img.unsqueeze(-1), feats.reshape({-1, feats.size(-1)}));
+}
+
+void MultimodalLM::check_token_ids(const at::Tensor& input_ids, const at::Tensor& is_img) const {
+  // An id outside the vocabulary (LLaVA's -200 image marker given as text, a tokenizer larger than the model)
+  // would be LibTorch's "index out of range in self" on the CPU and a device-side assert on CUDA: name it.
+  const int64_t V = config.text.vocab_size;
+  const auto bad = ((input_ids < 0) | (input_ids >= V)) & is_img.logical_not();
+  if (!bad.any().item<bool>()) return;
+  const auto where = bad.nonzero().cpu();  // [n, 2]
+  const int64_t b = where[0][0].item<int64_t>(), t = where[0][1].item<int64_t>();
+  throw std::invalid_argument("input_ids: " + std::to_string(where.size(0)) +
+                              " token id(s) outside the vocabulary [0, " + std::to_string(V) + "), the first " +
+                              std::to_string(input_ids[b][t].item<int64_t>()) + " at sample " + std::to_string(b) +
+                              ", position " + std::to_string(t) + " (the image token is id " +
+                              std::to_string(config.image_token_id) + ")");
 }
 
 void prepare_forward_state(ForwardState& st, const at::Tensor& input_ids, const at::Tensor& attention_mask,

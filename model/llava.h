@@ -40,6 +40,9 @@ class MultimodalLM : public torch::nn::Module {
 
   // Embeddings with image features spliced in: [B, L, D].
   at::Tensor embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values);
+  // Throws a named std::invalid_argument (count, first id, sample and position) when an id that is not an image
+  // position (`is_img`) lies outside [0, vocab_size). embed_inputs calls it: every command's forward is covered.
+  void check_token_ids(const at::Tensor& input_ids, const at::Tensor& is_img) const;
   // Projected image features [N_images, image_seq_length, D].
   at::Tensor image_features(const at::Tensor& pixel_values);
   // Full forward. `st` may request attention maps; routing layers report into it.
