@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <thread>
 
 
 namespace gmod {
@@ -99,25 +100,51 @@ bool Dataset::try_prepare(size_t index, PreparedSample& out, BadRecord& bad, boo
   }
 }
 
-const std::vector<int64_t>& Dataset::modality_lengths() const {
-  std::call_once(lengths_once_, [this] {
-    std::vector<int64_t> out(records_->size(), -1);
-    for (size_t i = 0; i < out.size(); ++i) {
-      try {
-        const Record r = records_->get(i);
-        int64_t words = 0;
-        for (const auto& t : r.conversations) {
-          bool in_word = false;
-          for (char c : t.value) {
-            const bool ws = c == ' ' || c == '\n' || c == '\t' || c == '\r';
-            if (!ws && !in_word) ++words;
-            in_word = !ws;
-          }
-        }
-        out[i] = r.images.empty() ? -std::max<int64_t>(words, 1) : words + 128;
-      } catch (const RecordError&) {
+namespace {
+
+// LLaVA's modality length of one record (word count of every turn, +128 with an image, negative for text-only);
+// -1 for a record that does not parse.
+int64_t modality_length(const RecordFile& records, size_t i) {
+  try {
+    const Record r = records.get(i);
+    int64_t words = 0;
+    for (const auto& t : r.conversations) {
+      bool in_word = false;
+      for (char c : t.value) {
+        const bool ws = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+        if (!ws && !in_word) ++words;
+        in_word = !ws;
       }
     }
+    return r.images.empty() ? -std::max<int64_t>(words, 1) : words + 128;
+  } catch (const RecordError&) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+// The lengths come from `<file>.gmodidx.modality_lengths.v1` when it matches the file (records.h: invalidated with
+// the index); otherwise every record is parsed once, on all cores, and the cache written for the next start.
+const std::vector<int64_t>& Dataset::modality_lengths() const {
+  std::call_once(lengths_once_, [this] {
+    static const std::string tag = "modality_lengths.v1";
+    std::vector<int64_t> out;
+    if (records_->load_derived(tag, out)) {
+      lengths_ = std::move(out);
+      return;
+    }
+    out.assign(records_->size(), -1);
+    const size_t n = out.size();
+    const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    const size_t workers = std::max<size_t>(1, std::min<size_t>(cores, (n + 4095) / 4096));
+    std::vector<std::thread> pool;
+    for (size_t w = 0; w < workers; ++w)
+      pool.emplace_back([&, w] {
+        for (size_t i = n * w / workers; i < n * (w + 1) / workers; ++i) out[i] = modality_length(*records_, i);
+      });
+    for (auto& t : pool) t.join();
+    records_->write_derived(tag, out);
     lengths_ = std::move(out);
   });
   return lengths_;

@@ -58,7 +58,8 @@ class Dataset {
   // Same, reporting a bad record instead of throwing; returns false when bad.
   bool try_prepare(size_t index, PreparedSample& out, BadRecord& bad, bool decode_images = true) const;
   // LLaVA's modality lengths for group_by_modality_length: word count (+128 with an image), negative for
-  // text-only. Parses every record on the first call (malformed records get length -1), cached after that.
+  // text-only; malformed records get -1. Read from the index's side cache (`<file>.gmodidx.modality_lengths.v1`)
+  // when it matches the file, else every record is parsed once on all cores and the cache written; kept after that.
   const std::vector<int64_t>& modality_lengths() const;
 
   const RecordFile& records() const { return *records_; }

@@ -68,7 +68,7 @@ std::string guess_id(const std::string& text) {
 
 }  // namespace
 
-RecordFile::RecordFile(const std::string& path, bool use_cache) : path_(path) {
+RecordFile::RecordFile(const std::string& path, bool use_cache) : path_(path), use_cache_(use_cache) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw std::runtime_error(sys_error("cannot open record file", path));
   struct stat st {};
@@ -216,34 +216,77 @@ bool RecordFile::load_cache() {
   return ok;
 }
 
-// Written to a temporary name and renamed, so concurrent readers (several ranks) never see a partial index.
-// An unwritable directory is not an error: the index then lives in memory only.
-void RecordFile::write_cache() {
-  const std::string cp = cache_path(path_);
-  const std::string tmp = cp + ".tmp." + std::to_string(::getpid());
+namespace {
+
+// Written to a temporary name and renamed, so concurrent readers (several ranks) never see a partial file.
+bool write_file_atomic(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  std::string out(kMagic, 8);
-  auto put = [&out](uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put(file_size_);
-  put(static_cast<uint64_t>(mtime_ns_));
-  put(content_hash_);
-  put(jsonl_ ? 1 : 0);
-  put(spans_.size());
-  out.append(reinterpret_cast<const char*>(spans_.data()), spans_.size() * sizeof(RecordSpan));
+  if (fd < 0) return false;
   bool ok = true;
-  for (size_t done = 0; ok && done < out.size();) {
-    ssize_t n = ::write(fd, out.data() + done, out.size() - done);
+  for (size_t done = 0; ok && done < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     ok = n > 0;
     if (ok) done += static_cast<size_t>(n);
   }
   ok = (::close(fd) == 0) && ok;
-  if (ok && ::rename(tmp.c_str(), cp.c_str()) == 0) {
-    cache_written_ = true;
-  } else {
-    ::unlink(tmp.c_str());
+  if (ok && ::rename(tmp.c_str(), path.c_str()) == 0) return true;
+  ::unlink(tmp.c_str());
+  return false;
+}
+
+void put_u64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+
+constexpr char kDerivedMagic[8] = {'G', 'M', 'O', 'D', 'D', 'R', 'V', '1'};
+
+}  // namespace
+
+// An unwritable directory is not an error: the index then lives in memory only.
+void RecordFile::write_cache() {
+  std::string out(kMagic, 8);
+  put_u64(out, file_size_);
+  put_u64(out, static_cast<uint64_t>(mtime_ns_));
+  put_u64(out, content_hash_);
+  put_u64(out, jsonl_ ? 1 : 0);
+  put_u64(out, spans_.size());
+  out.append(reinterpret_cast<const char*>(spans_.data()), spans_.size() * sizeof(RecordSpan));
+  cache_written_ = write_file_atomic(cache_path(path_), out);
+}
+
+bool RecordFile::write_derived(const std::string& tag, const std::vector<int64_t>& values) const {
+  if (!use_cache_ || values.size() != spans_.size()) return false;
+  std::string out(kDerivedMagic, 8);
+  put_u64(out, file_size_);
+  put_u64(out, static_cast<uint64_t>(mtime_ns_));
+  put_u64(out, content_hash_);
+  put_u64(out, values.size());
+  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+  return write_file_atomic(cache_path(path_) + "." + tag, out);
+}
+
+bool RecordFile::load_derived(const std::string& tag, std::vector<int64_t>& out) const {
+  if (!use_cache_) return false;
+  int fd = ::open((cache_path(path_) + "." + tag).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct Header {
+    char magic[8];
+    uint64_t size;
+    int64_t mtime;
+    uint64_t hash;
+    uint64_t count;
+  } h{};
+  bool ok = ::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
+            std::memcmp(h.magic, kDerivedMagic, 8) == 0 && h.size == file_size_ && h.mtime == mtime_ns_ &&
+            h.hash == content_hash_ && h.count == spans_.size();
+  if (ok) {
+    std::vector<int64_t> v(h.count);
+    const size_t bytes = h.count * sizeof(int64_t);
+    ok = bytes == 0 || ::pread(fd, v.data(), bytes, sizeof h) == static_cast<ssize_t>(bytes);
+    if (ok) out = std::move(v);
   }
+  ::close(fd);
+  return ok;
 }
 
 std::string RecordFile::raw(size_t i) const {

@@ -70,6 +70,14 @@ class RecordFile {
   // Where the index of `path` is cached.
   static std::string cache_path(const std::string& path) { return path + ".gmodidx"; }
 
+  // Per-record integers derived by parsing the records (Dataset's modality lengths), cached as
+  // `<file>.gmodidx.<tag>` under the index's key (file size, mtime, content hash), so they are invalidated with it.
+  // load_derived fills `out` and returns true when such a cache exists, matches the file and holds one value per
+  // record; write_derived writes it atomically (temporary name + rename; an unwritable directory is no error).
+  // Neither touches the disk when the RecordFile was opened with use_cache = false.
+  bool load_derived(const std::string& tag, std::vector<int64_t>& out) const;
+  bool write_derived(const std::string& tag, const std::vector<int64_t>& values) const;
+
  private:
   void scan();
   bool load_cache();
@@ -83,6 +91,7 @@ class RecordFile {
   bool jsonl_ = false;
   IndexSource source_ = IndexSource::kScanned;
   bool cache_written_ = false;
+  bool use_cache_ = true;
   std::vector<RecordSpan> spans_;
 };
 

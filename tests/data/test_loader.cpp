@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -338,4 +339,54 @@ TEST(DataCheck, ReportsEveryProblemAndASummary) {
   std::ostringstream out3, err3;
   EXPECT_EQ(run_data_check({bad, "--bogus"}, out3, err3), 2);
   EXPECT_NE(err3.str().find("unknown option --bogus"), std::string::npos);
+}
+
+// group_by_modality_length's lengths (LLaVA's rule: words of every turn, +128 with an image, negative for
+// text-only) are computed once, on every core, and cached beside the index: a second start reads them instead of
+// parsing every record, and a changed file invalidates them with the index. The expected lengths come from how the
+// records were generated, not from the code.
+TEST(Loader, ModalityLengthsAreComputedInParallelOnceAndCachedWithTheIndex) {
+  gmod::test::TempDir dir;
+  const std::string path = dir.str("many.jsonl");
+  const int n = 9000;  // more than two workers' minimum share (4096 records each)
+  std::vector<int64_t> expected;
+  {
+    std::ofstream f(path);
+    for (int i = 0; i < n; ++i) {
+      const int q = 1 + i % 5, a = 1 + i % 7;  // words in the question and the answer
+      const bool image = i % 3 == 0;
+      std::string qs = image ? "<image>" : "", as;
+      for (int w = image ? 1 : 0; w < q; ++w) qs += (qs.empty() ? "" : " ") + std::string("w") + std::to_string(w);
+      for (int w = 0; w < a; ++w) as += (w ? "\\t" : "") + std::string("x");  // JSON escapes: tab, newline
+      f << R"({"id": )" << i << (image ? R"(, "image": "im.png")" : "") << R"(, "conversations": [{"from": "human", )"
+        << R"("value": ")" << qs << R"("}, {"from": "gpt", "value": ")" << (a > 3 ? "\\n" : "") << as << R"("}]})"
+        << "\n";
+      expected.push_back(image ? q + a + 128 : -(q + a));
+    }
+  }
+  auto lengths_of = [&](bool cache) {
+    DatasetConfig c;
+    c.data_path = path;
+    c.image_folder = dir.str();
+    c.use_index_cache = cache;
+    return Dataset(c, load_tokenizer(gmod::test::fixture("tokenizer/sp/tokenizer.model"))).modality_lengths();
+  };
+  const auto side = RecordFile::cache_path(path) + ".modality_lengths.v1";
+  EXPECT_EQ(lengths_of(false), expected);
+  EXPECT_FALSE(std::filesystem::exists(side)) << "use_index_cache = false wrote a cache";
+  EXPECT_EQ(lengths_of(true), expected);
+  ASSERT_TRUE(std::filesystem::exists(side));
+  // The next start reads the cache: planted values there are what it returns.
+  RecordFile rf(path);
+  std::vector<int64_t> planted(n, 7);
+  ASSERT_TRUE(rf.write_derived("modality_lengths.v1", planted));
+  EXPECT_EQ(lengths_of(true), planted);
+  // A changed file (one record more) invalidates index and lengths alike.
+  {
+    std::ofstream f(path, std::ios::app);
+    f << R"({"id": "new", "conversations": [{"from": "human", "value": "a b"}, {"from": "gpt", "value": "c"}]})"
+      << "\n";
+  }
+  expected.push_back(-3);
+  EXPECT_EQ(lengths_of(true), expected);
 }
