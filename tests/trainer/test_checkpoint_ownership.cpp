@@ -1,25 +1,36 @@
 // Checkpoint ownership: retention and re-saves never delete a checkpoint another job wrote unless it verifies; scan()
 // reports every newer failure; set-aside directories keep their contents and get unique names.
+#include <nlohmann/json.hpp>
+
 #include "tests/trainer/checkpoint_fixture.h"
 
-// Checkpoints of another job (an earlier run in this run dir) are deleted by retention only when they verify; a
-// corrupt one is set aside as step-N.corrupt, a save over another job's step-N keeps it as step-N.superseded; this
-// job's own are deleted and replaced as before.
+// Checkpoints of another job (an earlier run in this run dir) are deleted by retention only when their manifest is
+// complete and consistent (their data are not re-read: checked when written); one whose manifest is not is set
+// aside as step-N.corrupt, a save over another job's step-N keeps it as step-N.superseded; this job's own are
+// deleted and replaced as before.
 TEST(Checkpoint, AnotherJobsCorruptCheckpointIsNeverDeleted) {
   TempDir run;
   Fixture fx;
   CheckpointManager m(run.str());
-  for (int64_t step : {10, 20, 30}) save_sequential(run.str(), fx, step, 2, /*keep=*/0, nullptr, "old-job");
+  for (int64_t step : {5, 10, 20, 30}) save_sequential(run.str(), fx, step, 2, /*keep=*/0, nullptr, "old-job");
   EXPECT_EQ(CheckpointManager::writer_job(m.checkpoints_dir() + "/step-10"), "old-job");
-  flip_byte(m.checkpoints_dir() + "/step-10/model.h5", fs::file_size(m.checkpoints_dir() + "/step-10/model.h5") / 2);
+  {  // step-10's manifest lists a rank file more than its world size: inconsistent, found without reading data
+    std::ifstream in(m.checkpoints_dir() + "/step-10/manifest.json");
+    nlohmann::json man = nlohmann::json::parse(in);
+    man["world_size"] = 1;
+    std::ofstream(m.checkpoints_dir() + "/step-10/manifest.json") << man.dump();
+  }
+  // step-5's data are damaged: retention does not read them (no 100-GB read inside a save) and deletes it.
+  flip_byte(m.checkpoints_dir() + "/step-5/model.h5", fs::file_size(m.checkpoints_dir() + "/step-5/model.h5") / 2);
   Warnings w;
   save_sequential(run.str(), fx, 40, 2, /*keep=*/2, nullptr, "", w.fn());
   EXPECT_EQ(CheckpointManager::writer_job(m.checkpoints_dir() + "/step-40"), gmod::this_job_id());
-  // 40, 30 kept; 20 (valid, old job) deleted; 10 (corrupt, old job) set aside with a warning.
+  // 40, 30 kept; 20 and 5 (old job, manifests fine) deleted; 10 (inconsistent manifest) set aside with a warning.
   std::vector<int64_t> steps;
   for (const auto& e : m.list()) steps.push_back(e.step);
   EXPECT_EQ(steps, (std::vector<int64_t>{40, 30}));
   EXPECT_FALSE(fs::exists(m.checkpoints_dir() + "/step-20"));
+  EXPECT_FALSE(fs::exists(m.checkpoints_dir() + "/step-5"));
   EXPECT_TRUE(fs::exists(m.checkpoints_dir() + "/step-10.corrupt/model.h5"));
   ASSERT_EQ(w.msgs.size(), 1u);
   EXPECT_NE(w.msgs[0].find("step-10 fails verification"), std::string::npos) << w.msgs[0];
