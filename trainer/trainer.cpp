@@ -574,8 +574,8 @@ std::string Trainer::save_checkpoint() {
   o.keep_last = cfg_.checkpoint.keep_last;
   o.barrier = [this] { comm_->barrier(); };
   o.warn = [this](const std::string& w) { print("warning: " + w); };
-  // The others wait in the save's barriers while rank 0 writes model.h5 and applies retention (which re-reads the
-  // CRCs of other jobs' checkpoints before deleting them): a phase with its own deadline.
+  // The others wait in the save's barriers while rank 0 writes model.h5 (beside its own shard) and applies
+  // retention: a phase with its own deadline.
   const PhaseDeadline phase("checkpoint save (rank 0 writes the model and applies retention)",
                             "parallel.save_timeout_s", cfg_.parallel.save_timeout_s);
   last_checkpoint_ = CheckpointWriter(cfg_.run_dir, rank_, world_, o).save(c, mine);

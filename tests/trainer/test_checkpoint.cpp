@@ -469,3 +469,23 @@ TEST(Checkpoint, ExportForH5pyCheck) {
   std::string dir = save_sequential(out, fx, 100, 2);
   std::cout << "wrote " << dir << std::endl;
 }
+
+// A file's CRC read in parallel ranges (crc32_file: up to 8 threads, ranges of >= 64 MiB, joined with
+// crc32_combine) equals one sequential pass over its bytes, for a size that is not a multiple of anything, and
+// for small and empty files (one range).
+TEST(Checkpoint, ParallelFileCrcEqualsOneSequentialPass) {
+  TempDir dir;
+  for (const size_t n : {size_t(0), size_t(1000), (size_t(129) << 20) + 12345}) {
+    std::vector<unsigned char> bytes(n);
+    uint64_t x = 88172645463325252ull;
+    for (auto& b : bytes) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      b = static_cast<unsigned char>(x);
+    }
+    const std::string path = dir.str("f" + std::to_string(n));
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(n));
+    uint64_t size = 7;
+    EXPECT_EQ(gmod::crc32_file(path, &size), gmod::crc32_bytes(bytes.data(), n)) << n;
+    EXPECT_EQ(size, n);
+  }
+}

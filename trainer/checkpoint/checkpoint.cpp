@@ -183,10 +183,27 @@ std::string CheckpointWriter::save(const CheckpointContent& c, const RankState& 
   const fs::path final_dir = root / name;
   stage(SaveStage::kBegin);
 
-  // 1. Every rank: its optimizer shard, RNG state and layout index, then a CRC side file.
+  // 1. Every rank: its optimizer shard, RNG state and layout index, then a CRC side file; rank 0 first writes the
+  // model weights, so they are written while the other ranks write their shards (not after the barrier, with
+  // every other rank waiting).
   check_names(mine.tensors, optim_file(rank_));
   if (rank_ == 0) check_names(c.model, kModelFile);
   fs::create_directories(tmp);
+  json model_sum;
+  if (rank_ == 0) {
+    // A crashed earlier attempt at this step may have left any file in tmp: this one is written afresh.
+    const std::string path = (tmp / kModelFile).string();
+    H5File f = H5File::create(path);
+    f.set_attr("/", "format_version", kCheckpointFormatVersion);
+    f.set_attr("/", "step", c.step);
+    f.set_json_attr("/", "config", c.config);
+    f.set_json_attr("/", "tensor_names", names_of(c.model));
+    for (const auto& [tname, t] : c.model) f.write_tensor(tname, t);
+    f.close();
+    fsync_path(path, false);
+    model_sum = file_sum(path);
+    stage(SaveStage::kModelWritten);
+  }
   {
     const std::string path = (tmp / optim_file(rank_)).string();
     H5File f = H5File::create(path);
@@ -218,7 +235,7 @@ std::string CheckpointWriter::save(const CheckpointContent& c, const RankState& 
 
   if (rank_ == 0) {
     // Anything not written by this save (a crashed earlier attempt at this step, another world size) goes.
-    std::set<std::string> expected;
+    std::set<std::string> expected{kModelFile};
     for (int r = 0; r < world_size_; ++r) expected.insert({optim_file(r), sum_file(r)});
     std::vector<fs::path> foreign;
     for (const auto& e : fs::directory_iterator(tmp))
@@ -226,21 +243,7 @@ std::string CheckpointWriter::save(const CheckpointContent& c, const RankState& 
     for (const auto& p : foreign)
       if (!remove_tree(p)) throw std::runtime_error("checkpoint: cannot remove stale " + p.string());
 
-    // 2. Model weights.
-    {
-      const std::string path = (tmp / kModelFile).string();
-      H5File f = H5File::create(path);
-      f.set_attr("/", "format_version", kCheckpointFormatVersion);
-      f.set_attr("/", "step", c.step);
-      f.set_json_attr("/", "config", c.config);
-      f.set_json_attr("/", "tensor_names", names_of(c.model));
-      for (const auto& [tname, t] : c.model) f.write_tensor(tname, t);
-      f.close();
-      fsync_path(path, false);
-    }
-    stage(SaveStage::kModelWritten);
-
-    // 3. Trainer state.
+    // 2. (The model weights were written in step 1.) 3. Trainer state.
     json state{{"format_version", kCheckpointFormatVersion}, {"step", c.step},
                {"world_size", world_size_},           {"config", c.config},
                {"trainer_state", c.trainer_state},   {"data_position", c.data_position},
@@ -250,7 +253,7 @@ std::string CheckpointWriter::save(const CheckpointContent& c, const RankState& 
 
     // 4. Manifest with every file's size and CRC-32 (rank files' sums come from their side files), written last.
     json files = json::object();
-    files[kModelFile] = file_sum((tmp / kModelFile).string());
+    files[kModelFile] = model_sum;
     files[kStateFile] = file_sum((tmp / kStateFile).string());
     for (int r = 0; r < world_size_; ++r) {
       const fs::path sp = tmp / sum_file(r);

@@ -66,7 +66,7 @@ enum class SaveStage : int {
   kBegin = 0,               // nothing written yet
   kRankFileWritten,         // this rank's optim file and CRC side file are on disk
   kRanksSynced,             // after the first barrier (rank 0: stale *.tmp dirs removed)
-  kModelWritten,            // rank 0: model.h5
+  kModelWritten,            // rank 0: model.h5 (before its optim file, while the others write theirs)
   kTrainerStateWritten,     // rank 0: trainer-state.json
   kManifestWritten,         // rank 0: manifest.json in step-N.tmp/
   kRenamed,                 // rank 0: step-N.tmp renamed to step-N, parent fsynced

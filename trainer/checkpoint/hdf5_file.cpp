@@ -1,6 +1,9 @@
 // RAII over the HDF5 C API; see hdf5_file.h for the dtype mapping and the attribute conventions.
 #include "trainer/checkpoint/hdf5_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -9,6 +12,8 @@
 #include <cstring>
 #include <memory>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 namespace gmod {
 namespace {
@@ -428,18 +433,53 @@ uint32_t crc32_bytes(const void* data, size_t n, uint32_t crc) {
   return uint32_t(c);
 }
 
+// Split into at most 8 contiguous ranges of >= 64 MiB, one thread each (pread), joined with crc32_combine: the
+// same CRC as one sequential pass, several times faster on a file still in the page cache (a save's read-back).
 uint32_t crc32_file(const std::string& path, uint64_t* size_out) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
-  std::vector<unsigned char> buf(size_t(8) << 20);
-  uint32_t crc = 0;
-  uint64_t total = 0;
-  size_t got;
-  while ((got = std::fread(buf.data(), 1, buf.size(), f.get())) > 0) {
-    crc = crc32_bytes(buf.data(), got, crc);
-    total += got;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw std::runtime_error("cannot stat " + path + ": " + std::strerror(e));
   }
-  if (std::ferror(f.get())) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
+  const uint64_t size = uint64_t(st.st_size);
+  constexpr uint64_t kMinRange = uint64_t(64) << 20;
+  const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const uint64_t parts = std::max<uint64_t>(1, std::min<uint64_t>({8, cores, size / kMinRange}));
+  std::vector<uint32_t> crcs(parts, 0);
+  std::vector<uint64_t> got(parts, 0);
+  std::vector<int> errs(parts, 0);
+  auto run = [&](uint64_t i) {
+    const uint64_t begin = size * i / parts, end = size * (i + 1) / parts;
+    std::vector<unsigned char> buf(size_t(8) << 20);
+    uint32_t crc = 0;
+    for (uint64_t off = begin; off < end;) {
+      const ssize_t n = ::pread(fd, buf.data(), size_t(std::min<uint64_t>(buf.size(), end - off)), off_t(off));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        errs[i] = n < 0 ? errno : EIO;  // a file shorter than its fstat size: truncated under us
+        return;
+      }
+      crc = crc32_bytes(buf.data(), size_t(n), crc);
+      off += uint64_t(n);
+      got[i] += uint64_t(n);
+    }
+    crcs[i] = crc;
+  };
+  std::vector<std::thread> pool;
+  for (uint64_t i = 1; i < parts; ++i) pool.emplace_back(run, i);
+  run(0);
+  for (auto& t : pool) t.join();
+  ::close(fd);
+  uint32_t crc = crcs[0];
+  uint64_t total = got[0];
+  for (uint64_t i = 0; i < parts; ++i) {
+    if (errs[i]) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errs[i]));
+    if (i > 0) crc = uint32_t(::crc32_combine(crc, crcs[i], z_off_t(got[i])));
+    if (i > 0) total += got[i];
+  }
   if (size_out) *size_out = total;
   return crc;
 }

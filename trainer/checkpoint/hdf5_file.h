@@ -110,7 +110,8 @@ class H5File {
 
 // zlib CRC-32 of a byte range (continuing from `crc`, 0 to start).
 uint32_t crc32_bytes(const void* data, size_t n, uint32_t crc = 0);
-// CRC-32 and size of a whole file, streamed; throws naming the file when it cannot be read.
+// CRC-32 and size of a whole file, read in up to 8 parallel ranges (crc32_combine: the same value as one pass);
+// throws naming the file when it cannot be read.
 uint32_t crc32_file(const std::string& path, uint64_t* size_out = nullptr);
 // Torch dtype name as stored in the `dtype` attribute ("float32", "bfloat16", ...); throws for unsupported dtypes.
 std::string h5_dtype_name(at::ScalarType t);
