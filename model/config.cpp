@@ -343,6 +343,10 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
       else
         errors.push_back(where + "original LLaVA config without 'mm_vision_tower' or an embedded 'vision_config' "
                          "(the CLIP tower; model/tower_refs.h)");
+      // Original LLaVA configs carry no image token id (the code splices at its -200 marker before embedding):
+      // gmod's placeholder is then vocab_size, outside the vocabulary, so no real token (added tokens included)
+      // is taken for an image position.
+      c.image_token_id = c.text.vocab_size;
       r.optional("image_token_id", c.image_token_id);
       if (j.contains("is_multipath_encoder") && !j["is_multipath_encoder"].is_boolean())
         errors.push_back(where + "field 'is_multipath_encoder' must be true or false");

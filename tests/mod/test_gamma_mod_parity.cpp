@@ -1,8 +1,8 @@
 // gmod's γ-MoD against the ORIGINAL γ-MoD modules (tests/fixtures/make_gamma_mod_fixtures.py imports
 // MoDLLaVALlamaForCausalLM from a Gamma-MOD checkout and runs it at random tiny weights): a directory as the
 // original saves it (model_type mod_llava_llama, config.mod, one router copy per MoD layer, the CLIP named by a
-// relative path) loaded by load_mod_pretrained (from a copy that adds image_token_id = vocab_size, the one field
-// gmod needs for a vocabulary smaller than 32000: see loadable_copy), the same batch in training mode, and
+// relative path) loaded unedited by load_mod_pretrained (no image_token_id in the config: gmod's placeholder is then
+// vocab_size), the same batch in training mode, and
 //   logits within 1e-5 (every token is real: no padding), LM loss and routing loss within 1e-5 / 1e-7,
 //   the tokens each MoD layer selects exactly, and every parameter's gradient of lm + λ Σ_l ℓ_l within 1e-5 of the
 //   reference relative to the tensor's own norm (the original's loss, λ = router_aux_loss_coef).
@@ -65,29 +65,6 @@ ModelInputs fixture_inputs(const SafetensorsFile& ref, int64_t image_id, int rep
   return in;
 }
 
-void copy_file(const std::string& from, const std::string& to) {
-  std::ifstream in(from, std::ios::binary);
-  if (!in) throw std::runtime_error(from + ": cannot open");
-  std::ofstream(to, std::ios::binary) << in.rdbuf();
-}
-
-// The fixture as the original wrote it, but for one field: an original LLaVA config has no image_token_id (the
-// original splices at the -200 marker), and gmod's default placeholder 32000 (LLaVA's vocabulary size) lies
-// outside this fixture's 16-token vocabulary ("image token id 32000 is outside the vocabulary", model/config.cpp).
-// The copy names the placeholder gmod uses for models composed from parts, vocab_size; nothing else changes.
-std::string loadable_copy(const test::TempDir& tmp) {
-  const auto src = fixture_dir();
-  const auto dst = tmp.str("gamma_mod");
-  std::filesystem::create_directories(dst + "/clip");
-  nlohmann::json j;
-  std::ifstream(src + "/config.json") >> j;
-  if (!j.contains("image_token_id")) j["image_token_id"] = j.at("vocab_size");
-  std::ofstream(dst + "/config.json") << j.dump(1);
-  for (const char* f : {"model.safetensors", "clip/config.json", "clip/preprocessor_config.json"})
-    copy_file(src + "/" + f, dst + "/" + f);
-  return dst;
-}
-
 // [B, L] bool from sorted positions [B, k].
 at::Tensor selection_mask(const at::Tensor& idx, int64_t L) {
   return at::zeros({idx.size(0), L}, at::kBool).scatter(1, idx, true);
@@ -116,8 +93,7 @@ TEST(GammaModParity, TrainingLogitsLossesRoutingAndEveryGradientMatchTheOriginal
   const auto mc = read_mod_config(dir);
   ASSERT_TRUE(mc);
   expect_official_options(*mc, m);
-  test::TempDir tmp;
-  auto model = load_mod_pretrained(loadable_copy(tmp));
+  auto model = load_mod_pretrained(dir);
   ASSERT_TRUE(model->vision);
   ASSERT_TRUE(shared_router(*model));
   SafetensorsFile ref(dir + "/reference.safetensors");
@@ -229,8 +205,7 @@ TEST(GammaModParity, InferenceDecisionsAndLogitsMatchTheOriginalUpToForcedTokens
   const auto m = meta();
   const auto mc = read_mod_config(dir);
   ASSERT_TRUE(mc);
-  test::TempDir tmp;
-  auto model = load_mod_pretrained(loadable_copy(tmp));
+  auto model = load_mod_pretrained(dir);
   SafetensorsFile ref(dir + "/reference.safetensors");
   auto in = fixture_inputs(ref, model->config.image_token_id, m.at("pixel_repeat").get<int>(), 1);
   in.labels = at::Tensor();
