@@ -86,6 +86,32 @@ TEST(TowerRefs, PublishedLlavaHrDirectoryLoadsUneditedAndComputesTheSame) {
   EXPECT_TRUE(published->forward(in, s1).logits.equal(embedded->forward(in, s2).logits));
 }
 
+// Mini-Gemini as its code saves it: the CLIP named by a path relative to the model directory (the ConvNeXt is
+// named by its directory, as before): loads and computes what the embedded-config fixture computes, bitwise.
+TEST(TowerRefs, PublishedMgmDirectoryLoadsUneditedAndComputesTheSame) {
+  test::TempDir tmp;
+  const auto dir = test::copy_fixture_dir(
+      tmp, "mgm/base_frozen", "published", [](const std::string&) { return true; },
+      [&](nlohmann::json& j) {
+        j["mm_vision_tower"] = "towers/clip-vit";
+        j.erase("vision_config");
+      });
+  nlohmann::json clip;
+  std::ifstream(test::fixture("mgm/parts/clip/config.json")) >> clip;
+  write_config(dir + "/towers/clip-vit", clip);
+  auto published = load_pretrained(dir);
+  auto embedded = load_pretrained(test::fixture("mgm/base_frozen"));
+  ASSERT_TRUE(published->config.mgm);
+  SafetensorsFile ref(test::fixture("mgm/base_frozen/reference.safetensors"));
+  const auto meta =
+      test::read_fixture_json(test::fixture("mgm/base_frozen/reference.json"), "make_mgm_fixtures.py");
+  ModelInputs in = test::tower_fixture_inputs(ref, meta.at("pixel_repeat").get<int>());
+  at::NoGradGuard ng;
+  published->eval(), embedded->eval();
+  ForwardState s1, s2;
+  EXPECT_TRUE(published->forward(in, s1).logits.equal(embedded->forward(in, s2).logits));
+}
+
 TEST(TowerRefs, ClipReferenceResolvesInTheStatedOrder) {
   test::TempDir tmp;
   auto j = fixture_config("llava_hr/hr384_frozen");
