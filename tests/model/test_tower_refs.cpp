@@ -62,6 +62,18 @@ void write_config(const std::string& dir, const nlohmann::json& j) {
   std::ofstream(dir + "/config.json") << j.dump();
 }
 
+// The published copy computes, on fixture `name`'s reference batch, exactly the logits of the fixture itself.
+void expect_same_logits(MultimodalLM& published, const std::string& name, const std::string& generator) {
+  auto embedded = load_pretrained(test::fixture(name));
+  SafetensorsFile ref(test::fixture(name + "/reference.safetensors"));
+  const auto meta = test::read_fixture_json(test::fixture(name + "/reference.json"), generator);
+  ModelInputs in = test::tower_fixture_inputs(ref, meta.at("pixel_repeat").get<int>());
+  at::NoGradGuard ng;
+  published.eval(), embedded->eval();
+  ForwardState s1, s2;
+  EXPECT_TRUE(published.forward(in, s1).logits.equal(embedded->forward(in, s2).logits)) << name;
+}
+
 }  // namespace
 
 TEST(TowerRefs, PublishedLlavaHrDirectoryLoadsUneditedAndComputesTheSame) {
@@ -72,18 +84,11 @@ TEST(TowerRefs, PublishedLlavaHrDirectoryLoadsUneditedAndComputesTheSame) {
       tmp, "llava_hr/hr384_frozen", "published", [](const std::string&) { return true; },
       [&](nlohmann::json& j) { as_published(j, clip, convnext); });
   auto published = load_pretrained(dir);
-  auto embedded = load_pretrained(test::fixture("llava_hr/hr384_frozen"));
+  const auto embedded_config = load_model_config(test::fixture("llava_hr/hr384_frozen"));
   ASSERT_TRUE(published->config.multipath);
-  EXPECT_EQ(published->config.vision->num_hidden_layers, embedded->config.vision->num_hidden_layers);
-  EXPECT_EQ(published->config.multipath->slow.dims, embedded->config.multipath->slow.dims);
-  SafetensorsFile ref(test::fixture("llava_hr/hr384_frozen/reference.safetensors"));
-  const auto meta = test::read_fixture_json(test::fixture("llava_hr/hr384_frozen/reference.json"),
-                                            "make_llava_hr_fixtures.py");
-  ModelInputs in = test::tower_fixture_inputs(ref, meta.at("pixel_repeat").get<int>());
-  at::NoGradGuard ng;
-  published->eval(), embedded->eval();
-  ForwardState s1, s2;
-  EXPECT_TRUE(published->forward(in, s1).logits.equal(embedded->forward(in, s2).logits));
+  EXPECT_EQ(published->config.vision->num_hidden_layers, embedded_config.vision->num_hidden_layers);
+  EXPECT_EQ(published->config.multipath->slow.dims, embedded_config.multipath->slow.dims);
+  expect_same_logits(*published, "llava_hr/hr384_frozen", "make_llava_hr_fixtures.py");
 }
 
 // Mini-Gemini as its code saves it: the CLIP named by a path relative to the model directory (the ConvNeXt is
@@ -100,16 +105,8 @@ TEST(TowerRefs, PublishedMgmDirectoryLoadsUneditedAndComputesTheSame) {
   std::ifstream(test::fixture("mgm/parts/clip/config.json")) >> clip;
   write_config(dir + "/towers/clip-vit", clip);
   auto published = load_pretrained(dir);
-  auto embedded = load_pretrained(test::fixture("mgm/base_frozen"));
   ASSERT_TRUE(published->config.mgm);
-  SafetensorsFile ref(test::fixture("mgm/base_frozen/reference.safetensors"));
-  const auto meta =
-      test::read_fixture_json(test::fixture("mgm/base_frozen/reference.json"), "make_mgm_fixtures.py");
-  ModelInputs in = test::tower_fixture_inputs(ref, meta.at("pixel_repeat").get<int>());
-  at::NoGradGuard ng;
-  published->eval(), embedded->eval();
-  ForwardState s1, s2;
-  EXPECT_TRUE(published->forward(in, s1).logits.equal(embedded->forward(in, s2).logits));
+  expect_same_logits(*published, "mgm/base_frozen", "make_mgm_fixtures.py");
 }
 
 TEST(TowerRefs, ClipReferenceResolvesInTheStatedOrder) {
