@@ -187,29 +187,38 @@ void RecordFile::scan() {
   if (!jsonl_ && !list_closed) fail(file_size_, "missing closing ']'");
 }
 
+namespace {
+
+// Cache files beside the index: 8 magic bytes, then 64-bit words: the data file's size, mtime (ns) and content
+// hash (its key), then the file's own fields. Reads the words of `fd` into `words` when the magic and the key
+// match.
+bool read_keyed_header(int fd, const char (&magic)[8], const std::array<uint64_t, 3>& key, uint64_t* words,
+                       size_t n) {
+  char m[8];
+  std::vector<uint64_t> w(n);
+  if (::pread(fd, m, 8, 0) != 8 || std::memcmp(m, magic, 8) != 0) return false;
+  const ssize_t bytes = static_cast<ssize_t>(n * sizeof(uint64_t));
+  if (::pread(fd, w.data(), size_t(bytes), 8) != bytes) return false;
+  if (w[0] != key[0] || w[1] != key[1] || w[2] != key[2]) return false;
+  std::copy(w.begin(), w.end(), words);
+  return true;
+}
+
+}  // namespace
+
 bool RecordFile::load_cache() {
-  const std::string cp = cache_path(path_);
-  int fd = ::open(cp.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(cache_path(path_).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  struct Header {
-    char magic[8];
-    uint64_t size;
-    int64_t mtime;
-    uint64_t hash;
-    uint64_t jsonl;
-    uint64_t count;
-  } h{};
-  bool ok = ::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
-            std::memcmp(h.magic, kMagic, 8) == 0 && h.size == file_size_ && h.mtime == mtime_ns_ &&
-            h.hash == content_hash_ && h.count <= file_size_;
+  uint64_t h[5];  // size, mtime, hash, jsonl, count
+  bool ok = read_keyed_header(fd, kMagic, cache_key(), h, 5) && h[4] <= file_size_;
   if (ok) {
-    std::vector<RecordSpan> spans(h.count);
-    const size_t bytes = h.count * sizeof(RecordSpan);
-    ok = bytes == 0 || ::pread(fd, spans.data(), bytes, sizeof h) == static_cast<ssize_t>(bytes);
+    std::vector<RecordSpan> spans(h[4]);
+    const size_t bytes = h[4] * sizeof(RecordSpan);
+    ok = bytes == 0 || ::pread(fd, spans.data(), bytes, 8 + sizeof h) == static_cast<ssize_t>(bytes);
     for (size_t i = 0; ok && i < spans.size(); ++i) ok = spans[i].offset + spans[i].length <= file_size_;
     if (ok) {
       spans_ = std::move(spans);
-      jsonl_ = h.jsonl != 0;
+      jsonl_ = h[3] != 0;
     }
   }
   ::close(fd);
@@ -238,16 +247,20 @@ bool write_file_atomic(const std::string& path, const std::string& bytes) {
 
 void put_u64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
 
+// The magic and the key words every cache file starts with (read_keyed_header reads them back).
+std::string keyed_header(const char (&magic)[8], const std::array<uint64_t, 3>& key) {
+  std::string out(magic, 8);
+  for (uint64_t w : key) put_u64(out, w);
+  return out;
+}
+
 constexpr char kDerivedMagic[8] = {'G', 'M', 'O', 'D', 'D', 'R', 'V', '1'};
 
 }  // namespace
 
 // An unwritable directory is not an error: the index then lives in memory only.
 void RecordFile::write_cache() {
-  std::string out(kMagic, 8);
-  put_u64(out, file_size_);
-  put_u64(out, static_cast<uint64_t>(mtime_ns_));
-  put_u64(out, content_hash_);
+  std::string out = keyed_header(kMagic, cache_key());
   put_u64(out, jsonl_ ? 1 : 0);
   put_u64(out, spans_.size());
   out.append(reinterpret_cast<const char*>(spans_.data()), spans_.size() * sizeof(RecordSpan));
@@ -256,10 +269,7 @@ void RecordFile::write_cache() {
 
 bool RecordFile::write_derived(const std::string& tag, const std::vector<int64_t>& values) const {
   if (!use_cache_ || values.size() != spans_.size()) return false;
-  std::string out(kDerivedMagic, 8);
-  put_u64(out, file_size_);
-  put_u64(out, static_cast<uint64_t>(mtime_ns_));
-  put_u64(out, content_hash_);
+  std::string out = keyed_header(kDerivedMagic, cache_key());
   put_u64(out, values.size());
   out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
   return write_file_atomic(cache_path(path_) + "." + tag, out);
@@ -269,20 +279,12 @@ bool RecordFile::load_derived(const std::string& tag, std::vector<int64_t>& out)
   if (!use_cache_) return false;
   int fd = ::open((cache_path(path_) + "." + tag).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  struct Header {
-    char magic[8];
-    uint64_t size;
-    int64_t mtime;
-    uint64_t hash;
-    uint64_t count;
-  } h{};
-  bool ok = ::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
-            std::memcmp(h.magic, kDerivedMagic, 8) == 0 && h.size == file_size_ && h.mtime == mtime_ns_ &&
-            h.hash == content_hash_ && h.count == spans_.size();
+  uint64_t h[4];  // size, mtime, hash, count
+  bool ok = read_keyed_header(fd, kDerivedMagic, cache_key(), h, 4) && h[3] == spans_.size();
   if (ok) {
-    std::vector<int64_t> v(h.count);
-    const size_t bytes = h.count * sizeof(int64_t);
-    ok = bytes == 0 || ::pread(fd, v.data(), bytes, sizeof h) == static_cast<ssize_t>(bytes);
+    std::vector<int64_t> v(h[3]);
+    const size_t bytes = h[3] * sizeof(int64_t);
+    ok = bytes == 0 || ::pread(fd, v.data(), bytes, 8 + sizeof h) == static_cast<ssize_t>(bytes);
     if (ok) out = std::move(v);
   }
   ::close(fd);

@@ -6,6 +6,7 @@
 // Thread-safe: get() may be called from several threads at once.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -80,6 +81,10 @@ class RecordFile {
 
  private:
   void scan();
+  // What every cache file beside the index is keyed by: the data file's size, mtime (ns) and content hash.
+  std::array<uint64_t, 3> cache_key() const {
+    return {file_size_, static_cast<uint64_t>(mtime_ns_), content_hash_};
+  }
   bool load_cache();
   void write_cache();
 

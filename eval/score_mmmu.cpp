@@ -24,6 +24,14 @@ bool mmmu_eval_only_file(const std::string& path) {
   return doc.is_object() && !(doc.contains("id") && doc.contains("response"));
 }
 
+bool open_gold_strings(const Json& gold, std::vector<std::string>& out) {
+  bool ok = gold.is_string() || gold.is_array();
+  if (gold.is_string()) out.push_back(gold.get<std::string>());
+  for (const Json& g : gold.is_array() ? gold : Json::array())
+    ok = ok && g.is_string(), out.push_back(g.is_string() ? g.get<std::string>() : "");
+  return ok;
+}
+
 ScoreResult score_mmmu(const ScoreInputs& in) {
   require_inputs(in, "mmmu", 0, false);
   if (mmmu_eval_only_file(in.answers)) return score_mmmu_eval_only(in);
@@ -75,11 +83,7 @@ ScoreResult score_mmmu(const ScoreInputs& in) {
       }
     } else {
       std::vector<std::string> gold;
-      bool ok = answer.is_string() || answer.is_array();
-      if (answer.is_string()) gold.push_back(answer.get<std::string>());
-      for (const Json& a : answer.is_array() ? answer : Json::array())
-        ok = ok && a.is_string(), gold.push_back(a.is_string() ? a.get<std::string>() : "");
-      if (!ok) {
+      if (!open_gold_strings(answer, gold)) {
         r.problems.push_back(
             {rec.where, "open question whose 'answer' is not a string or a list of strings"});
         continue;

@@ -22,4 +22,8 @@ ScoreResult score_mmmu(const ScoreInputs& in);
 // prediction (left out) and repeated keys are named problems.
 ScoreResult score_mmmu_eval_only(const ScoreInputs& in);
 
+// An open question's gold answer(s), a string or a list of strings, into `out` (a non-string list element as "");
+// false when `gold` is neither or a list element is not a string.
+bool open_gold_strings(const Json& gold, std::vector<std::string>& out);
+
 }  // namespace gmod::eval

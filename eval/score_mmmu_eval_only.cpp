@@ -107,10 +107,7 @@ ScoreResult score_mmmu_eval_only(const ScoreInputs& in) {
         }
       } else {
         std::vector<std::string> golds;
-        bool ok = gold.is_string() || gold.is_array();
-        if (gold.is_string()) golds.push_back(gold.get<std::string>());
-        for (const Json& g : gold.is_array() ? gold : Json::array())
-          ok = ok && g.is_string(), golds.push_back(g.is_string() ? g.get<std::string>() : "");
+        const bool ok = open_gold_strings(gold, golds);
         if (!pred->is_string() || !ok) {
           r.problems.push_back({where, std::string(!pred->is_string() ? "an open answer that is not a string"
                                                                       : "a ground_truth that is not a string "
