@@ -32,7 +32,8 @@
 #           backward / float cumsum run under deterministic CUDA (test_trainer CheckpointCudaRng.*:DeterministicCheck.Probes*)
 #   train   (120 s) gmod train of configs/tiny_parts.json on one GPU: 4 steps with a checkpoint at step 2, a second run
 #           stopped at step 2 and resumed (the log must say "resume: DIR (step 2, saved by ..."), and the two final
-#           checkpoints' weights equal (exported by gmod export, safetensors compared); figure: mfu
+#           checkpoints' weights equal (exported by gmod export, safetensors compared); figure: mfu; the reference
+#           run's step 3 is profiled (train/trace-step3.json: a Perfetto trace with the CUDA kernels and NCCL)
 #   zero3   (100 s) gmod train of configs/demo.json on one GPU with optimizer.zero_stage 3 (NCCL: ZeRO-3's unit gathers
 #           and per-unit reductions on their side streams, γ-MoD's shared router as a persistent unit), 2 steps,
 #           against the same 2 steps at stage 2: the per-step losses and gradient norms must agree (bitwise on the
@@ -207,7 +208,7 @@ check_train() {  # BINDIR
               --set checkpoint.keep_last=0 --set parallel.timeout_s=120 --set deterministic=true)
   export CUBLAS_WORKSPACE_CONFIG=:4096:8  # deterministic cuBLAS, which deterministic=true asks for
   (cd "$root" && timeout -k 5 "$(sub 150)" "$gmod" train --config configs/tiny_parts.json "${sets[@]}" --set run_dir="$w/ref" \
-    --set resume=none) >"$lg/ref.log" 2>&1 ||
+    --set resume=none --profile-steps 3-3) >"$lg/ref.log" 2>&1 ||
     { verdict train FAIL "uninterrupted run rc $?: $(grep -m1 -i error "$lg/ref.log")"; return; }
   (cd "$root" && timeout -k 5 "$(sub 90)" "$gmod" train --config configs/tiny_parts.json "${sets[@]}" --set run_dir="$w/res" \
     --set resume=none --set schedule.exit_at_step=2) >"$lg/stop.log" 2>&1 ||
@@ -223,6 +224,7 @@ check_train() {  # BINDIR
       { verdict train FAIL "export of $r rc $?: $(tail -1 "$lg/export-$r.log")"; return; }
   done
   cp "$w/ref/metrics.jsonl" "$lg/ref-metrics.jsonl" 2>/dev/null
+  cp "$w"/ref/profile/trace-rank-0-steps-3-3.json "$lg/trace-step3.json" 2>/dev/null  # Perfetto: kernels, NCCL
   a=$(cat "$w"/ref-hf/*.safetensors | md5sum) b=$(cat "$w"/res-hf/*.safetensors | md5sum)
   local mfu
   mfu=$(grep -o '"mfu": *[0-9.e-]*' "$w/ref/metrics.jsonl" | tail -1)

@@ -45,6 +45,7 @@ struct TrainOptions {
   std::vector<std::string> sets;
   int threads = 0;
   bool dry_run = false;
+  std::string profile_steps;
 };
 
 int run_train(const TrainOptions& o) {
@@ -57,7 +58,9 @@ int run_train(const TrainOptions& o) {
     const int rank = world_rank(), world = world_size();
     // Every problem of the file (reading and validation) in one message naming it.
     // Ranks of this job on this host (for the model.device check), polled under the default deadline.
-    TrainConfig cfg = read_valid_train_config(o.config, o.sets, world, ranks_on_this_host());
+    std::vector<std::string> sets = o.sets;
+    if (!o.profile_steps.empty()) sets.push_back("metrics.profile_steps=" + o.profile_steps);
+    TrainConfig cfg = read_valid_train_config(o.config, sets, world, ranks_on_this_host());
     if (rank == 0) std::cout << "effective config:\n" << to_json(cfg).dump(2) << "\n";
     if (o.dry_run) return 0;
     // Deadlines on every collective and the heartbeat between ranks, for the whole job (setup included).
@@ -92,6 +95,9 @@ Runner setup(CLI::App& app) {
   add(app, "--set", o->sets, "override one config key, e.g. --set optimizer.lr=1e-4; repeat for several")
       ->type_name("KEY=VALUE");
   add(app, "--threads", o->threads, "CPU threads per rank (0: LibTorch's default)")->check(thread_count());
+  add(app, "--profile-steps", o->profile_steps,
+      "write a Chrome/Perfetto trace of steps A..B per rank to RUN_DIR/profile/ (= --set metrics.profile_steps=A-B)")
+      ->type_name("A-B");
   add_flag(app, "--dry-run", o->dry_run, "validate the config, print the effective config and exit");
   return [o] { return run_train(*o); };
 }

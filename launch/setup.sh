@@ -77,4 +77,11 @@ if [ ! -f "$VENV/.peft-$PEFT_VERSION" ]; then
   "$VENV/bin/pip" install -q "peft==$PEFT_VERSION" >&2
   touch "$VENV/.peft-$PEFT_VERSION"
 fi
+# TensorBoard's own event reader checks gmod's event files (metrics.tensorboard; tests/trainer/check_tensorboard.py).
+TENSORBOARD_VERSION="${GMOD_TENSORBOARD_VERSION:-2.21.0}"
+if [ ! -f "$VENV/.tensorboard-$TENSORBOARD_VERSION" ]; then
+  echo "[setup] installing tensorboard==$TENSORBOARD_VERSION into $VENV (for tests)" >&2
+  "$VENV/bin/pip" install -q "tensorboard==$TENSORBOARD_VERSION" >&2
+  touch "$VENV/.tensorboard-$TENSORBOARD_VERSION"
+fi
 echo "$VENV"

@@ -6,6 +6,7 @@
 
 #include "mod/fastv.h"
 #include "mod/routing_rule.h"
+#include "model/trace_range.h"
 #include "model/token_roles.h"
 
 namespace gmod {
@@ -191,6 +192,7 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     masks.routable = masks.valid & (st.token_roles == static_cast<int64_t>(TokenRole::kImage));
     masks.forced = masks.valid & masks.routable.logical_not();
   }
+  TraceRange routing("gmod::mod_routing");  // router scores, selection, compaction
   auto sc = score(h);
   const bool topk = uses_topk() && !fastv;
   // Capacity-driven selections (training top-k, A-MoD, and the replay of either) have counts that follow from the
@@ -257,6 +259,7 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     auto sa = stats.accessor<int64_t, 1>();
     st.tokens.push_back({layer_idx, sa[0], sa[1], sa[2], sa[3]});
   }
+  routing.end();
   if (c.kmax == 0) {
     if (cache) {
       const auto& w = self_attn->k_proj->weight;

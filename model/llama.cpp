@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include "model/trace_range.h"
 #include "model/unit_hooks.h"
 
 #include <stdexcept>
@@ -42,6 +43,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& inputs_embeds, ForwardState& st
   for (size_t i = 0; i < layers->size(); ++i) {
     const int idx = static_cast<int>(i);
     const auto& block = (*layers)[i];
+    const TraceRange range(block->is_mod() ? "gmod::mod_layer" : "gmod::decoder_layer");
     h = run_unit(*block, [&] {
       return activation_checkpointing.applies(idx) ? checkpointed_forward(block, h, st, idx) : block->forward(h, st, idx);
     });

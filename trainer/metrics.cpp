@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "trainer/peak_flops.h"
+#include "trainer/tensorboard_events.h"
 
 #ifdef GMOD_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -233,6 +234,7 @@ nlohmann::json MetricsLogger::log(const StepMetrics& m, const nlohmann::json& me
   }
   if (!enabled_) return j;
   write(j);
+  if (tb_) tb_->scalars(m.step, j);
 
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int64_t done = m.step - first_step_;
@@ -257,7 +259,14 @@ nlohmann::json MetricsLogger::log(const StepMetrics& m, const nlohmann::json& me
 void MetricsLogger::log_eval(int64_t step, const nlohmann::json& eval) {
   if (!enabled_) return;
   write({{"step", step}, {"eval", eval}});
+  if (tb_) tb_->scalars(step, eval, "eval/");
   print("eval at step " + std::to_string(step) + ": " + eval.dump());
+}
+
+void MetricsLogger::write_tensorboard(const std::string& dir, int64_t resume_step) {
+  if (!enabled_) return;
+  tb_ = std::make_unique<TensorBoardWriter>(dir, resume_step, [this](const std::string& w) { print(w); });
+  print("metrics: TensorBoard events in " + tb_->path());
 }
 
 void MetricsLogger::print(const std::string& msg) {

@@ -21,11 +21,14 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace gmod {
+
+class TensorBoardWriter;
 
 // Default peak TFLOP/s per rank for MFU (see MetricsSection::peak_tflops).
 double default_peak_tflops(const at::Device& device, at::ScalarType dtype);
@@ -64,6 +67,9 @@ class MetricsLogger {
                 int max_write_failures = 5);
   ~MetricsLogger();
 
+  // metrics.tensorboard: every step line and evaluation also goes to TensorBoard event files in `dir`
+  // (trainer/tensorboard_events.h); resume_step > 0 when the run continues from a checkpoint of that step.
+  void write_tensorboard(const std::string& dir, int64_t resume_step);
   // Writes the step's JSON line and updates the progress display. Returns the JSON (also when disabled).
   nlohmann::json log(const StepMetrics& m, const nlohmann::json& memory);
   // An evaluation result: {"eval": {...}, "step": n} line + a printed summary.
@@ -92,6 +98,7 @@ class MetricsLogger {
   int64_t failures_total_ = 0;
   bool newline_first_ = false;  // a partial line could not be undone
   bool bar_drawn_ = false;
+  std::unique_ptr<TensorBoardWriter> tb_;
 };
 
 }  // namespace gmod

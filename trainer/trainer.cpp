@@ -27,6 +27,7 @@
 #include "trainer/fault_injection.h"
 #include "trainer/model_setup.h"
 #include "trainer/param_freeze.h"
+#include "model/trace_range.h"
 #include "trainer/peak_flops.h"
 #include "trainer/zero3_driver.h"
 
@@ -166,6 +167,11 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
           "table)");
   const double peak = world_ * 1e12 * peak_per_rank;
   logger_ = std::make_unique<MetricsLogger>(cfg_.run_dir, rank_ == 0, peak, step_);
+  if (cfg_.metrics.tensorboard) logger_->write_tensorboard((fs::path(cfg_.run_dir) / "tensorboard").string(), step_);
+  const StepRange profiled = parse_step_range(cfg_.metrics.profile_steps, "metrics.profile_steps");
+  if (!profiled.empty())
+    profiler_ = std::make_unique<StepProfiler>(profiled, cfg_.run_dir, rank_, device_.is_cuda(),
+                                               [this](const std::string& s) { print(s); });
   print("data: " + std::to_string(train_set_->size()) + " records, global batch " + std::to_string(global_batch_) +
         " = " + std::to_string(world_) + " ranks x " + std::to_string(cfg_.batch.micro_batch) + " x " +
         std::to_string(accum_) + " accumulation; " + std::to_string(steps_per_epoch) + " steps/epoch, " +
@@ -367,10 +373,12 @@ StepMetrics Trainer::train_step() {
   std::vector<Batch> micro;
   micro.reserve(size_t(accum_));
   int64_t local_sup = 0;
+  TraceRange data_wait("gmod::data_wait");
   for (int k = 0; k < accum_; ++k) {
     micro.push_back(loader_->next());
     local_sup += supervised_count(micro.back().labels);
   }
+  data_wait.end();
   const double n_sup = comm_->all_reduce(double(local_sup), ReduceOp::Sum);
   if (cfg_.metrics.log_sample_ids) {
     const fs::path dir = fs::path(cfg_.run_dir) / "samples";
@@ -403,6 +411,7 @@ StepMetrics Trainer::train_step() {
     ModelInputs in = to_model_inputs(b, device_);
     if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
     ForwardState st;
+    TraceRange forward("gmod::forward");
     if (z3_) z3_->begin_forward();
     ModelOutput out = forward_label_loss(*model_, in, st);  // no [B, L, V] logits (model/lm_loss.h)
     if (z3_) z3_->end_forward();
@@ -416,8 +425,11 @@ StepMetrics Trainer::train_step() {
     // Last micro-batch of the window: its backward may start the gradient reductions (overlap_comm).
     if (last) z3_ ? z3_->set_last_micro_batch() : opt_->set_last_micro_batch();
     loss = inject_faults_into_loss(loss, m.step, rank_);  // GMOD_FAULT_INJECT only (a test facility)
+    forward.end();
+    TraceRange backward("gmod::backward");
     loss.backward();
     if (z3_) z3_->end_backward();
+    backward.end();
     lm_sum += out.lm_loss_sum.detach().to(at::kDouble);
     const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
     ForwardShape shape = ForwardShape::full(sample_lengths(b.attention_mask), images);
@@ -445,7 +457,9 @@ StepMetrics Trainer::train_step() {
   packed[1] = routing_sum;
   // After this window's bucket reductions have completed: with overlap_comm they run on a second communicator, and
   // NCCL does not guarantee progress when two communicators' collectives run at once (docs/parallel.md).
+  TraceRange reduce("gmod::reduce");  // waits for the gradient reductions, then the step's reported numbers
   z3_ ? z3_->all_reduce_after_gradients(packed, ReduceOp::Sum) : opt_->all_reduce_after_gradients(packed, ReduceOp::Sum);
+  reduce.end();
   packed = packed.cpu();
   auto r = packed.accessor<double, 1>();
 
@@ -453,7 +467,9 @@ StepMetrics Trainer::train_step() {
   if (param_groups_.grouped())
     for (size_t g = 0; g < lrs.size(); ++g)
       if (!param_groups_.groups[g].freeze) m.lr_groups.emplace_back(param_groups_.groups[g].name, lrs[g]);
+  TraceRange optimizer("gmod::optimizer");
   const StepResult res = optimizer_step(lrs);
+  optimizer.end();
   // A skipped (non-finite) step does not advance the LR schedule, as Megatron and DeepSpeed hold it: the next
   // applied update gets the learning rate the skipped one would have had.
   if (!res.skipped) sched_->advance();
@@ -521,6 +537,7 @@ TrainResult Trainer::run() {
   }
   const int64_t exit_at = cfg_.schedule.exit_at_step > 0 ? cfg_.schedule.exit_at_step : total_steps_;
   while (step_ < std::min(total_steps_, exit_at) && !stop_requested_) {
+    if (profiler_) profiler_->before_step(step_ + 1);
     StepMetrics m = train_step();
     if (m.skipped)
       print("warning: step " + std::to_string(m.step) + " skipped: non-finite gradient (" +
@@ -532,11 +549,15 @@ TrainResult Trainer::run() {
     if (step_ % cfg_.metrics.log_every == 0 || step_ == total_steps_ || m.skipped)
       logger_->log(m, rank_ == 0 ? memory_stats(device_) : json::object());
     if (eval_set_ && cfg_.eval.every > 0 && step_ % cfg_.eval.every == 0) logger_->log_eval(step_, evaluate());
+    if (pending_save_) poll_async_save(/*wait=*/false);
     if (cfg_.checkpoint.every > 0 && step_ % cfg_.checkpoint.every == 0 && !stop_requested_) save_checkpoint();
+    if (profiler_) profiler_->after_step(step_);
   }
   if (eval_set_ && step_ == total_steps_ && (cfg_.eval.every == 0 || step_ % cfg_.eval.every != 0))
     logger_->log_eval(step_, evaluate());
-  if (last_saved_step_ != step_ && !(stop_requested_ && step_ == first_step)) save_checkpoint();
+  // A save in flight is finished first (a stop signal included); the last step's own save is synchronous.
+  if (pending_save_) poll_async_save(/*wait=*/true);
+  if (last_saved_step_ != step_ && !(stop_requested_ && step_ == first_step)) save_checkpoint(/*allow_async=*/false);
   logger_->finish();
   result.final_step = step_;
   result.stopped_by_signal = stop_requested_;
@@ -544,44 +565,6 @@ TrainResult Trainer::run() {
   print(std::string(stop_requested_ ? "stopped by signal" : "done") + " at step " + std::to_string(step_) +
         "; checkpoint " + last_checkpoint_);
   return result;
-}
-
-std::string Trainer::save_checkpoint() {
-  const auto t0 = Clock::now();
-  CheckpointContent c;
-  c.step = step_;
-  c.config = to_json(cfg_);
-  c.trainer_state = {{"lr_schedule", sched_->state()},
-                     {"param_groups", param_groups_.to_json()},
-                     {"skipped_total", skipped_total_},
-                     {"global_batch", global_batch_},
-                     {"dataset_records", int64_t(train_set_->size())},
-                     {"world_size", world_},
-                     {"grad_accum", accum_}};
-  c.data_position = to_json(loader_->position());
-  const AdamWShardState st = optimizer_state();
-  c.shard_layout = {{"layout", st.layout.to_json()}, {"stage", st.stage}};
-  with_full_params([&] {  // stage 3: rank 0 copies the gathered parameters
-    if (rank_ == 0)
-      for (auto& item : model_->named_parameters()) c.model.emplace_back(item.key(), z3_ ? item.value().detach().clone() : item.value().detach());
-  });
-  RankState mine;
-  mine.tensors = {{"master", st.master}, {"exp_avg", st.exp_avg}, {"exp_avg_sq", st.exp_avg_sq}};
-  mine.meta = st.meta();
-  mine.rng_state = generator_state_bytes(at::detail::getDefaultCPUGenerator());
-  if (device_.is_cuda()) mine.cuda_rng_state = generator_state_bytes(at::globalContext().defaultGenerator(device_));
-  CheckpointOptions o;
-  o.keep_last = cfg_.checkpoint.keep_last;
-  o.barrier = [this] { comm_->barrier(); };
-  o.warn = [this](const std::string& w) { print("warning: " + w); };
-  // The others wait in the save's barriers while rank 0 writes model.h5 (beside its own shard) and applies
-  // retention: a phase with its own deadline.
-  const PhaseDeadline phase("checkpoint save (rank 0 writes the model and applies retention)",
-                            "parallel.save_timeout_s", cfg_.parallel.save_timeout_s);
-  last_checkpoint_ = CheckpointWriter(cfg_.run_dir, rank_, world_, o).save(c, mine);
-  last_saved_step_ = step_;
-  print("checkpoint: " + last_checkpoint_ + " (" + std::to_string(int(seconds_since(t0) * 1000)) + " ms)");
-  return last_checkpoint_;
 }
 
 }  // namespace gmod

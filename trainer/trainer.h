@@ -39,6 +39,8 @@
 #include "trainer/flops.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
+#include "trainer/checkpoint/async_save.h"
+#include "trainer/step_profiler.h"
 #include "trainer/checkpoint/run_lock.h"
 #include "trainer/config/param_groups.h"
 #include "trainer/config/train_config.h"
@@ -66,8 +68,9 @@ class Trainer {
   // Evaluation on eval.data: {"loss", "supervised_tokens", "samples", "exact_match"?, "exact_match_samples"?,
   // "skip_ratio"?} (loss token-normalised over all ranks). Collective.
   nlohmann::json evaluate();
-  // Saves a checkpoint of the current step (collective); returns its directory.
-  std::string save_checkpoint();
+  // Saves a checkpoint of the current step (collective); returns its directory. With checkpoint.async (and
+  // allow_async) it starts a background save and returns "" (the directory is committed by a later step's poll).
+  std::string save_checkpoint(bool allow_async = true);
 
   int64_t step() const { return step_; }
   int64_t total_steps() const { return total_steps_; }
@@ -136,6 +139,13 @@ class Trainer {
   int64_t last_saved_step_ = -1;
   std::string last_checkpoint_;
   bool stop_requested_ = false;
+  // checkpoint.async: the save in flight (at most one), polled collectively after every step.
+  std::unique_ptr<AsyncCheckpointSave> pending_save_;
+  std::unique_ptr<StepProfiler> profiler_;  // metrics.profile_steps
+  // Collective: commits the save in flight once every rank has written it (waiting for that with `wait`); a failed
+  // background write on any rank is a named error here.
+  void poll_async_save(bool wait);
+  std::string verify_spread(const std::string& dir);  // collective CRC check of one checkpoint (trainer_resume.cpp)
 };
 
 // Seed of rank `rank`'s generators for a run starting (or restarting at another world size) at `step`.

@@ -48,48 +48,103 @@ void Trainer::check_resume_compatible(const std::string& dir, const json& saved_
   print("warning: " + msg + "\n(resume_allow_changes=true: resuming anyway)");
 }
 
+// Collective: the CRC check of one checkpoint spread over the ranks (file k of the manifest by rank k % world), so
+// that a resume reads each file once in all instead of rank 0 reading everything while the others wait. Returns ""
+// or what failed (rank 0 names the lowest failing file; the others get a placeholder).
+std::string Trainer::verify_spread(const std::string& dir) {
+  std::vector<std::string> files;
+  try {
+    files = CheckpointManager::manifest_files(dir);
+  } catch (const std::exception&) {
+    // Unreadable here: counted as a failure of file 0 below (rank 0 names it).
+  }
+  int64_t first_bad = int64_t(files.size()) + 1;
+  if (files.empty()) first_bad = 0;
+  for (size_t k = size_t(rank_); k < files.size(); k += size_t(world_))
+    if (!CheckpointManager::verify_file(dir, files[k]).empty()) {
+      first_bad = int64_t(k);
+      break;
+    }
+  const int64_t n = int64_t(files.size()) + 1;
+  const int64_t bad = n - int64_t(comm_->all_reduce(double(n - first_bad), ReduceOp::Max));
+  if (bad >= n) return "";
+  if (rank_ != 0) return "a file failed its check";
+  if (files.empty()) return CheckpointManager::verify(dir, false);
+  const std::string why = CheckpointManager::verify_file(dir, files[size_t(bad)]);
+  return why.empty() ? files[size_t(bad)] + " failed its check on another rank" : why;
+}
+
 void Trainer::choose_resume() {
   resume_dir_.clear();
   if (cfg_.resume == "none") return;
-  // Rank 0 reads every file of the checkpoint for its CRC (~95 GB at 7B) while the others wait for its verdict: a
-  // phase with its own deadline.
-  const PhaseDeadline phase("checkpoint verification on resume (rank 0 checks every file's CRC)",
+  // Every file's CRC is read once (~95 GB at 7B), spread over the ranks: a phase with its own deadline.
+  const PhaseDeadline phase("checkpoint verification on resume (the ranks check the files' CRCs)",
                             "parallel.resume_check_timeout_s", cfg_.parallel.resume_check_timeout_s);
+  auto broadcast_int = [&](int64_t v) {
+    at::Tensor t = at::full({1}, double(v), at::TensorOptions().dtype(at::kDouble).device(device_));
+    comm_->broadcast(t, 0);
+    return int64_t(t.item<double>());
+  };
   if (!resume_is_auto()) {
-    if (rank_ == 0) {
-      const std::string why = CheckpointManager::verify(cfg_.resume);
-      if (!why.empty()) throw std::runtime_error("resume: checkpoint " + cfg_.resume + " is not valid: " + why);
-    }
+    std::string why = rank_ == 0 ? CheckpointManager::verify(cfg_.resume, /*checksums=*/false) : "";
+    if (broadcast_int(why.empty() ? 0 : 1) == 0) why = verify_spread(cfg_.resume);
+    if (rank_ == 0 && !why.empty())
+      throw std::runtime_error("resume: checkpoint " + cfg_.resume + " is not valid: " + why);
     comm_->barrier();  // the others wait for the verdict here, under the phase's deadline
     resume_dir_ = cfg_.resume;
     return;
   }
-  // Rank 0 verifies (CRCs) and decides; the others follow, so every rank loads the same step. A refusal throws on
-  // rank 0 only, which ends the job (the others wait in the broadcast).
+  // Rank 0 walks the checkpoints newest first (manifests and sizes); each candidate's CRCs are checked by all
+  // ranks together; the first that passes is loaded by every rank. A refusal throws on rank 0 only, which ends the
+  // job (the others wait in the broadcast).
+  CheckpointManager mgr(cfg_.run_dir, [this](const std::string& w) { print("warning: " + w); });
+  std::vector<CheckpointEntry> all = rank_ == 0 ? mgr.list() : std::vector<CheckpointEntry>{};
+  std::vector<std::pair<CheckpointEntry, std::string>> failed;
   int64_t found = -1;
+  for (size_t k = 0;; ++k) {
+    // Rank 0: the next structurally valid candidate (-1: none left).
+    int64_t step = -1;
+    if (rank_ == 0)
+      for (; k < all.size(); ++k) {
+        const std::string why = CheckpointManager::verify(all[k].path, /*checksums=*/false);
+        if (why.empty()) {
+          step = all[k].step;
+          break;
+        }
+        print("warning: checkpoint " + all[k].path + " skipped: " + why);
+        failed.emplace_back(all[k], why);
+      }
+    step = broadcast_int(step);
+    if (step < 0) break;
+    const std::string dir =
+        (fs::path(mgr.checkpoints_dir()) / CheckpointManager::step_dir_name(step)).string();
+    const std::string why = verify_spread(dir);
+    if (why.empty()) {
+      found = step;
+      break;
+    }
+    if (rank_ == 0) {
+      print("warning: checkpoint " + dir + " skipped: " + why);
+      failed.emplace_back(all[k], why);
+    }
+  }
   if (rank_ == 0) {
-    CheckpointManager mgr(cfg_.run_dir, [this](const std::string& w) { print("warning: " + w); });
-    const CheckpointManager::Scan scan = mgr.scan();
-    if (!scan.valid && !scan.failed.empty() && cfg_.resume == "auto") {
-      std::string msg = "resume: auto: " + mgr.checkpoints_dir() + " has " + std::to_string(scan.failed.size()) +
+    if (found < 0 && !failed.empty() && cfg_.resume == "auto") {
+      std::string msg = "resume: auto: " + mgr.checkpoints_dir() + " has " + std::to_string(failed.size()) +
                         " checkpoint(s) and none is valid:";
-      for (const auto& [e, why] : scan.failed) msg += "\n  " + e.path + ": " + why;
+      for (const auto& [e, why] : failed) msg += "\n  " + e.path + ": " + why;
       throw std::runtime_error(msg + "\nrefusing to start from scratch (that would train over them); repair or move "
                                "them, resume from one explicitly (resume=<step dir>), or set "
                                "resume=auto_or_scratch to start from scratch and keep them as step-<N>.corrupt");
     }
     // Newer than the one resumed from (or all, from scratch): kept under another name, out of the way of this
     // run's saves and retention.
-    for (const auto& [e, why] : scan.failed)
+    for (const auto& [e, why] : failed)
       print("resume: " + e.path + " is not valid (" + why + "); kept as " + mgr.set_aside(e.path, "corrupt"));
-    if (scan.valid) found = scan.valid->step;
   }
-  at::Tensor t = at::full({1}, double(found), at::TensorOptions().dtype(at::kDouble).device(device_));
-  comm_->broadcast(t, 0);
-  found = int64_t(t.item<double>());
+  found = broadcast_int(found);
   if (found >= 0)
-    resume_dir_ =
-        (fs::path(CheckpointManager(cfg_.run_dir).checkpoints_dir()) / CheckpointManager::step_dir_name(found)).string();
+    resume_dir_ = (fs::path(mgr.checkpoints_dir()) / CheckpointManager::step_dir_name(found)).string();
 }
 
 void Trainer::resume_if_requested() {
@@ -121,7 +176,12 @@ void Trainer::resume_if_requested() {
   with_full_params([&] {  // stage 3: into the gathered units (the trainable ones are then set from the master)
     NamedTensors params;
     for (auto& item : model_->named_parameters()) params.emplace_back(item.key(), item.value());
-    reader.load_model_into(params, /*strict=*/true);
+    // Read once per job (each part file by one rank) and broadcast, not once per rank.
+    CheckpointReader::ModelShare share;
+    share.rank = rank_;
+    share.world_size = world_;
+    if (world_ > 1) share.broadcast = [this](at::Tensor& t, int root) { comm_->broadcast(t, root); };
+    reader.load_model_into(params, /*strict=*/true, share);
   });
 
   // Optimizer state: read only the old ranks whose ranges overlap the one this rank needs.

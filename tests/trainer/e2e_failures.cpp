@@ -149,17 +149,55 @@ TEST(TrainFailures, FullDiskDuringSaveKeepsThePreviousCheckpoint) {
   expect_same_model(ckpt(run, 4), ckpt(ref, 4));
 }
 
+// checkpoint.async with a failing background write (RLIMIT_FSIZE, as above, from step 3 on): the save of step 3
+// fails in the background, and the next poll ends the job with a named error on every rank (the step, the rank,
+// the file, that step 2 is the last complete checkpoint); step 2 stays valid and `resume auto` continues from it to
+// the uninterrupted run's weights.
+TEST(TrainFailures, FailedAsyncSaveIsNamedAndKeepsThePreviousCheckpoint) {
+  TempDir t;
+  const json extra = {{"schedule", {{"max_steps", 4}}}, {"checkpoint", {{"every", 1}, {"keep_last", 0}, {"async", true}}}};
+  const std::string run = t.str("full"), cfg = write_config(run, extra);
+  ASSERT_EQ(gmod_train(2, cfg, {"schedule.exit_at_step=2"}), 0) << slurp(cfg + ".log");
+  ASSERT_EQ(gmod::CheckpointManager::verify(ckpt(run, 2)), "");
+  const std::string log0 = slurp(cfg + ".log");
+  const std::string rank_cmd = "trap '' XFSZ; ulimit -f 512; exec " + std::string(GMOD_BIN) +
+                               " train --threads 1 --config " + cfg;
+  const std::string cmd = std::string("exec ") + GMOD_MPIEXEC + " " + GMOD_MPIEXEC_NP + " 2 " + GMOD_MPIRUN_FLAGS +
+                          " --mca btl self,tcp /bin/sh -c \"" + rank_cmd + "\" >> " + cfg + ".log 2>&1";
+  const pid_t pid = spawn_shell(cmd);
+  ASSERT_GT(pid, 0);
+  const int status = wait_for(pid, 180);
+  const std::string log = slurp(cfg + ".log").substr(log0.size());
+  ASSERT_NE(status, -1) << log;
+  EXPECT_NE(exit_code(status), 0) << log;
+  EXPECT_NE(log.find("the background save of step 3 failed on rank "), std::string::npos) << log;
+  EXPECT_NE(log.find("File too large"), std::string::npos) << log;
+  EXPECT_NE(log.find("the last complete checkpoint is " + ckpt(run, 2)), std::string::npos) << log;
+  if (const size_t e = log.find("error: "); e != std::string::npos)
+    std::printf("failed async save: %s\n", log.substr(e, log.find('\n', e) - e).c_str());
+  EXPECT_FALSE(std::filesystem::exists(ckpt(run, 3)));
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 2)), "");
+
+  ASSERT_EQ(gmod_train(2, cfg), 0) << slurp(cfg + ".log");
+  EXPECT_NE(slurp(cfg + ".log").find("resume: " + ckpt(run, 2)), std::string::npos);
+  const std::string ref = t.str("ref"), ref_cfg = write_config(ref, {{"schedule", {{"max_steps", 4}}}});
+  ASSERT_EQ(gmod_train(2, ref_cfg), 0) << slurp(ref_cfg + ".log");
+  expect_same_model(ckpt(run, 4), ckpt(ref, 4));
+}
+
 // kill -9 of mpirun and every rank at a random moment while checkpoints are being written (checkpoint.every = 1);
-// then `resume auto` until done. Every trial must end with the uninterrupted run's weights.
-TEST(TrainFailures, KillWholeJobDuringSaveResumesExactly) {
+// then `resume auto` until done. Every trial must end with the uninterrupted (synchronous) run's weights.
+static void kill_whole_job_during_saves(bool async) {
   TempDir t;
   const json extra = {{"schedule", {{"max_steps", 6}}}, {"checkpoint", {{"every", 1}, {"keep_last", 2}}}};
   const std::string ref = t.str("ref"), ref_cfg = write_config(ref, extra);
   ASSERT_EQ(gmod_train(2, ref_cfg), 0) << slurp(ref_cfg + ".log");
-  std::mt19937 rng(20261201);
+  json trial_extra = extra;
+  trial_extra["checkpoint"]["async"] = async;
+  std::mt19937 rng(async ? 20261202 : 20261201);
   for (int trial = 0; trial < 2; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
-    const std::string run = t.str("trial" + std::to_string(trial)), cfg = write_config(run, extra);
+    const std::string run = t.str("trial" + std::to_string(trial)), cfg = write_config(run, trial_extra);
     const pid_t mpirun = spawn_shell("exec " + train_command(2, cfg));
     std::map<int, pid_t> ranks;
     const auto t0 = Clock::now();
@@ -204,9 +242,16 @@ TEST(TrainFailures, KillWholeJobDuringSaveResumesExactly) {
     }
     ASSERT_EQ(gmod_train(2, cfg), 0) << slurp(cfg + ".log");
     EXPECT_NE(slurp(cfg + ".log").find("resume: " + found->path), std::string::npos);
+    if (async) EXPECT_NE(slurp(cfg + ".log").find("writing in the background"), std::string::npos);
     expect_same_model(ckpt(run, 6), ckpt(ref, 6));
   }
 }
+
+TEST(TrainFailures, KillWholeJobDuringSaveResumesExactly) { kill_whole_job_during_saves(false); }
+
+// The same with checkpoint.async: the kills land inside the background writes (step-N.tmp appears when the
+// background thread starts writing), and the async run's checkpoints equal the synchronous run's.
+TEST(TrainFailures, KillWholeJobDuringAsyncSaveResumesExactly) { kill_whole_job_during_saves(true); }
 
 // The skipped-step counter is saved (trainer_state.skipped_total) and restored: a learning rate of 1e30 makes the
 // weights overflow after the first update, so the following steps have non-finite gradients and are skipped; a run

@@ -186,6 +186,24 @@ TEST(MemoryPlan, OffloadMovesTheStateToHost) {
   EXPECT_THROW(plan_memory(in), std::invalid_argument);
 }
 
+// checkpoint.async: the host copy of what each rank writes (about 1/N of the weights in their dtype + its 12 B/param
+// optimizer shard) is a host term; the device side does not change.
+TEST(MemoryPlan, AsyncCheckpointAddsTheHostSnapshot) {
+  for (int world : {1, 2, 3})
+    for (int stage : {0, 1, 2}) {
+      MemoryPlanInputs in = gmod::testing::small_plan_inputs(world, stage, "bf16");
+      const MemoryPlan sync = plan_memory(in);
+      in.async_checkpoint = true;
+      const MemoryPlan async = plan_memory(in);
+      const int64_t local = stage == 0 ? async.params_trainable : async.params_padded / world;
+      const std::string what = "world " + std::to_string(world) + " stage " + std::to_string(stage);
+      EXPECT_EQ(async.total, sync.total) << what;
+      EXPECT_EQ(async.host_total - sync.host_total, (2 * async.params_total + world - 1) / world + 12 * local)
+          << what;
+      EXPECT_NE(format_plan(async).find("checkpoint_snapshot"), std::string::npos) << what;
+    }
+}
+
 // ZeRO-3 against a hand count of the small model's units (LLM 4 layers x 128, vocab 1024, untied; frozen CLIP)
 // as trainer/zero3_driver.h forms them: 4 hooked decoder layers; embeddings, projector, final norm and LM head
 // persistent. The parameter shard is the only static parameter storage; the persistent units are gathered in

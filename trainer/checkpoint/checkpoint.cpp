@@ -3,6 +3,7 @@
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/checkpoint_files.h"
 
+#include "trainer/checkpoint/file_crc.h"
 #include "trainer/checkpoint/hdf5_file.h"
 
 #include <ATen/core/grad_mode.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -174,131 +177,216 @@ void CheckpointWriter::sync() {
   if (opt_.barrier) opt_.barrier();
 }
 
-std::string CheckpointWriter::save(const CheckpointContent& c, const RankState& mine) {
+std::vector<int> split_model_by_bytes(const std::vector<int64_t>& bytes, int world_size) {
+  if (world_size < 1) throw std::invalid_argument("checkpoint: split_model_by_bytes: world size < 1");
+  // Largest first onto the least loaded rank (ties: the lower rank), so every rank writes about total / world.
+  std::vector<size_t> order(bytes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
+  std::vector<int64_t> load(size_t(world_size), 0);
+  std::vector<int> owner(bytes.size(), 0);
+  for (size_t i : order) {
+    const int r = int(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[i] = r;
+    load[size_t(r)] += bytes[i];
+  }
+  return owner;
+}
+
+namespace {
+
+// Writes one HDF5 file of tensors under `group` ("" = the root) and fsyncs it; returns {bytes, crc32}, the CRC
+// taken from the tensors' own (computed once, while writing) plus a read of the file's metadata.
+template <typename Attrs>
+json write_tensor_file(const std::string& path, const NamedTensors& tensors, const std::string& group, Attrs&& attrs) {
+  H5File f = H5File::create(path);
+  attrs(f);
+  if (!group.empty()) f.create_group(group);
+  for (const auto& [tname, t] : tensors) f.write_tensor(group.empty() ? tname : group + "/" + tname, t);
+  const std::vector<KnownCrcRegion> known = f.written_regions();
+  f.close();
+  fsync_path(path, false);
+  uint64_t bytes = 0;
+  const uint32_t crc = crc32_file_with_known(path, known, &bytes);
+  return json{{"bytes", bytes}, {"crc32", hex32(crc)}};
+}
+
+// Rank 0 at commit: the parts together hold every name of model_names exactly once (read from their metadata).
+void check_model_parts(const std::string& dir, const std::vector<std::string>& model_names) {
+  std::map<std::string, std::string> where;
+  for (const auto& [file, names] : model_part_index(dir))
+    for (const auto& n : names)
+      if (!where.emplace(n, file).second)
+        throw std::runtime_error("checkpoint: tensor '" + n + "' is in both " + where[n] + " and " + file + " of " + dir);
+  for (const auto& n : model_names)
+    if (!where.count(n))
+      throw std::runtime_error("checkpoint: no rank wrote model tensor '" + n + "' into " + dir);
+  if (where.size() != model_names.size())
+    throw std::runtime_error("checkpoint: the model parts in " + dir + " hold " + std::to_string(where.size()) +
+                             " tensors, model.h5 lists " + std::to_string(model_names.size()));
+}
+
+}  // namespace
+
+void CheckpointWriter::write_files(const CheckpointContent& c, const RankState& mine) {
   if (c.step < 0) throw std::invalid_argument("checkpoint: negative step " + std::to_string(c.step));
+  const fs::path tmp = fs::path(CheckpointManager(run_dir_, opt_.warn).checkpoints_dir()) /
+                       (CheckpointManager::step_dir_name(c.step) + ".tmp");
+  stage(SaveStage::kBegin);
+  // Every rank: its part of the model weights (rank 0: model.h5 with the index of all of them; the others
+  // model-rank-<r>.h5), then its optimizer shard, RNG state and layout; the sums of both go into a side file that
+  // rank 0 reads for the manifest. With c.model_names empty (callers that give rank 0 every tensor), model.h5 holds
+  // them all.
+  check_names(mine.tensors, optim_file(rank_));
+  const bool split = !c.model_names.empty();
+  if (split || rank_ == 0) check_names(c.model, rank_ == 0 ? kModelFile : model_part_file(rank_));
+  if (split) {
+    const std::set<std::string> all(c.model_names.begin(), c.model_names.end());
+    if (all.size() != c.model_names.size())
+      throw std::invalid_argument("checkpoint: duplicate name in model_names");
+    for (const auto& [n, t] : c.model)
+      if (!all.count(n)) throw std::invalid_argument("checkpoint: tensor '" + n + "' is not in model_names");
+  }
+  fs::create_directories(tmp);
+  json sums = json::object();
+  // A crashed earlier attempt at this step may have left any file in tmp: each one is written afresh.
+  if (rank_ == 0) {
+    sums[kModelFile] = write_tensor_file((tmp / kModelFile).string(), c.model, "", [&](H5File& f) {
+      f.set_attr("/", "format_version", kCheckpointFormatVersion);
+      f.set_attr("/", "step", c.step);
+      f.set_json_attr("/", "config", c.config);
+      f.set_json_attr("/", "tensor_names", split ? json(c.model_names) : names_of(c.model));
+      if (split && world_size_ > 1) {
+        f.set_json_attr("/", "own_tensor_names", names_of(c.model));
+        json parts = json::array();
+        for (int r = 1; r < world_size_; ++r) parts.push_back(model_part_file(r));
+        f.set_json_attr("/", "parts", parts);
+      }
+    });
+    stage(SaveStage::kModelWritten);
+  } else if (split) {
+    sums[model_part_file(rank_)] = write_tensor_file((tmp / model_part_file(rank_)).string(), c.model, "",
+                                                     [&](H5File& f) {
+                                                       f.set_attr("/", "format_version", kCheckpointFormatVersion);
+                                                       f.set_attr("/", "step", c.step);
+                                                       f.set_attr("/", "rank", int64_t(rank_));
+                                                       f.set_json_attr("/", "tensor_names", names_of(c.model));
+                                                     });
+  }
+  NamedTensors extra;
+  at::Tensor rng = at::empty({int64_t(mine.rng_state.size())}, at::kByte);
+  if (!mine.rng_state.empty()) std::memcpy(rng.data_ptr(), mine.rng_state.data(), mine.rng_state.size());
+  sums[optim_file(rank_)] =
+      write_tensor_file((tmp / optim_file(rank_)).string(), mine.tensors, "tensors", [&](H5File& f) {
+        f.set_attr("/", "format_version", kCheckpointFormatVersion);
+        f.set_attr("/", "step", c.step);
+        f.set_attr("/", "rank", int64_t(rank_));
+        f.set_attr("/", "world_size", int64_t(world_size_));
+        f.set_json_attr("/", "shard_layout", c.shard_layout);
+        f.set_json_attr("/", "meta", mine.meta);
+        f.set_json_attr("/", "tensor_names", names_of(mine.tensors));
+        f.write_tensor("rng_state", rng);
+        if (!mine.cuda_rng_state.empty()) {
+          at::Tensor crng = at::empty({int64_t(mine.cuda_rng_state.size())}, at::kByte);
+          std::memcpy(crng.data_ptr(), mine.cuda_rng_state.data(), mine.cuda_rng_state.size());
+          f.write_tensor("cuda_rng_state", crng);
+        }
+      });
+  write_file_synced((tmp / sum_file(rank_)).string(), json{{"files", sums}}.dump());
+  stage(SaveStage::kRankFileWritten);
+}
+
+std::string CheckpointWriter::save(const CheckpointContent& c, const RankState& mine) {
+  write_files(c, mine);
+  sync();
+  std::string dir;
+  if (rank_ == 0) dir = commit(c);
+  sync();
+  return rank_ == 0 ? dir : final_dir(c.step);
+}
+
+std::string CheckpointWriter::final_dir(int64_t step) const {
+  return (fs::path(CheckpointManager(run_dir_).checkpoints_dir()) / CheckpointManager::step_dir_name(step)).string();
+}
+
+std::string CheckpointWriter::commit(const CheckpointContent& c) {
+  if (rank_ != 0) throw std::logic_error("checkpoint: commit runs on rank 0");
   CheckpointManager mgr(run_dir_, opt_.warn);
   const fs::path root = mgr.checkpoints_dir();
   const std::string name = CheckpointManager::step_dir_name(c.step);
   const fs::path tmp = root / (name + ".tmp");
   const fs::path final_dir = root / name;
-  stage(SaveStage::kBegin);
-
-  // 1. Every rank: its optimizer shard, RNG state and layout index, then a CRC side file; rank 0 first writes the
-  // model weights, so they are written while the other ranks write their shards (not after the barrier, with
-  // every other rank waiting).
-  check_names(mine.tensors, optim_file(rank_));
-  if (rank_ == 0) check_names(c.model, kModelFile);
-  fs::create_directories(tmp);
-  json model_sum;
-  if (rank_ == 0) {
-    // A crashed earlier attempt at this step may have left any file in tmp: this one is written afresh.
-    const std::string path = (tmp / kModelFile).string();
-    H5File f = H5File::create(path);
-    f.set_attr("/", "format_version", kCheckpointFormatVersion);
-    f.set_attr("/", "step", c.step);
-    f.set_json_attr("/", "config", c.config);
-    f.set_json_attr("/", "tensor_names", names_of(c.model));
-    for (const auto& [tname, t] : c.model) f.write_tensor(tname, t);
-    f.close();
-    fsync_path(path, false);
-    model_sum = file_sum(path);
-    stage(SaveStage::kModelWritten);
-  }
-  {
-    const std::string path = (tmp / optim_file(rank_)).string();
-    H5File f = H5File::create(path);
-    f.set_attr("/", "format_version", kCheckpointFormatVersion);
-    f.set_attr("/", "step", c.step);
-    f.set_attr("/", "rank", int64_t(rank_));
-    f.set_attr("/", "world_size", int64_t(world_size_));
-    f.set_json_attr("/", "shard_layout", c.shard_layout);
-    f.set_json_attr("/", "meta", mine.meta);
-    f.set_json_attr("/", "tensor_names", names_of(mine.tensors));
-    f.create_group("tensors");
-    for (const auto& [tname, t] : mine.tensors) f.write_tensor("tensors/" + tname, t);
-    at::Tensor rng = at::empty({int64_t(mine.rng_state.size())}, at::kByte);
-    if (!mine.rng_state.empty()) std::memcpy(rng.data_ptr(), mine.rng_state.data(), mine.rng_state.size());
-    f.write_tensor("rng_state", rng);
-    if (!mine.cuda_rng_state.empty()) {
-      at::Tensor crng = at::empty({int64_t(mine.cuda_rng_state.size())}, at::kByte);
-      std::memcpy(crng.data_ptr(), mine.cuda_rng_state.data(), mine.cuda_rng_state.size());
-      f.write_tensor("cuda_rng_state", crng);
-    }
-    f.close();
-    fsync_path(path, false);
-    write_file_synced((tmp / sum_file(rank_)).string(), file_sum(path).dump());
-  }
-  stage(SaveStage::kRankFileWritten);
-  sync();
-  if (rank_ == 0) mgr.remove_stale_tmp(tmp.filename().string());
+  mgr.remove_stale_tmp(c.step, tmp.filename().string());
   stage(SaveStage::kRanksSynced);
 
-  if (rank_ == 0) {
-    // Anything not written by this save (a crashed earlier attempt at this step, another world size) goes.
-    std::set<std::string> expected{kModelFile};
-    for (int r = 0; r < world_size_; ++r) expected.insert({optim_file(r), sum_file(r)});
-    std::vector<fs::path> foreign;
-    for (const auto& e : fs::directory_iterator(tmp))
-      if (!expected.count(e.path().filename().string())) foreign.push_back(e.path());
-    for (const auto& p : foreign)
-      if (!remove_tree(p)) throw std::runtime_error("checkpoint: cannot remove stale " + p.string());
-
-    // 2. (The model weights were written in step 1.) 3. Trainer state.
-    json state{{"format_version", kCheckpointFormatVersion}, {"step", c.step},
-               {"world_size", world_size_},           {"config", c.config},
-               {"trainer_state", c.trainer_state},   {"data_position", c.data_position},
-               {"shard_layout", c.shard_layout}};
-    write_file_synced((tmp / kStateFile).string(), state.dump(1));
-    stage(SaveStage::kTrainerStateWritten);
-
-    // 4. Manifest with every file's size and CRC-32 (rank files' sums come from their side files), written last.
-    json files = json::object();
-    files[kModelFile] = model_sum;
-    files[kStateFile] = file_sum((tmp / kStateFile).string());
-    for (int r = 0; r < world_size_; ++r) {
-      const fs::path sp = tmp / sum_file(r);
-      json s = read_json_file(sp.string());
-      uint64_t size = fs::file_size(tmp / optim_file(r));
-      if (s.at("bytes").get<uint64_t>() != size)
-        throw std::runtime_error("checkpoint: " + (tmp / optim_file(r)).string() + " has " + std::to_string(size) +
-                                 " bytes but its rank recorded " + s.at("bytes").dump());
-      files[optim_file(r)] = s;
-      ::unlink(sp.c_str());
+  // Every rank's side file: the sums of the files it wrote, each checked against the file's size on disk.
+  json files = json::object();
+  const bool split = !c.model_names.empty() && world_size_ > 1;
+  for (int r = 0; r < world_size_; ++r) {
+    const fs::path sp = tmp / sum_file(r);
+    const json s = read_json_file(sp.string());
+    for (const auto& [fname, sum] : s.at("files").items()) {
+      uint64_t size = fs::file_size(tmp / fname);
+      if (sum.at("bytes").get<uint64_t>() != size)
+        throw std::runtime_error("checkpoint: " + (tmp / fname).string() + " has " + std::to_string(size) +
+                                 " bytes but its rank recorded " + sum.at("bytes").dump());
+      files[fname] = sum;
     }
-    json manifest{{"format", kFormat},      {"format_version", kCheckpointFormatVersion},
-                  {"step", c.step},         {"world_size", world_size_},
-                  {"job", opt_.job_id},     {"checksum", "crc32"},
-                  {"files", files}};
-    const fs::path mtmp = tmp / (std::string(kManifest) + ".partial");
-    write_file_synced(mtmp.string(), manifest.dump(1));
-    rename_or_throw(mtmp, tmp / kManifest);
-    fsync_path(tmp.string(), true);
-    stage(SaveStage::kManifestWritten);
-
-    // 5. Commit: atomic rename into place. An existing step-N is moved aside first: deleted after the rename when
-    // this job wrote it (a re-save of the same step), else kept as step-N.superseded.
-    fs::path replaced;
-    if (fs::exists(final_dir)) {
-      if (CheckpointManager::writer_job(final_dir.string()) == opt_.job_id) {
-        replaced = root / (name + ".replaced.tmp");
-        remove_tree(replaced);
-        rename_or_throw(final_dir, replaced);
-      } else {
-        const std::string kept = mgr.set_aside(final_dir.string(), "superseded");
-        opt_.warn("checkpoint " + final_dir.string() + " was written by another job; kept as " + kept +
-                  " (this run saves its own step " + std::to_string(c.step) + ")");
-      }
-    }
-    rename_or_throw(tmp, final_dir);
-    fsync_path(root.string(), true);
-    if (!replaced.empty() && !remove_tree(replaced)) opt_.warn("cannot remove " + replaced.string());
-    stage(SaveStage::kRenamed);
-
-    // 6. Retention.
-    if (opt_.keep_last > 0) mgr.prune(opt_.keep_last, c.step, opt_.job_id);
-    stage(SaveStage::kPruned);
   }
-  sync();
+  if (split) check_model_parts(tmp.string(), c.model_names);
+
+  // Anything not written by this save (a crashed earlier attempt at this step, another world size) goes.
+  std::set<std::string> expected{kModelFile};
+  for (int r = 0; r < world_size_; ++r) expected.insert({optim_file(r), sum_file(r), model_part_file(r)});
+  std::vector<fs::path> foreign;
+  for (const auto& e : fs::directory_iterator(tmp))
+    if (!expected.count(e.path().filename().string())) foreign.push_back(e.path());
+  for (const auto& p : foreign)
+    if (!remove_tree(p)) throw std::runtime_error("checkpoint: cannot remove stale " + p.string());
+
+  // Trainer state.
+  json state{{"format_version", kCheckpointFormatVersion}, {"step", c.step},
+             {"world_size", world_size_},           {"config", c.config},
+             {"trainer_state", c.trainer_state},   {"data_position", c.data_position},
+             {"shard_layout", c.shard_layout}};
+  write_file_synced((tmp / kStateFile).string(), state.dump(1));
+  stage(SaveStage::kTrainerStateWritten);
+
+  // Manifest with every file's size and CRC-32, written last.
+  files[kStateFile] = file_sum((tmp / kStateFile).string());
+  for (int r = 0; r < world_size_; ++r) ::unlink((tmp / sum_file(r)).c_str());
+  json manifest{{"format", kFormat},      {"format_version", kCheckpointFormatVersion},
+                {"step", c.step},         {"world_size", world_size_},
+                {"job", opt_.job_id},     {"checksum", "crc32"},
+                {"files", files}};
+  const fs::path mtmp = tmp / (std::string(kManifest) + ".partial");
+  write_file_synced(mtmp.string(), manifest.dump(1));
+  rename_or_throw(mtmp, tmp / kManifest);
+  fsync_path(tmp.string(), true);
+  stage(SaveStage::kManifestWritten);
+
+  // Commit: atomic rename into place. An existing step-N is moved aside first: deleted after the rename when
+  // this job wrote it (a re-save of the same step), else kept as step-N.superseded.
+  fs::path replaced;
+  if (fs::exists(final_dir)) {
+    if (CheckpointManager::writer_job(final_dir.string()) == opt_.job_id) {
+      replaced = root / (name + ".replaced.tmp");
+      remove_tree(replaced);
+      rename_or_throw(final_dir, replaced);
+    } else {
+      const std::string kept = mgr.set_aside(final_dir.string(), "superseded");
+      opt_.warn("checkpoint " + final_dir.string() + " was written by another job; kept as " + kept +
+                " (this run saves its own step " + std::to_string(c.step) + ")");
+    }
+  }
+  rename_or_throw(tmp, final_dir);
+  fsync_path(root.string(), true);
+  if (!replaced.empty() && !remove_tree(replaced)) opt_.warn("cannot remove " + replaced.string());
+  stage(SaveStage::kRenamed);
+
+  // Retention.
+  if (opt_.keep_last > 0) mgr.prune(opt_.keep_last, c.step, opt_.job_id);
+  stage(SaveStage::kPruned);
   return final_dir.string();
 }
 
@@ -365,25 +453,47 @@ std::string CheckpointManager::verify(const std::string& step_dir, bool checksum
     for (const auto& f : required)
       if (!files.contains(f)) return "manifest.json does not list " + f;
     for (const auto& [fname, info] : files.items()) {
-      const fs::path p = dir / fname;
-      std::error_code ec;
-      uint64_t size = fs::file_size(p, ec);
-      if (ec) return fname + " is missing";
-      uint64_t want = info.at("bytes").get<uint64_t>();
-      if (size != want)
-        return fname + " has " + std::to_string(size) + " bytes, manifest says " + std::to_string(want) +
-               " (truncated?)";
-      if (checksums) {
-        std::string crc = hex32(crc32_file(p.string()));
-        if (crc != info.at("crc32").get<std::string>())
-          return fname + " CRC-32 " + crc + " does not match manifest " + info.at("crc32").get<std::string>() +
-                 " (corrupt)";
-      }
+      std::string why = check_file(dir, fname, info, checksums);
+      if (!why.empty()) return why;
     }
   } catch (const std::exception& e) {
     return std::string("unreadable manifest or file: ") + e.what();
   }
   return "";
+}
+
+std::string CheckpointManager::check_file(const std::filesystem::path& dir, const std::string& fname,
+                                          const nlohmann::json& info, bool checksums) {
+  const fs::path p = dir / fname;
+  std::error_code ec;
+  uint64_t size = fs::file_size(p, ec);
+  if (ec) return fname + " is missing";
+  uint64_t want = info.at("bytes").get<uint64_t>();
+  if (size != want)
+    return fname + " has " + std::to_string(size) + " bytes, manifest says " + std::to_string(want) + " (truncated?)";
+  if (checksums) {
+    std::string crc = hex32(crc32_file(p.string()));
+    if (crc != info.at("crc32").get<std::string>())
+      return fname + " CRC-32 " + crc + " does not match manifest " + info.at("crc32").get<std::string>() +
+             " (corrupt)";
+  }
+  return "";
+}
+
+std::vector<std::string> CheckpointManager::manifest_files(const std::string& step_dir) {
+  std::vector<std::string> out;
+  const json m = read_json_file((fs::path(step_dir) / kManifest).string());
+  for (const auto& [fname, info] : m.at("files").items()) out.push_back(fname);
+  return out;  // nlohmann's object order: sorted by name, the same on every rank
+}
+
+std::string CheckpointManager::verify_file(const std::string& step_dir, const std::string& fname) {
+  try {
+    const json m = read_json_file((fs::path(step_dir) / kManifest).string());
+    return check_file(step_dir, fname, m.at("files").at(fname), true);
+  } catch (const std::exception& e) {
+    return fname + ": " + e.what();
+  }
 }
 
 CheckpointManager::Scan CheckpointManager::scan(bool checksums) const {
@@ -422,7 +532,7 @@ std::string CheckpointManager::writer_job(const std::string& step_dir) {
   }
 }
 
-void CheckpointManager::remove_stale_tmp(const std::string& keep) const {
+void CheckpointManager::remove_stale_tmp(int64_t up_to_step, const std::string& keep) const {
   std::error_code ec;
   fs::directory_iterator it(checkpoints_dir(), ec), end;
   if (ec) return;
@@ -430,7 +540,15 @@ void CheckpointManager::remove_stale_tmp(const std::string& keep) const {
   for (; it != end; it.increment(ec)) {
     if (ec) break;
     const std::string n = it->path().filename().string();
-    if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0 && n != keep) stale.push_back(it->path());
+    if (n.size() <= 4 || n.compare(n.size() - 4, 4, ".tmp") != 0 || n == keep) continue;
+    // step-<K>.tmp, step-<K>.deleting.tmp, step-<K>.replaced.tmp: K read; anything else counts as stale.
+    int64_t k = -1;
+    if (n.rfind("step-", 0) == 0) {
+      size_t i = 5;
+      while (i < n.size() && std::isdigit(static_cast<unsigned char>(n[i]))) ++i;
+      if (i > 5 && i - 5 < 19) k = std::stoll(n.substr(5, i - 5));
+    }
+    if (k <= up_to_step) stale.push_back(it->path());
   }
   for (const auto& p : stale)
     if (!remove_tree(p)) warn_("cannot remove leftover " + p.string());

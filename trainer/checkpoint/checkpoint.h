@@ -1,8 +1,12 @@
 // Crash-safe, resumable training checkpoints in a run directory, independent of the optimizer implementation.
 //
 // Layout of <run>/checkpoints/step-<N>/ (a checkpoint counts only once renamed from step-<N>.tmp and with a manifest):
-//   model.h5            rank 0: every model parameter as /<gmod name> (bf16 as uint16 + dtype attr, fp32 as float);
-//                       root attrs format_version, step, config (JSON), tensor_names (JSON list, stored order)
+//   model.h5            rank 0: model parameters as /<gmod name> (bf16 as uint16 + dtype attr, fp32 as float);
+//                       root attrs format_version, step, config (JSON), tensor_names (JSON list of all, stored
+//                       order); in a checkpoint whose weights every rank wrote a share of, also own_tensor_names
+//                       (those in this file) and parts (JSON list of the other files: model-rank-<r>.h5)
+//   model-rank-<r>.h5   rank r >= 1: its share of the parameters (split_model_by_bytes); root attrs
+//                       format_version, step, rank, tensor_names (those in this file)
 //   optim-rank-<r>.h5   rank r: /tensors/<name> (the rank's ZeRO shard: master, exp_avg, exp_avg_sq, step, ...),
 //                       /rng_state (uint8 CPU generator state), /cuda_rng_state (uint8 CUDA generator state of the
 //                       rank's device; only when the run used CUDA); root attrs format_version, step, rank, world_size,
@@ -11,10 +15,13 @@
 //   manifest.json       written last: format, step, world_size, job (the writing process, this_job_id()), per file
 //                       {bytes, crc32}; its presence marks validity
 //
-// Save protocol (CheckpointWriter::save, collective): every rank writes its optim file (+ a CRC side file) into
-// step-N.tmp/ and fsyncs it; barrier; rank 0 removes stale *.tmp dirs and foreign files, writes model.h5 and
-// trainer-state.json, writes manifest.json (tmp + fsync + rename), fsyncs the directory, renames step-N.tmp -> step-N,
-// fsyncs checkpoints/, prunes to keep_last; barrier. A crash at any point leaves the previous complete checkpoint.
+// Save protocol (CheckpointWriter::save, collective): every rank writes its share of the model and its optim file
+// into step-N.tmp/, fsyncs them and writes a side file with their sizes and CRC-32s (computed while writing: each
+// tensor's bytes are checksummed once, only HDF5's metadata is read back); barrier; rank 0 removes stale *.tmp
+// dirs and foreign files, checks the parts hold every tensor once, writes trainer-state.json, writes manifest.json
+// (tmp + fsync + rename), fsyncs the directory, renames step-N.tmp -> step-N, fsyncs checkpoints/, prunes to
+// keep_last; barrier. A crash at any point leaves the previous complete checkpoint. Asynchronous saves
+// (AsyncCheckpointSave) run the first half on a background thread and the commit once every rank has finished.
 //
 // A checkpoint this process did not write is never deleted unless it verifies: retention deletes another job's
 // checkpoint only after its CRCs check (a corrupt one is set aside as step-<N>.corrupt instead), and a save over an
@@ -26,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -58,8 +66,16 @@ struct CheckpointContent {
   nlohmann::json trainer_state = nlohmann::json::object();  // LR scheduler state, counters, ...
   nlohmann::json data_position = nlohmann::json::object();  // e.g. consumed samples, epoch, seed
   nlohmann::json shard_layout = nlohmann::json::object();   // [{name, shape, offset, numel}], total, padding, ...
-  NamedTensors model;                                       // every parameter by gmod name (rank 0)
+  // The model weights this rank writes. Either every parameter by gmod name on rank 0 (model_names empty: model.h5
+  // holds them all), or, with model_names set on every rank (all names, stored order), this rank's share of them
+  // (split_model_by_bytes): each rank writes its own part, in parallel.
+  NamedTensors model;
+  std::vector<std::string> model_names;
 };
+
+// Which rank writes each model tensor, given their sizes in bytes: largest first onto the least loaded rank, so
+// that every rank writes about the same amount. Deterministic (the same on every rank).
+std::vector<int> split_model_by_bytes(const std::vector<int64_t>& bytes, int world_size);
 
 // Points of the save protocol after which CheckpointOptions::on_stage is called (tests inject crashes there).
 enum class SaveStage : int {
@@ -98,6 +114,13 @@ class CheckpointWriter {
   // Collective: every rank calls it with the same content.step (model/config/... are read on rank 0 only).
   // Returns the final directory <run>/checkpoints/step-<N>. Tensors may live on any device.
   std::string save(const CheckpointContent& content, const RankState& mine);
+  // save() in its two halves, for asynchronous saves. write_files: this rank's files into step-N.tmp/, no
+  // collective (it may run on a background thread). commit: rank 0 only, once every rank's write_files returned:
+  // trainer state, manifest, rename into place, retention; returns the final directory.
+  void write_files(const CheckpointContent& content, const RankState& mine);
+  std::string commit(const CheckpointContent& content);
+  // <run>/checkpoints/step-<step>
+  std::string final_dir(int64_t step) const;
 
  private:
   void stage(SaveStage s);
@@ -132,6 +155,16 @@ class CheckpointReader {
   // `params` must be in the checkpoint; with `strict`, every saved name must also be in `params`. Errors name the
   // tensor and the file.
   void load_model_into(const NamedTensors& params, bool strict = true) const;
+  // The same, collectively over `world_size` ranks: the weights are read once per job (each part file by rank
+  // part % world_size) and broadcast to the others. Every rank calls it with the same params.
+  struct ModelShare {
+    int rank = 0;
+    int world_size = 1;
+    std::function<void(at::Tensor&, int root)> broadcast;  // empty: every tensor read by this rank
+  };
+  void load_model_into(const NamedTensors& params, bool strict, const ModelShare& share) const;
+  // The files holding the weights: model.h5, then its parts (model-rank-<r>.h5) when the ranks wrote them.
+  std::vector<std::string> model_files() const;
 
   RankState read_rank_state(int rank) const;         // one old rank's optim file
   std::vector<RankState> read_all_rank_states() const;  // ranks 0..world_size()-1, for resharding
@@ -172,9 +205,16 @@ class CheckpointManager {
   static std::string writer_job(const std::string& step_dir);
   // "" when step_dir is a valid checkpoint, else what failed.
   static std::string verify(const std::string& step_dir, bool checksums = true);
+  // The files a (structurally valid) checkpoint's manifest lists, in a fixed order, and the size + CRC check of one
+  // of them ("" when it matches): for spreading the CRC work of a resume over the ranks.
+  static std::vector<std::string> manifest_files(const std::string& step_dir);
+  static std::string verify_file(const std::string& step_dir, const std::string& fname);
 
-  // Removes leftover *.tmp directories except `keep` (a directory name). Rank 0 only, inside a save.
-  void remove_stale_tmp(const std::string& keep = "") const;
+  // Removes leftover *.tmp directories of steps <= up_to_step except `keep` (a directory name), and *.tmp names
+  // that carry no step. Rank 0 only, inside a commit. A later step's *.tmp is left alone: with asynchronous saves
+  // the other ranks may already be writing the next save while rank 0 commits this one (a crashed run's leftover at
+  // a later step is written afresh when that step is saved, its foreign files removed by that commit).
+  void remove_stale_tmp(int64_t up_to_step, const std::string& keep = "") const;
   // Deletes complete checkpoints with step <= newest_step beyond the newest keep_last of them (each is first
   // renamed to *.tmp so that a crash mid-delete leaves nothing that looks complete). One that `job_id` did not write
   // is deleted only when it verifies (CRC-32); a corrupt one is set aside as <dir>.corrupt with a warning. Returns
@@ -182,6 +222,8 @@ class CheckpointManager {
   std::vector<std::string> prune(int keep_last, int64_t newest_step, const std::string& job_id = this_job_id()) const;
 
  private:
+  static std::string check_file(const std::filesystem::path& dir, const std::string& fname, const nlohmann::json& info,
+                                bool checksums);
   std::string run_dir_;
   std::function<void(const std::string&)> warn_;
 };

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace gmod::checkpoint_files {
 
@@ -14,6 +16,13 @@ inline constexpr const char* kFormat = "gmod-checkpoint";
 
 inline std::string optim_file(int rank) { return "optim-rank-" + std::to_string(rank) + ".h5"; }
 inline std::string sum_file(int rank) { return optim_file(rank) + ".sum"; }
+// Rank r's share of the model weights (r >= 1; rank 0's share is in model.h5 with the index of all of them).
+inline std::string model_part_file(int rank) { return "model-rank-" + std::to_string(rank) + ".h5"; }
+
+// The files holding model weights in step directory `dir` and the tensor names each holds: model.h5 alone (all
+// its tensor_names) for a checkpoint written whole by rank 0, else model.h5's own_tensor_names and every file of
+// its `parts` attribute with their tensor_names. Errors name the file.
+std::vector<std::pair<std::string, std::vector<std::string>>> model_part_index(const std::string& dir);
 
 // Parses a JSON file; a missing or malformed file is an error naming it.
 nlohmann::json read_json_file(const std::string& path);

@@ -3,6 +3,8 @@
 #include <ATen/core/grad_mode.h>
 
 #include <filesystem>
+#include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -49,28 +51,95 @@ void CheckpointReader::verify(bool checksums) const {
   if (!why.empty()) throw std::runtime_error("checkpoint: " + dir_ + " failed verification: " + why);
 }
 
+namespace checkpoint_files {
+
+std::vector<std::pair<std::string, std::vector<std::string>>> model_part_index(const std::string& dir) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  H5File f = H5File::open((fs::path(dir) / kModelFile).string());
+  if (!f.has_attr("/", "parts")) {
+    out.emplace_back(kModelFile, f.attr_json("/", "tensor_names").get<std::vector<std::string>>());
+    return out;
+  }
+  out.emplace_back(kModelFile, f.attr_json("/", "own_tensor_names").get<std::vector<std::string>>());
+  for (const auto& part : f.attr_json("/", "parts").get<std::vector<std::string>>()) {
+    if (part.empty() || part.find('/') != std::string::npos || part == kModelFile)
+      throw std::runtime_error("checkpoint: " + f.path() + " names a bad model part '" + part + "'");
+    const fs::path p = fs::path(dir) / part;
+    if (!fs::exists(p))
+      throw std::runtime_error("checkpoint: " + f.path() + " lists the model part " + part + ", which is missing");
+    out.emplace_back(part, H5File::open(p.string()).attr_json("/", "tensor_names").get<std::vector<std::string>>());
+  }
+  return out;
+}
+
+}  // namespace checkpoint_files
+
+namespace {
+
+// Every model tensor's file, from model_part_index.
+std::map<std::string, std::string> tensor_files(const std::string& dir) {
+  std::map<std::string, std::string> where;
+  for (const auto& [file, names] : model_part_index(dir))
+    for (const auto& n : names) where.emplace(n, file);
+  return where;
+}
+
+// The model files of a checkpoint, opened once each.
+class ModelFiles {
+ public:
+  explicit ModelFiles(std::string dir) : dir_(std::move(dir)), where_(tensor_files(dir_)) {}
+  bool has(const std::string& name) const { return where_.count(name) > 0; }
+  const std::string& file_of(const std::string& name) const {
+    auto it = where_.find(name);
+    if (it == where_.end())
+      throw std::runtime_error("checkpoint: tensor '" + name + "' not in the model files of " + dir_);
+    return it->second;
+  }
+  H5File& open(const std::string& name) {
+    const std::string& file = file_of(name);
+    auto it = open_.find(file);
+    if (it == open_.end()) it = open_.emplace(file, H5File::open((fs::path(dir_) / file).string())).first;
+    return it->second;
+  }
+
+ private:
+  std::string dir_;
+  std::map<std::string, std::string> where_;
+  std::map<std::string, H5File> open_;
+};
+
+}  // namespace
+
 std::vector<std::string> CheckpointReader::model_tensor_names() const {
   H5File f = H5File::open((fs::path(dir_) / kModelFile).string());
   return f.attr_json("/", "tensor_names").get<std::vector<std::string>>();
 }
 
+std::vector<std::string> CheckpointReader::model_files() const {
+  std::vector<std::string> out;
+  for (const auto& [file, names] : model_part_index(dir_)) out.push_back(file);
+  return out;
+}
+
 at::Tensor CheckpointReader::read_model_tensor(const std::string& name) const {
-  H5File f = H5File::open((fs::path(dir_) / kModelFile).string());
-  if (!f.exists(name)) throw std::runtime_error("checkpoint: tensor '" + name + "' not in " + f.path());
-  return f.read_tensor(name);
+  ModelFiles files(dir_);
+  return files.open(name).read_tensor(name);
 }
 
 NamedTensors CheckpointReader::read_model() const {
-  H5File f = H5File::open((fs::path(dir_) / kModelFile).string());
+  ModelFiles files(dir_);
   NamedTensors out;
-  for (const auto& n : f.attr_json("/", "tensor_names").get<std::vector<std::string>>())
-    out.emplace_back(n, f.read_tensor(n));
+  for (const auto& n : model_tensor_names()) out.emplace_back(n, files.open(n).read_tensor(n));
   return out;
 }
 
 void CheckpointReader::load_model_into(const NamedTensors& params, bool strict) const {
-  H5File f = H5File::open((fs::path(dir_) / kModelFile).string());
-  auto saved = f.attr_json("/", "tensor_names").get<std::vector<std::string>>();
+  load_model_into(params, strict, ModelShare{});
+}
+
+void CheckpointReader::load_model_into(const NamedTensors& params, bool strict, const ModelShare& share) const {
+  const std::string index = (fs::path(dir_) / kModelFile).string();
+  auto saved = model_tensor_names();
   std::set<std::string> saved_set(saved.begin(), saved.end());
   std::vector<std::string> missing;
   for (const auto& [name, p] : params)
@@ -79,18 +148,20 @@ void CheckpointReader::load_model_into(const NamedTensors& params, bool strict) 
     std::string list;
     for (size_t i = 0; i < missing.size() && i < 10; ++i) list += (i ? ", " : "") + missing[i];
     throw std::runtime_error("checkpoint: " + std::to_string(missing.size()) + " parameter(s) missing from " +
-                             f.path() + ": " + list);
+                             index + ": " + list);
   }
   if (strict) {
     std::set<std::string> wanted;
     for (const auto& [name, p] : params) wanted.insert(name);
     for (const auto& n : saved)
       if (!wanted.count(n))
-        throw std::runtime_error("checkpoint: " + f.path() + " has tensor '" + n +
+        throw std::runtime_error("checkpoint: " + index + " has tensor '" + n +
                                  "' that the model does not (strict load)");
   }
-  // Check everything before modifying anything.
+  ModelFiles files(dir_);
+  // Check everything before modifying anything (metadata only).
   for (const auto& [name, p] : params) {
+    H5File& f = files.open(name);
     H5TensorInfo info = f.tensor_info(name);
     if (info.shape != p.sizes().vec())
       throw std::runtime_error("checkpoint: tensor '" + name + "' in " + f.path() + " has shape " +
@@ -101,8 +172,27 @@ void CheckpointReader::load_model_into(const NamedTensors& params, bool strict) 
                                h5_dtype_name(info.dtype) + ", the model expects " +
                                c10::toString(p.scalar_type()));
   }
+  // Whole: every tensor read here. Shared: the file of part k is read by rank k % world only, each tensor then
+  // broadcast from its reader, so the weights are read once per job instead of once per rank.
+  std::map<std::string, int> reader_of;
+  if (share.broadcast) {
+    int k = 0;
+    for (const auto& [file, names] : model_part_index(dir_)) {
+      for (const auto& n : names) reader_of[n] = k % share.world_size;
+      ++k;
+    }
+  }
   at::NoGradGuard no_grad;
-  for (const auto& [name, p] : params) p.detach().copy_(f.read_tensor(name));
+  for (const auto& [name, p] : params) {
+    at::Tensor t = p.detach();
+    if (!share.broadcast) {
+      t.copy_(files.open(name).read_tensor(name));
+      continue;
+    }
+    const int root = reader_of.at(name);
+    if (root == share.rank) t.copy_(files.open(name).read_tensor(name));
+    share.broadcast(t, root);
+  }
 }
 
 RankState CheckpointReader::read_rank_state(int rank) const {

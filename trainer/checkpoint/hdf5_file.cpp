@@ -250,9 +250,15 @@ void H5File::write_tensor(const std::string& name, const at::Tensor& t, bool che
   const size_t nbytes = size_t(c.numel()) * c.element_size();
   if (c.numel() > 0 && H5Dwrite(ds.get(), st.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, c.data_ptr()) < 0)
     fail("write dataset", name);
+  const haddr_t offset = c.numel() > 0 ? H5Dget_offset(ds.get()) : HADDR_UNDEF;
   ds.reset();
   set_attr(name, "dtype", h5_dtype_name(t.scalar_type()));
-  if (checksum) set_attr(name, "crc32", int64_t(crc32_bytes(c.data_ptr(), nbytes)));
+  if (checksum) {
+    const uint32_t crc = crc32_bytes(c.data_ptr(), nbytes);
+    set_attr(name, "crc32", int64_t(crc));
+    // Contiguous, unfiltered: the dataset's bytes lie in the file as they are in memory.
+    if (offset != HADDR_UNDEF) written_.push_back({uint64_t(offset), uint64_t(nbytes), crc});
+  }
 }
 
 H5TensorInfo H5File::tensor_info(const std::string& name) const {
@@ -431,57 +437,6 @@ uint32_t crc32_bytes(const void* data, size_t n, uint32_t crc) {
     n -= chunk;
   }
   return uint32_t(c);
-}
-
-// Split into at most 8 contiguous ranges of >= 64 MiB, one thread each (pread), joined with crc32_combine: the
-// same CRC as one sequential pass, several times faster on a file still in the page cache (a save's read-back).
-uint32_t crc32_file(const std::string& path, uint64_t* size_out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    throw std::runtime_error("cannot stat " + path + ": " + std::strerror(e));
-  }
-  const uint64_t size = uint64_t(st.st_size);
-  constexpr uint64_t kMinRange = uint64_t(64) << 20;
-  const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const uint64_t parts = std::max<uint64_t>(1, std::min<uint64_t>({8, cores, size / kMinRange}));
-  std::vector<uint32_t> crcs(parts, 0);
-  std::vector<uint64_t> got(parts, 0);
-  std::vector<int> errs(parts, 0);
-  auto run = [&](uint64_t i) {
-    const uint64_t begin = size * i / parts, end = size * (i + 1) / parts;
-    std::vector<unsigned char> buf(size_t(8) << 20);
-    uint32_t crc = 0;
-    for (uint64_t off = begin; off < end;) {
-      const ssize_t n = ::pread(fd, buf.data(), size_t(std::min<uint64_t>(buf.size(), end - off)), off_t(off));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        errs[i] = n < 0 ? errno : EIO;  // a file shorter than its fstat size: truncated under us
-        return;
-      }
-      crc = crc32_bytes(buf.data(), size_t(n), crc);
-      off += uint64_t(n);
-      got[i] += uint64_t(n);
-    }
-    crcs[i] = crc;
-  };
-  std::vector<std::thread> pool;
-  for (uint64_t i = 1; i < parts; ++i) pool.emplace_back(run, i);
-  run(0);
-  for (auto& t : pool) t.join();
-  ::close(fd);
-  uint32_t crc = crcs[0];
-  uint64_t total = got[0];
-  for (uint64_t i = 0; i < parts; ++i) {
-    if (errs[i]) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errs[i]));
-    if (i > 0) crc = uint32_t(::crc32_combine(crc, crcs[i], z_off_t(got[i])));
-    if (i > 0) total += got[i];
-  }
-  if (size_out) *size_out = total;
-  return crc;
 }
 
 }  // namespace gmod

@@ -14,6 +14,8 @@
 
 #include <hdf5.h>
 
+#include "trainer/checkpoint/file_crc.h"
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -83,6 +85,9 @@ class H5File {
   // Reads a dataset into a new CPU tensor of its stored dtype. With `verify`, a present `crc32` attribute is checked.
   at::Tensor read_tensor(const std::string& name, bool verify = true) const;
   H5TensorInfo tensor_info(const std::string& name) const;
+  // Where each checksummed dataset's bytes went in the file, with their CRC-32: crc32_file_with_known of the closed
+  // file then reads only HDF5's metadata.
+  const std::vector<KnownCrcRegion>& written_regions() const { return written_; }
 
   // Attributes on object `obj` ("/" for the file's root). Setting replaces an existing attribute of that name.
   void set_attr(const std::string& obj, const std::string& key, const std::string& value);
@@ -106,13 +111,11 @@ class H5File {
 
   std::string path_;
   H5Id file_;
+  std::vector<KnownCrcRegion> written_;
 };
 
 // zlib CRC-32 of a byte range (continuing from `crc`, 0 to start).
 uint32_t crc32_bytes(const void* data, size_t n, uint32_t crc = 0);
-// CRC-32 and size of a whole file, read in up to 8 parallel ranges (crc32_combine: the same value as one pass);
-// throws naming the file when it cannot be read.
-uint32_t crc32_file(const std::string& path, uint64_t* size_out = nullptr);
 // Torch dtype name as stored in the `dtype` attribute ("float32", "bfloat16", ...); throws for unsupported dtypes.
 std::string h5_dtype_name(at::ScalarType t);
 

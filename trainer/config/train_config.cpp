@@ -7,6 +7,7 @@
 #include "trainer/config/config_json.h"
 #include "trainer/config/param_groups.h"
 #include "trainer/model_setup.h"
+#include "trainer/step_profiler.h"
 
 #include <climits>
 #include <cmath>
@@ -93,10 +94,12 @@ json to_json(const TrainConfig& c) {
        {{"enabled", c.mod.enabled}, {"rule", c.mod.rule}, {"arank_samples", c.mod.arank_samples},
         {"arank_protocol", c.mod.arank_protocol},
         {"config", mod_cfg}}},
-      {"checkpoint", {{"every", c.checkpoint.every}, {"keep_last", c.checkpoint.keep_last}}},
+      {"checkpoint",
+       {{"every", c.checkpoint.every}, {"keep_last", c.checkpoint.keep_last}, {"async", c.checkpoint.async}}},
       {"metrics",
        {{"log_every", c.metrics.log_every}, {"peak_tflops", c.metrics.peak_tflops},
-        {"log_sample_ids", c.metrics.log_sample_ids}}},
+        {"log_sample_ids", c.metrics.log_sample_ids}, {"tensorboard", c.metrics.tensorboard},
+        {"profile_steps", c.metrics.profile_steps}}},
       {"parallel",
        {{"timeout_s", c.parallel.timeout_s}, {"arank_timeout_s", c.parallel.arank_timeout_s},
         {"resume_check_timeout_s", c.parallel.resume_check_timeout_s},
@@ -168,8 +171,11 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(md, "enabled", c.mod.enabled), get(md, "rule", c.mod.rule), get(md, "arank_samples", c.mod.arank_samples);
       get(md, "arank_protocol", c.mod.arank_protocol);
       get(ck, "every", c.checkpoint.every), get(ck, "keep_last", c.checkpoint.keep_last);
+      get(ck, "async", c.checkpoint.async);
       get(mt, "log_every", c.metrics.log_every), get(mt, "peak_tflops", c.metrics.peak_tflops);
       get(mt, "log_sample_ids", c.metrics.log_sample_ids);
+      get(mt, "tensorboard", c.metrics.tensorboard);
+      get(mt, "profile_steps", c.metrics.profile_steps);
       get(j["parallel"], "timeout_s", c.parallel.timeout_s);
       get(j["parallel"], "arank_timeout_s", c.parallel.arank_timeout_s);
       get(j["parallel"], "resume_check_timeout_s", c.parallel.resume_check_timeout_s);
@@ -512,6 +518,11 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
                 ", expected 0 (all) or >= 2 (the newest may be incomplete when a job dies)");
   if (c.metrics.log_every < 1) e.push_back("metrics.log_every: must be >= 1");
   if (c.metrics.peak_tflops < 0) e.push_back("metrics.peak_tflops: must be >= 0");
+  try {
+    parse_step_range(c.metrics.profile_steps, "metrics.profile_steps");
+  } catch (const std::invalid_argument& ex) {
+    e.push_back(ex.what());
+  }
   if (c.run_dir.empty()) e.push_back("run_dir: required");
   if (c.resume != "auto" && c.resume != "auto_or_scratch" && c.resume != "none" &&
       !fs::exists(fs::path(c.resume) / "manifest.json"))

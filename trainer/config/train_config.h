@@ -184,6 +184,9 @@ struct ModSection {
 struct CheckpointSection {
   int every = 0;                 // save every N optimizer steps (0 = only at the end / on a signal)
   int keep_last = 3;             // complete checkpoints kept (>= 2, or 0 = all)
+  // Write in the background while training continues (trainer/checkpoint/async_save.h): the step's state is
+  // copied to host memory (pinned on CUDA; `gmod plan` states the bytes) and committed once every rank has written.
+  bool async = false;
 };
 
 struct MetricsSection {
@@ -192,6 +195,11 @@ struct MetricsSection {
   // 1.0 on CPU (a nominal figure; CPU MFU is only comparable with itself).
   double peak_tflops = 0.0;
   bool log_sample_ids = false;   // <run>/samples/rank-<r>.txt: "step micro idx..." per micro-batch (tests, audits)
+  // <run>/tensorboard/events.out.tfevents.*: every metrics line and evaluation as TensorBoard scalars (rank 0;
+  // trainer/tensorboard_events.h).
+  bool tensorboard = false;
+  // "A-B": a Chrome/Perfetto trace of steps A..B per rank in <run>/profile/ (trainer/step_profiler.h); "" = none.
+  std::string profile_steps;
 };
 
 struct ParallelSection {

@@ -262,6 +262,13 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
                      "the updated shard converted to the params' dtype before its host-to-device copy"}};
     for (const auto& x : p.host_terms) p.host_total += x.bytes;
   }
+  if (in.async_checkpoint) {  // trainer/trainer_save.cpp: host_snapshot of what this rank writes
+    const int64_t weights = (s.e * p.params_total + N - 1) / N;  // split_model_by_bytes: about 1/N of the weights
+    p.host_terms.push_back({"checkpoint_snapshot", weights + 12 * local,
+                            "checkpoint.async: this rank's share of the weights + its optimizer shard, copied to host "
+                            "for the background write (pinned on CUDA), held until the save ends"});
+    p.host_total += p.host_terms.back().bytes;
+  }
 
   // ---- activations saved for backward (model/, mod/) ----
   const bool embed_trained = in.train_llm;

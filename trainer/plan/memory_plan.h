@@ -27,6 +27,8 @@ struct MemoryPlanInputs {
   // optimizer.offload: "cpu" puts the fp32 master and moments (and, on CUDA, a host copy of the gradient shard and
   // of the converted parameter shard) in host memory: `host_terms`, not the device total.
   std::string offload = "none";
+  // checkpoint.async: each save's state is copied to host memory for its background write (a host term).
+  bool async_checkpoint = false;
   int zero3_prefetch = 1;      // ZeRO-3: units gathered ahead of the running one (optimizer.zero3_prefetch)
   // ZeRO-3: false keeps each unit gathered from its forward to its backward (optimizer.zero3_reshard_after_forward).
   bool zero3_reshard_after_forward = true;
@@ -97,7 +99,7 @@ struct MemoryPlan {
   int64_t comm_payload_bytes = 0;
   double comm_wire_bytes = 0;
   std::vector<MemoryTerm> comm;  // per collective (payload bytes)
-  // Host memory per rank (optimizer offload): its terms and their sum; not part of `total` or the budget.
+  // Host memory per rank (optimizer offload, async checkpoint snapshot): its terms and their sum; not part of `total` or the budget.
   std::vector<MemoryTerm> host_terms;
   int64_t host_total = 0;
   // ZeRO-3: the largest hooked unit (parameters gathered together around one unit's forward and backward)

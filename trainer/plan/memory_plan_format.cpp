@@ -79,7 +79,7 @@ std::string format_plan(const MemoryPlan& p) {
                   format_bytes(double(p.cuda_reserved_lag_bytes)).c_str());
   }
   if (!p.host_terms.empty()) {
-    os << line << "\nhost memory per rank (optimizer offload; not in the total above):\n";
+    os << line << "\nhost memory per rank (not in the total above):\n";
     for (const auto& t : p.host_terms) {
       if (t.bytes == 0) continue;
       std::snprintf(line, sizeof line, "  %-26s %12s  %s\n", t.name.c_str(),

@@ -56,6 +56,7 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConf
   in.checkpointing = ac.every == 0 ? "none" : ac.every == 1 ? "full" : "every_k";
   if (ac.every > 1) in.checkpoint_every = ac.every;
   in.zero3_prefetch = cfg.optimizer.zero3_prefetch;
+  in.async_checkpoint = cfg.checkpoint.async && cfg.checkpoint.every > 0;
   in.accumulate_fp32 = cfg.optimizer.accumulate_fp32;
   in.zero3_reshard_after_forward = cfg.optimizer.zero3_reshard_after_forward;
   in.reduce_dtype = effective_reduce_dtype(cfg);

@@ -1,0 +1,51 @@
+// An asynchronous checkpoint save (checkpoint.async): the state, already copied to host memory that the save owns,
+// is written by a background thread (CheckpointWriter::write_files) while training goes on; the commit (manifest,
+// rename, retention) happens on rank 0 once every rank's thread has finished, decided collectively between steps by
+// the trainer. At most one is in flight. A failed write leaves only step-N.tmp/ (the previous checkpoint is never
+// touched) and is reported by error(); the destructor waits for the thread. Debian's HDF5 is not built thread-safe:
+// while the thread runs, nothing else in the process may call HDF5 (the trainer opens no checkpoint file until
+// done(); the commit reads the parts only after it).
+#pragma once
+
+#include "trainer/checkpoint/checkpoint.h"
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+namespace gmod {
+
+class AsyncCheckpointSave {
+ public:
+  // Starts the background write. `content` and `mine` must not share memory with tensors training will modify.
+  AsyncCheckpointSave(CheckpointWriter writer, CheckpointContent content, RankState mine);
+  ~AsyncCheckpointSave();
+  AsyncCheckpointSave(const AsyncCheckpointSave&) = delete;
+  AsyncCheckpointSave& operator=(const AsyncCheckpointSave&) = delete;
+
+  int64_t step() const { return content_.step; }
+  bool done() const { return done_.load(std::memory_order_acquire); }  // this rank's write ended (or failed)
+  void wait();                                    // until done()
+  const std::string& error() const { return error_; }  // after done(): "" or what failed
+  double write_seconds() const { return write_seconds_; }  // after done()
+  // Rank 0, after every rank is done without error: commits and returns the final directory.
+  std::string commit() { return writer_.commit(content_); }
+  std::string final_dir() const { return writer_.final_dir(content_.step); }
+
+ private:
+  CheckpointWriter writer_;
+  CheckpointContent content_;
+  RankState mine_;
+  std::atomic<bool> done_{false};
+  std::string error_;
+  double write_seconds_ = 0;
+  std::thread thread_;
+};
+
+// A host copy of `t` that the save owns: CPU tensors are cloned, CUDA ones copied into pinned memory.
+at::Tensor host_snapshot(const at::Tensor& t);
+// Bytes an asynchronous save of these tensors holds in host memory (what `gmod plan` adds for checkpoint.async).
+int64_t snapshot_bytes(const NamedTensors& ts);
+
+}  // namespace gmod

@@ -1,0 +1,113 @@
+// File CRC-32s for checkpoints; see file_crc.h.
+#include "trainer/checkpoint/file_crc.h"
+
+#include "trainer/checkpoint/hdf5_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+namespace gmod {
+namespace {
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+uint64_t open_sized(const std::string& path, Fd& f) {
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw std::runtime_error("cannot stat " + path + ": " + std::strerror(errno));
+  return uint64_t(st.st_size);
+}
+
+// CRC-32 of [begin, end) of fd; 0 errno on success, else the error (EIO when the file ends early).
+int crc_range(int fd, uint64_t begin, uint64_t end, std::vector<unsigned char>& buf, uint32_t* crc_out) {
+  uint32_t crc = 0;
+  for (uint64_t off = begin; off < end;) {
+    const ssize_t n = ::pread(fd, buf.data(), size_t(std::min<uint64_t>(buf.size(), end - off)), off_t(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;  // a file shorter than its fstat size: truncated under us
+    crc = crc32_bytes(buf.data(), size_t(n), crc);
+    off += uint64_t(n);
+  }
+  *crc_out = crc;
+  return 0;
+}
+
+}  // namespace
+
+// Split into at most 8 contiguous ranges of >= 64 MiB, one thread each (pread), joined with crc32_combine: the
+// same CRC as one sequential pass, several times faster on a file still in the page cache.
+uint32_t crc32_file(const std::string& path, uint64_t* size_out) {
+  Fd f;
+  const uint64_t size = open_sized(path, f);
+  constexpr uint64_t kMinRange = uint64_t(64) << 20;
+  const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const uint64_t parts = std::max<uint64_t>(1, std::min<uint64_t>({8, cores, size / kMinRange}));
+  std::vector<uint32_t> crcs(parts, 0);
+  std::vector<int> errs(parts, 0);
+  auto run = [&](uint64_t i) {
+    std::vector<unsigned char> buf(size_t(8) << 20);
+    errs[i] = crc_range(f.fd, size * i / parts, size * (i + 1) / parts, buf, &crcs[i]);
+  };
+  std::vector<std::thread> pool;
+  for (uint64_t i = 1; i < parts; ++i) pool.emplace_back(run, i);
+  run(0);
+  for (auto& t : pool) t.join();
+  uint32_t crc = 0;
+  for (uint64_t i = 0; i < parts; ++i) {
+    if (errs[i]) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errs[i]));
+    const uint64_t len = size * (i + 1) / parts - size * i / parts;
+    crc = i == 0 ? crcs[0] : uint32_t(::crc32_combine(crc, crcs[i], z_off_t(len)));
+  }
+  if (size_out) *size_out = size;
+  return crc;
+}
+
+uint32_t crc32_file_with_known(const std::string& path, std::vector<KnownCrcRegion> known, uint64_t* size_out,
+                               bool* used_regions) {
+  Fd f;
+  const uint64_t size = open_sized(path, f);
+  std::sort(known.begin(), known.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  known.erase(std::remove_if(known.begin(), known.end(), [](const auto& r) { return r.bytes == 0; }), known.end());
+  uint64_t pos = 0;
+  bool ok = true;
+  for (const auto& r : known) {
+    if (r.offset < pos || r.offset + r.bytes > size) ok = false;
+    pos = r.offset + r.bytes;
+  }
+  if (used_regions) *used_regions = ok;
+  if (!ok) return crc32_file(path, size_out);
+  std::vector<unsigned char> buf(size_t(1) << 20);
+  uint32_t crc = 0;
+  pos = 0;
+  auto append_gap = [&](uint64_t end) {
+    if (end <= pos) return;
+    uint32_t g = 0;
+    if (int e = crc_range(f.fd, pos, end, buf, &g))
+      throw std::runtime_error("cannot read " + path + ": " + std::strerror(e));
+    crc = uint32_t(::crc32_combine(crc, g, z_off_t(end - pos)));
+  };
+  for (const auto& r : known) {
+    append_gap(r.offset);
+    crc = uint32_t(::crc32_combine(crc, r.crc, z_off_t(r.bytes)));
+    pos = r.offset + r.bytes;
+  }
+  append_gap(size);
+  if (size_out) *size_out = size;
+  return crc;
+}
+
+}  // namespace gmod

@@ -1,0 +1,118 @@
+// Trainer's checkpoint saves: what a save holds (weights split over the ranks, each rank's optimizer shard and RNG
+// state), synchronous or asynchronous (host snapshot, background write, commit by rank 0 once every rank is done).
+#include "trainer/trainer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+#include "model/trace_range.h"
+#include "parallel/watchdog.h"
+#include "trainer/checkpoint/async_save.h"
+#include "trainer/checkpoint/checkpoint.h"
+
+namespace gmod {
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+std::string Trainer::save_checkpoint(bool allow_async) {
+  const auto t0 = Clock::now();
+  const TraceRange range("gmod::checkpoint");
+  const bool async = allow_async && cfg_.checkpoint.async;
+  if (pending_save_) poll_async_save(/*wait=*/true);  // at most one save in flight
+  // Asynchronous: every tensor copied to host memory the save owns (training then changes the originals).
+  auto keep = [&](const at::Tensor& t) { return async ? host_snapshot(t) : t.detach(); };
+  CheckpointContent c;
+  c.step = step_;
+  c.config = to_json(cfg_);
+  c.trainer_state = {{"lr_schedule", sched_->state()},
+                     {"param_groups", param_groups_.to_json()},
+                     {"skipped_total", skipped_total_},
+                     {"global_batch", global_batch_},
+                     {"dataset_records", int64_t(train_set_->size())},
+                     {"world_size", world_},
+                     {"grad_accum", accum_}};
+  c.data_position = to_json(loader_->position());
+  const AdamWShardState st = optimizer_state();
+  c.shard_layout = {{"layout", st.layout.to_json()}, {"stage", st.stage}};
+  // The weights are written by all ranks, each its share (split_model_by_bytes); stage 3 copies its share of the
+  // gathered parameters.
+  with_full_params([&] {
+    std::vector<int64_t> bytes;
+    for (auto& item : model_->named_parameters()) {
+      c.model_names.push_back(item.key());
+      bytes.push_back(item.value().numel() * int64_t(item.value().element_size()));
+    }
+    const std::vector<int> owner = split_model_by_bytes(bytes, world_);
+    size_t i = 0;
+    for (auto& item : model_->named_parameters())
+      if (owner[i++] == rank_)
+        c.model.emplace_back(item.key(), z3_ && !async ? item.value().detach().clone() : keep(item.value()));
+  });
+  RankState mine;
+  mine.tensors = {{"master", keep(st.master)}, {"exp_avg", keep(st.exp_avg)}, {"exp_avg_sq", keep(st.exp_avg_sq)}};
+  mine.meta = st.meta();
+  mine.rng_state = generator_state_bytes(at::detail::getDefaultCPUGenerator());
+  if (device_.is_cuda()) mine.cuda_rng_state = generator_state_bytes(at::globalContext().defaultGenerator(device_));
+  CheckpointOptions o;
+  o.keep_last = cfg_.checkpoint.keep_last;
+  o.barrier = [this] { comm_->barrier(); };
+  o.warn = [this](const std::string& w) { print("warning: " + w); };
+  CheckpointWriter writer(cfg_.run_dir, rank_, world_, o);
+  last_saved_step_ = step_;
+  if (async) {
+    const int64_t held = snapshot_bytes(c.model) + snapshot_bytes(mine.tensors);
+    pending_save_ = std::make_unique<AsyncCheckpointSave>(std::move(writer), std::move(c), std::move(mine));
+    print("checkpoint: step " + std::to_string(step_) + " copied to host in " +
+          std::to_string(int(seconds_since(t0) * 1000)) + " ms (" + std::to_string(held >> 20) +
+          " MiB on this rank), writing in the background");
+    return "";
+  }
+  // The others wait in the save's barriers while rank 0 commits (manifest, rename, retention): a phase with its
+  // own deadline.
+  const PhaseDeadline phase("checkpoint save (every rank writes its share; rank 0 commits and applies retention)",
+                            "parallel.save_timeout_s", cfg_.parallel.save_timeout_s);
+  last_checkpoint_ = writer.save(c, mine);
+  print("checkpoint: " + last_checkpoint_ + " (" + std::to_string(int(seconds_since(t0) * 1000)) + " ms)");
+  return last_checkpoint_;
+}
+
+void Trainer::poll_async_save(bool wait) {
+  if (!pending_save_) return;
+  AsyncCheckpointSave& s = *pending_save_;
+  if (wait) {
+    const PhaseDeadline phase("waiting for the checkpoint save in flight", "parallel.save_timeout_s",
+                              cfg_.parallel.save_timeout_s);
+    s.wait();
+  }
+  // Collective, the same number of calls on every rank: all done? any failed (the lowest failed rank, + 1)?
+  const bool done = s.done();
+  const bool failed = done && !s.error().empty();
+  const bool all_done = comm_->all_reduce(done ? 0.0 : 1.0, ReduceOp::Max) == 0.0;
+  const double failed_mark = comm_->all_reduce(failed ? double(world_ - rank_) : 0.0, ReduceOp::Max);
+  if (failed_mark > 0) {
+    const int r = world_ - int(failed_mark);
+    const int64_t step = s.step();
+    const std::string why = failed ? s.error() : "see rank " + std::to_string(r) + "'s message";
+    s.wait();
+    pending_save_.reset();
+    throw std::runtime_error("checkpoint: the background save of step " + std::to_string(step) + " failed on rank " +
+                             std::to_string(r) + ": " + why + "; its files stay in step-" + std::to_string(step) +
+                             ".tmp, the last complete checkpoint is " +
+                             (last_checkpoint_.empty() ? std::string("none") : last_checkpoint_));
+  }
+  if (!all_done) return;
+  const auto t0 = Clock::now();
+  last_checkpoint_ = rank_ == 0 ? s.commit() : s.final_dir();
+  print("checkpoint: " + last_checkpoint_ + " (written in the background in " +
+        std::to_string(int(s.write_seconds() * 1000)) + " ms, committed in " +
+        std::to_string(int(seconds_since(t0) * 1000)) + " ms)");
+  pending_save_.reset();
+}
+
+}  // namespace gmod
