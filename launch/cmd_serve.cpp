@@ -30,6 +30,7 @@ struct ServeCliOptions {
   int max_images = 8;
   std::string allowed_image_dir;
   int write_timeout = 10;
+  int max_large_bodies = 4;
 };
 
 int run_serve(const ServeCliOptions& o) {
@@ -67,6 +68,7 @@ int run_serve(const ServeCliOptions& o) {
   ho.limits.max_images = size_t(o.max_images);
   ho.max_image_pixels = o.max_image_pixels;
   ho.write_timeout_s = o.write_timeout;
+  ho.max_large_bodies = o.max_large_bodies;
   if (!o.allowed_image_dir.empty()) {
     std::error_code ec;
     if (!std::filesystem::is_directory(o.allowed_image_dir, ec))
@@ -114,7 +116,8 @@ Runner setup(CLI::App& app) {
   add(app, "--max-batch", o->max_batch, "requests decoded together at most (new ones join the running batch between steps)")->check(between(1, 1024));
   add(app, "--max-queue", o->max_queue, "waiting requests at most; more get HTTP 429")
       ->check(between(1, 1 << 20));
-  add(app, "--max-new-tokens", o->max_new_tokens, "default and cap of a request's max_tokens")
+  add(app, "--max-new-tokens", o->max_new_tokens,
+      "a request's default max_tokens, and its limit (a larger max_tokens is answered 400)")
       ->check(positive());
   add(app, "--api-key", o->api_key, "require 'Authorization: Bearer KEY' (default: no key)")
       ->type_name("KEY");
@@ -130,6 +133,9 @@ Runner setup(CLI::App& app) {
   add(app, "--write-timeout", o->write_timeout,
       "seconds a client may take no response bytes before it is cut off and its request cancelled")
       ->check(between(1, 3600));
+  add(app, "--max-large-bodies", o->max_large_bodies,
+      "requests with a body over 1 MiB handled at once at most (more: 503 with Retry-After)")
+      ->check(between(1, 1024));
   return [o] { return run_serve(*o); };
 }
 

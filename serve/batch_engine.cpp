@@ -33,13 +33,19 @@ BatchEngine::~BatchEngine() {
 std::shared_ptr<RequestState> BatchEngine::submit(PreparedPrompt prompt, const ChatRequest& request,
                                                   std::shared_ptr<const Tokenizer> tokenizer) {
   auto job = std::make_unique<Job>();
-  job->max_tokens = std::min(request.max_tokens.value_or(opt_.max_new_tokens), opt_.max_new_tokens);
+  // max_tokens over --max-new-tokens is refused, not clamped: a client asking for more than the server gives is told.
+  if (request.max_tokens && *request.max_tokens > opt_.max_new_tokens)
+    throw ApiError(400, "invalid_request_error",
+                   "max_tokens " + std::to_string(*request.max_tokens) + " is over this server's limit of " +
+                       std::to_string(opt_.max_new_tokens) + " new tokens (gmod serve --max-new-tokens)",
+                   "max_tokens", "max_tokens_exceeded");
+  job->max_tokens = request.max_tokens.value_or(opt_.max_new_tokens);
   const int64_t need = int64_t(prompt.ids.size()) + job->max_tokens;
   if (need > opt_.context)
     throw ApiError(400, "invalid_request_error",
                    "the prompt (" + std::to_string(prompt.ids.size()) +
                        " tokens with its image tokens) plus " + std::to_string(job->max_tokens) +
-                       " new tokens (max_tokens, at most --max-new-tokens " +
+                       " new tokens (max_tokens, default --max-new-tokens " +
                        std::to_string(opt_.max_new_tokens) + ") is " + std::to_string(need) +
                        ", over the model's context of " + std::to_string(opt_.context) + " tokens",
                    "messages", "context_length_exceeded");

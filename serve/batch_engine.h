@@ -28,7 +28,7 @@ namespace gmod::serve {
 struct EngineOptions {
   int max_batch = 8;
   size_t max_queue = 64;         // waiting requests; more are refused (HTTP 429)
-  int64_t max_new_tokens = 256;  // default and cap of a request's max_tokens
+  int64_t max_new_tokens = 256;  // default of a request's max_tokens, and its limit (more: 400)
   int64_t context = 2048;        // the model's positions: prompt + max_tokens must fit
   int64_t eos_id = -1;
   int64_t pad_id = 0;

@@ -2,11 +2,14 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "serve/client_socket.h"
+#include "serve/prompt_bound.h"
 
 namespace gmod::serve {
 
@@ -19,6 +22,8 @@ struct HttpApi::Impl {
   HttpOptions opt;
   httplib::Server server;
   std::atomic<int64_t> http_requests{0}, http_errors{0}, next_id{0};
+  // Requests with a body over opt.large_body_bytes being handled now (at most opt.max_large_bodies), refusals.
+  std::atomic<int64_t> large_bodies{0}, refused_large{0}, refused_by_bound{0};
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   Impl(BatchEngine& e, PromptBuilder b, std::shared_ptr<const Tokenizer> t, HttpOptions o)
@@ -27,7 +32,7 @@ struct HttpApi::Impl {
   void error(httplib::Response& res, const ApiError& e) {
     ++http_errors;
     res.status = e.status;
-    if (e.status == 429) res.set_header("Retry-After", "1");
+    if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
     if (e.status == 401) res.set_header("WWW-Authenticate", "Bearer");
     res.set_content(e.to_json(), "application/json");
   }
@@ -121,8 +126,64 @@ struct HttpApi::Impl {
     }
   };
 
+  // A body is JSON: a Content-Type other than application/json (or none, as some clients send) is 415.
+  static void check_content_type(const httplib::Request& req) {
+    std::string ct = req.get_header_value("Content-Type");
+    for (char& c : ct) c = char(std::tolower(static_cast<unsigned char>(c)));
+    const std::string media = ct.substr(0, ct.find(';'));
+    const auto trimmed = media.substr(0, media.find_last_not_of(" \t") + 1);
+    if (!ct.empty() && trimmed != "application/json")
+      throw ApiError(415, "invalid_request_error",
+                     "Content-Type '" + req.get_header_value("Content-Type") +
+                         "' is not JSON: send the request body as application/json",
+                     {}, "unsupported_media_type");
+  }
+
+  // Counts a large body in flight for as long as it lives.
+  struct LargeBody {
+    std::atomic<int64_t>* n = nullptr;
+    ~LargeBody() {
+      if (n) --*n;
+    }
+  };
+
   void chat(const httplib::Request& req, httplib::Response& res) {
+    check_content_type(req);
+    LargeBody large;
+    if (req.body.size() > opt.large_body_bytes) {
+      if (++large_bodies > opt.max_large_bodies) {
+        --large_bodies;
+        ++refused_large;
+        throw ApiError(503, "server_error",
+                       "busy: " + std::to_string(opt.max_large_bodies) + " requests with a body over " +
+                           std::to_string(opt.large_body_bytes >> 20) +
+                           " MiB are being handled (--max-large-bodies); retry",
+                       {}, "server_busy");
+      }
+      large.n = &large_bodies;
+    }
     const ChatRequest r = parse_chat_request(req.body, opt.limits);
+    // Text that cannot fit is refused before the prompt is built (which tokenizes all of it): the bound reads at
+    // most about the context's worth of each message.
+    size_t text_bytes = 0;
+    for (const auto& m : r.messages) text_bytes += m.text.size();
+    if (text_bytes > opt.bound_check_bytes) {
+      const int64_t context = engine.options().context;
+      int64_t bound = 0;
+      for (const auto& m : r.messages) {
+        const TokenBound b = token_lower_bound(*tokenizer, m.text, context - bound);
+        bound += std::max<int64_t>(0, b.tokens - 1);  // a message's edges may merge with the template's text
+        if (bound > context) break;
+      }
+      if (bound > context) {
+        ++refused_by_bound;
+        throw ApiError(400, "invalid_request_error",
+                       "the messages' text (" + std::to_string(text_bytes) + " bytes) is more than " +
+                           std::to_string(context) + " tokens, the model's context, before any image or " +
+                           "template token (counted until past the context, the rest not read)",
+                       "messages", "context_length_exceeded");
+      }
+    }
     if (!r.model.empty() && r.model != opt.model_name)
       throw ApiError(
           404, "invalid_request_error",
@@ -176,7 +237,9 @@ struct HttpApi::Impl {
                   "gmod_active_requests %lld\ngmod_max_batch_size %lld\n"
                   "gmod_prompt_tokens_total %lld\ngmod_completion_tokens_total %lld\n"
                   "gmod_decode_seconds_total %.6f\ngmod_decode_tokens_per_second %.3f\n"
-                  "gmod_mod_skip_ratio %.6f\ngmod_queue_length %zu\ngmod_uptime_seconds %.3f\n",
+                  "gmod_mod_skip_ratio %.6f\ngmod_queue_length %zu\ngmod_uptime_seconds %.3f\n"
+                  "gmod_large_bodies_in_flight %lld\ngmod_refused_large_bodies_total %lld\n"
+                  "gmod_refused_by_length_total %lld\n",
                   static_cast<long long>(http_requests.load()), static_cast<long long>(http_errors.load()),
                   static_cast<long long>(m.requests), static_cast<long long>(m.cancelled),
                   static_cast<long long>(m.batches), static_cast<long long>(m.joins),
@@ -184,7 +247,9 @@ struct HttpApi::Impl {
                   static_cast<long long>(m.max_batch_seen),
                   static_cast<long long>(m.prompt_tokens), static_cast<long long>(m.completion_tokens),
                   m.decode_seconds, m.decode_seconds > 0 ? m.completion_tokens / m.decode_seconds : 0.0,
-                  m.mod_total ? 1.0 - double(m.mod_processed) / m.mod_total : 0.0, m.queue_length, up);
+                  m.mod_total ? 1.0 - double(m.mod_processed) / m.mod_total : 0.0, m.queue_length, up,
+                  static_cast<long long>(large_bodies.load()), static_cast<long long>(refused_large.load()),
+                  static_cast<long long>(refused_by_bound.load()));
     return buf;
   }
 

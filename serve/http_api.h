@@ -20,6 +20,12 @@ struct HttpOptions {
   std::string api_key;  // empty: none required
   std::string model_name;
   size_t max_body_bytes = size_t(64) << 20;
+  // Bodies over large_body_bytes being handled at once at most (more: 503, Retry-After), so a few huge requests
+  // cannot take every HTTP thread and the memory their parsing needs.
+  size_t large_body_bytes = size_t(1) << 20;
+  int64_t max_large_bodies = 4;
+  // Messages' text over this many bytes is first counted by serve/prompt_bound.h (the cheap context check).
+  size_t bound_check_bytes = size_t(64) << 10;
   RequestLimits limits;
   int64_t max_image_pixels = 0;
   int write_timeout_s =
