@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -26,8 +27,15 @@ void sort_problems(std::vector<Problem>* problems) {
     const bool numeric = !num.empty() && num.find_first_not_of("0123456789]") == std::string::npos;
     return std::make_pair(numeric ? w.substr(0, c) : w, numeric ? std::stoll(num) : -1LL);
   };
-  std::stable_sort(problems->begin(), problems->end(),
-                   [&](const Problem& a, const Problem& b) { return key(a.where) < key(b.where); });
+  // Files in the order their first problem was found (the answers file, read first, before the annotations' "no
+  // answer" problems), then line or position within a file.
+  std::map<std::string, size_t> file_order;
+  for (const Problem& p : *problems) file_order.emplace(key(p.where).first, file_order.size());
+  std::stable_sort(problems->begin(), problems->end(), [&](const Problem& a, const Problem& b) {
+    const auto ka = key(a.where), kb = key(b.where);
+    const size_t fa = file_order.at(ka.first), fb = file_order.at(kb.first);
+    return fa != fb ? fa < fb : ka.second < kb.second;
+  });
 }
 
 std::vector<Record> read_jsonl(const std::string& path, std::vector<Problem>* problems) {

@@ -16,7 +16,8 @@ struct Problem {
   std::string what;
 };
 
-// Sorts problems by file, then line or position ("a.jsonl:9" before "a.jsonl:10"), stably.
+// Sorts problems by file (in the order each file's first problem was found: the answers before the annotations), then
+// line or position ("a.jsonl:9" before "a.jsonl:10"), stably.
 void sort_problems(std::vector<Problem>* problems);
 
 struct Record {

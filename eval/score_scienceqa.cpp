@@ -3,6 +3,9 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include <map>
 #include <set>
 
@@ -43,9 +46,13 @@ ScoreResult score_scienceqa(const ScoreInputs& in) {
   } else if (in.annotations.size() == 2) {
     problems_path = in.annotations[0];
     splits_path = in.annotations[1];
+  } else if (in.annotations.size() == 1 && stat(in.annotations[0].c_str(), &st) != 0) {
+    throw std::invalid_argument("scienceqa: --annotations " + in.annotations[0] + ": " + std::strerror(errno) +
+                                " (give the ScienceQA dir, or problems.json and pid_splits.json)");
   } else {
     throw std::invalid_argument(
-        "scienceqa: --annotations is the ScienceQA dir, or problems.json and pid_splits.json");
+        "scienceqa: --annotations is the ScienceQA dir, or problems.json and pid_splits.json" +
+        std::string(in.annotations.size() == 1 ? " (" + in.annotations[0] + " is a file)" : ""));
   }
   ScoreResult r;
   const Json problems = read_json(problems_path);

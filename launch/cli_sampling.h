@@ -5,6 +5,8 @@
 #pragma once
 
 #include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "mod/generate.h"
 
@@ -14,6 +16,9 @@ template <class CliOptions>
 GenerateOptions sampling_options(const CliOptions& o, std::optional<int32_t> eos_id, int32_t pad_id) {
   GenerateOptions g;
   g.max_new_tokens = o.max_new_tokens;
+  if (o.top_p && !(*o.top_p > 0.0 && *o.top_p <= 1.0))
+    throw std::invalid_argument("--top-p " + std::to_string(*o.top_p) +
+                                ": must be in (0, 1] (the share of probability mass sampled from; 1 = all)");
   if (o.top_p || o.temperature) {
     g.greedy = false;
     g.top_p = o.top_p.value_or(1.0);

@@ -24,6 +24,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 at::Tensor choose_next_tokens(const at::Tensor& logits, const GenerateOptions& opt, at::Generator& gen) {
   if (opt.greedy) return logits.argmax(-1);
   if (!(opt.temperature > 0.0)) throw std::invalid_argument("generate: temperature must be > 0 when sampling");
+  if (!(opt.top_p > 0.0 && opt.top_p <= 1.0))
+    throw std::invalid_argument("generate: top_p must be in (0, 1] when sampling, got " + std::to_string(opt.top_p));
   auto probs = at::softmax(logits.to(at::kFloat) / opt.temperature, -1).cpu();
   if (opt.top_p < 1.0) {
     auto [sorted, order] = probs.sort(-1, /*descending=*/true);

@@ -4,6 +4,7 @@
 #include <ATen/core/Generator.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -141,6 +142,14 @@ LoraAttachment attach_lora(MultimodalLM& model, const LoraConfig& c, uint64_t in
     throw std::invalid_argument("lora.targets [" + t +
                                 "] match no linear layer of the LLM (its linears are named " +
                                 (seen.empty() ? std::string("(none)") : seen + ", ...") + ")");
+  }
+  // A rank above a layer's width adds nothing LoRA can use and can ask the allocator for absurd sizes.
+  for (const auto& [name, lin] : chosen) {
+    const int64_t in = lin->weight.size(1), out = lin->weight.size(0);
+    if (c.r > std::min(in, out))
+      throw std::invalid_argument("lora.r: " + std::to_string(c.r) + " exceeds the width of " + name + " (" +
+                                  std::to_string(out) + " x " + std::to_string(in) +
+                                  "); a LoRA rank is at most min(out, in) = " + std::to_string(std::min(in, out)));
   }
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(init_seed ^ 0x4C6F5241ull);  // "LoRA"
   at::NoGradGuard no_grad;

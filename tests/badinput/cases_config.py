@@ -187,4 +187,13 @@ def cases(ctx):
                   expect=r"layer 2147483647 does not exist \(the model has 6 layers"))
     c.append(dict(name="plan_eps_nan", argv=["plan", "configs/demo.json", "--set", "optimizer.eps=nan"],
                   expect=r"optimizer\.eps: nan is not a finite number"))
+    # --- issue 34: a LoRA rank beyond a layer's width is named before any adapter is allocated (it used to die in the
+    # allocator asking for 512 GiB); a profile range that is not A-B with 1 <= A <= B is named.
+    train_set("train_lora_r_beyond_width", ["lora.r=1000000", f"run_dir={ctx.tmp}/run-lora"],
+              r"lora\.r: 1000000 exceeds the width of .*a LoRA rank is at most min\(out, in\)", dry=False,
+              timeout=120)
+    train_set("config_profile_steps_reversed", ["metrics.profile_steps=3-2"],
+              r'metrics\.profile_steps: "3-2" must have 1 <= A <= B')
+    train_set("config_profile_steps_not_a_range", ["metrics.profile_steps=two"],
+              r'metrics\.profile_steps: "two" is not A-B')
     return c

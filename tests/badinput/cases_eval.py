@@ -25,6 +25,9 @@ def cases(ctx):
                                            "answer": "A", "question_type": "multiple-choice"}) + "\n")
     suite = {"models": [{"name": "m", "model": "x"}], "benchmarks": [{"name": "b", "scorer": "gqa", "questions": "q"}]}
     return [
+        {"name": "score_sqa_annotations_missing", "argv": ["score", "scienceqa", "--answers", ans, "--annotations",
+                                                          os.path.join(ctx.tmp, "no-such-dir")],
+         "expect": r"--annotations .*no-such-dir: No such file or directory"},
         {"name": "score_annotations_not_json", "argv": ["score", "textvqa", "--answers", ans, "--annotations", notjson],
          "expect": r"notjson\.json: not a JSON document", "rc": 1},
         {"name": "score_textvqa_no_data", "argv": ["score", "textvqa", "--answers", ans, "--annotations",

@@ -223,6 +223,14 @@ def cases(ctx):
                   argv=["generate", "--model", "configs/demo_model", "--random-init", "1", "--tokenizer", tok,
                         "--temperature", "inf"],
                   expect=r"--temperature: 'inf' is not a finite number"))
+    c.append(dict(name="generate_top_p_zero",
+                  argv=["generate", "--model", "configs/demo_model", "--random-init", "1", "--tokenizer", tok,
+                        "--prompt", "hi", "--top-p", "0"],
+                  expect=r"--top-p 0\.0+: must be in \(0, 1\]"))
+    c.append(dict(name="generate_temperature_zero",
+                  argv=["generate", "--model", "configs/demo_model", "--random-init", "1", "--tokenizer", tok,
+                        "--prompt", "hi", "--temperature", "0"],
+                  expect=r"--temperature: must be > 0, not 0"))
     c.append(dict(name="eval_mod_layer_beyond_model",
                   argv=["eval", "--model", "configs/demo_model", "--random-init", "1", "--data", data,
                         "--tokenizer", tok, "--mod", "layers:2147483647"],

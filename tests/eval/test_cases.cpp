@@ -138,3 +138,36 @@ TEST(Differences, AreReportedPerFileWithTheFirstExamples) {
 
 }  // namespace
 }  // namespace gmod::eval
+
+namespace gmod::eval {
+namespace {
+
+// Problems are listed by file in the order their first problem was found, then by line: a malformed answer line
+// (the answers are read first) comes before the annotations' "no answer" problems, whatever the paths' spelling.
+TEST(Problems, AnswerFileLinesComeBeforeTheAnnotationsMissingAnswers) {
+  gmod::test::TempDir tmp;
+  // By path the annotations (a/...) would come first and hide the answer file's (z/...) problems.
+  std::filesystem::create_directories(tmp.str("a"));
+  std::filesystem::create_directories(tmp.str("z"));
+  std::filesystem::copy_file(dir("textvqa") + "/TextVQA_val.json", tmp.str("a/TextVQA_val.json"));
+  const std::string answers = tmp.str("z/answers.jsonl");
+  {
+    std::ifstream in(dir("textvqa") + "/answers.jsonl");
+    std::string first;
+    std::getline(in, first);
+    std::ofstream out(answers);
+    out << first << "\n" << "{not json\n";
+  }
+  ScoreInputs in = inputs("textvqa");
+  in.answers = answers;
+  in.annotations = {tmp.str("a/TextVQA_val.json")};
+  const ScoreResult r = score("textvqa", in);
+  ASSERT_GE(r.problems.size(), 2u) << problems_text(r);
+  EXPECT_EQ(r.problems.front().where, answers + ":2") << problems_text(r);
+  bool missing = false;
+  for (const Problem& p : r.problems) missing = missing || p.where.rfind(answers, 0) != 0;
+  EXPECT_TRUE(missing) << "the fixture's other questions have no answer here: " << problems_text(r);
+}
+
+}  // namespace
+}  // namespace gmod::eval
