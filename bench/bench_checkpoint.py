@@ -149,7 +149,7 @@ def main():
     print(f"checkpoint I/O: fp32 weights + ZeRO-1 AdamW state (16 B/param), {args.threads} thread(s) per rank, "
           f"best of {args.reps}, page cache warm for loads")
     hdr = ("params", "np", "GB", "dd direct", "dd fsync", "gmod sync", "torch.save", "save/dd", "save/torch",
-           "async stall", "async total", "gmod load", "torch.load", "load ratio", "step ms", "step ms+save")
+           "async stall", "async total", "gmod load", "of it CRCs", "torch.load", "load ratio", "step ms", "step ms+save")
     print(("{:>8} {:>3} {:>6} " + "{:>11} " * (len(hdr) - 3)).format(*hdr))
     for r in rows:
         dd = r["dd_direct"] or r["dd_fsync"]
@@ -160,11 +160,13 @@ def main():
             f"{gbs(r['bytes'], r['sync_save_s']):.2f} GB/s", f"{gbs(r['peer_bytes'], r['peer_save_s']):.2f} GB/s",
             f"{r['bytes'] / r['sync_save_s'] / dd:.2f}", f"{r['peer_save_s'] / r['sync_save_s']:.2f}x",
             f"{r['async_stall_s'] * 1e3:.0f} ms", f"{r['async_total_s']:.2f} s",
-            f"{gbs(r['bytes'], r['load_s']):.2f} GB/s", f"{gbs(r['peer_bytes'], r['peer_load_s']):.2f} GB/s",
+            f"{gbs(r['bytes'], r['load_s']):.2f} GB/s", f"{r['load_verify_s']:.2f} s",
+            f"{gbs(r['peer_bytes'], r['peer_load_s']):.2f} GB/s",
             f"{r['load_s'] / r['peer_load_s']:.2f}", f"{r['step_alone_ms']:.0f}",
             f"{r['step_inflight_ms']:.0f} ({r['inflight_steps']})"))
     print("save/dd: gmod's sync save rate over dd's direct write (target >= 0.8); save/torch: torch.save time over "
-          "gmod's; load ratio: gmod load time over torch.load's (target <= 1.2; gmod also checks every file's CRC "
+          "gmod's; of it CRCs: the resume's CRC check of every file (spread over the ranks) inside gmod's load time; "
+          "load ratio: gmod load time over torch.load's (target <= 1.2; gmod also checks every file's CRC "
           "and broadcasts the weights to every rank); step ms+save: the stand-in step while the async write is in "
           "flight (steps overlapped)")
 

@@ -155,6 +155,7 @@ void Trainer::resume_if_requested() {
   }
   const std::string dir = resume_dir_;
   CheckpointReader reader(dir);
+  reader.set_files_verified(true);  // choose_resume checked every file's CRC (verify_spread)
   const int saved_world = reader.world_size();
   const json& saved_cfg = reader.config();
   check_resume_compatible(dir, saved_cfg, reader.trainer_state());

@@ -166,6 +166,10 @@ class CheckpointReader {
   // The files holding the weights: model.h5, then its parts (model-rank-<r>.h5) when the ranks wrote them.
   std::vector<std::string> model_files() const;
 
+  // The caller has just checked every file's CRC against the manifest (Trainer::verify_spread, the resume's check):
+  // reads then skip the per-tensor CRCs, whose bytes that check covered (one pass over the data instead of two).
+  void set_files_verified(bool verified) { files_verified_ = verified; }
+
   RankState read_rank_state(int rank) const;         // one old rank's optim file
   std::vector<RankState> read_all_rank_states() const;  // ranks 0..world_size()-1, for resharding
 
@@ -174,6 +178,7 @@ class CheckpointReader {
   nlohmann::json manifest_, state_;
   int64_t step_ = 0;
   int world_size_ = 0;
+  bool files_verified_ = false;
 };
 
 struct CheckpointEntry {

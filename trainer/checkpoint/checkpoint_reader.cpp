@@ -123,13 +123,13 @@ std::vector<std::string> CheckpointReader::model_files() const {
 
 at::Tensor CheckpointReader::read_model_tensor(const std::string& name) const {
   ModelFiles files(dir_);
-  return files.open(name).read_tensor(name);
+  return files.open(name).read_tensor(name, !files_verified_);
 }
 
 NamedTensors CheckpointReader::read_model() const {
   ModelFiles files(dir_);
   NamedTensors out;
-  for (const auto& n : model_tensor_names()) out.emplace_back(n, files.open(n).read_tensor(n));
+  for (const auto& n : model_tensor_names()) out.emplace_back(n, files.open(n).read_tensor(n, !files_verified_));
   return out;
 }
 
@@ -186,11 +186,11 @@ void CheckpointReader::load_model_into(const NamedTensors& params, bool strict, 
   for (const auto& [name, p] : params) {
     at::Tensor t = p.detach();
     if (!share.broadcast) {
-      t.copy_(files.open(name).read_tensor(name));
+      t.copy_(files.open(name).read_tensor(name, !files_verified_));
       continue;
     }
     const int root = reader_of.at(name);
-    if (root == share.rank) t.copy_(files.open(name).read_tensor(name));
+    if (root == share.rank) t.copy_(files.open(name).read_tensor(name, !files_verified_));
     share.broadcast(t, root);
   }
 }
@@ -210,14 +210,14 @@ RankState CheckpointReader::read_rank_state(int rank) const {
   s.meta = f.attr_json("/", "meta");
   s.shard_layout = f.attr_json("/", "shard_layout");
   for (const auto& n : f.attr_json("/", "tensor_names").get<std::vector<std::string>>())
-    s.tensors.emplace_back(n, f.read_tensor("tensors/" + n));
-  at::Tensor rng = f.read_tensor("rng_state");
+    s.tensors.emplace_back(n, f.read_tensor("tensors/" + n, !files_verified_));
+  at::Tensor rng = f.read_tensor("rng_state", !files_verified_);
   if (rng.scalar_type() != at::kByte || rng.dim() != 1)
     throw std::runtime_error("checkpoint: rng_state in " + f.path() + " is not a 1-D uint8 dataset");
   const auto* p = rng.data_ptr<uint8_t>();
   s.rng_state.assign(p, p + rng.numel());
   if (f.exists("cuda_rng_state")) {
-    at::Tensor crng = f.read_tensor("cuda_rng_state");
+    at::Tensor crng = f.read_tensor("cuda_rng_state", !files_verified_);
     if (crng.scalar_type() != at::kByte || crng.dim() != 1)
       throw std::runtime_error("checkpoint: cuda_rng_state in " + f.path() + " is not a 1-D uint8 dataset");
     const auto* q = crng.data_ptr<uint8_t>();
