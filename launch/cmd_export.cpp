@@ -92,6 +92,7 @@ int run_export(const ExportOptions& o) {
     if (!why.empty()) throw std::runtime_error("checkpoint " + step_dir + " is not valid: " + why);
   }
   CheckpointReader reader(step_dir);
+  reader.set_files_verified(true);  // every file's CRC was checked just above (find_latest_valid or verify)
   const TrainConfig cfg = train_config_from_json(reader.config(), {}, step_dir + "/trainer-state.json: config");
   const std::string src = describe_model_source(cfg.model);
   for (const std::string& dir : {cfg.model.path, cfg.model.llm, cfg.model.vision})

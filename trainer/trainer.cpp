@@ -299,8 +299,12 @@ void Trainer::freeze_and_count() {
 }
 
 void Trainer::setup_data() {
-  // Demo data on request: rank 0 writes it once, everyone waits.
-  if (cfg_.data.demo_records > 0 && !fs::exists(cfg_.data.train)) {
+  // Demo data on request: rank 0 writes it once, everyone waits. Rank 0 decides for all: had each rank looked for
+  // the file itself, a rank that looked after rank 0 had written it would skip the barrier the others are in.
+  const bool write_demo =
+      cfg_.data.demo_records > 0 &&
+      comm_->all_reduce(rank_ == 0 && !fs::exists(cfg_.data.train) ? 1.0 : 0.0, ReduceOp::Max) > 0;
+  if (write_demo) {
     if (rank_ == 0) {
       DemoDatasetOptions d;
       d.num_train = cfg_.data.demo_records;
