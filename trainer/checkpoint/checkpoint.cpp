@@ -593,18 +593,5 @@ std::vector<std::string> CheckpointManager::prune(int keep_last, int64_t newest_
   return deleted;
 }
 
-namespace checkpoint_files {
-
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("checkpoint: cannot open " + path);
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw std::runtime_error("checkpoint: " + path + " is not valid JSON: " + e.what());
-  }
-}
-
-}  // namespace checkpoint_files
 
 }  // namespace gmod
