@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "mod/fastv.h"
+#include "mod/pmod.h"
 
 namespace gmod {
 
@@ -136,7 +137,9 @@ void convert_to_mod(MultimodalLM& model, const MoDConfig& cfg) {
       if (!dense[i]) throw std::logic_error("convert_to_mod: layer " + std::to_string(i) + " is not dense");
       stack.set(i, std::make_shared<FastVScoringLayer>(*dense[i]));
     } else if (cfg.is_mod_layer(i)) {
-      stack.set(i, std::make_shared<MoDDecoderLayer>(*dense[i], cfg, router, i, next_is_mod));
+      auto layer = std::make_shared<MoDDecoderLayer>(*dense[i], cfg, router, i, next_is_mod);
+      if (cfg.router == RouterKind::kPMoD) layer->pmod_ratio = pmod_ratio(cfg, i, n);
+      stack.set(i, layer);
     } else if (next_is_mod) {
       if (!dense[i]) throw std::logic_error("convert_to_mod: layer " + std::to_string(i) + " is not dense");
       stack.set(i, std::make_shared<AttentionScoringLayer>(*dense[i], cfg.amod_causal_normalise));

@@ -14,6 +14,8 @@
 #include "model/pretrained.h"
 #include "model/safetensors.h"
 #include "mod/conversion.h"
+#include "mod/pmod.h"
+#include "mod/pmod_checkpoint.h"
 
 namespace gmod {
 namespace {
@@ -94,6 +96,9 @@ std::optional<MoDConfig> read_mod_config(const std::string& dir) {
     if (!en.get<bool>()) return std::nullopt;
     return c;
   }
+  if (j.value("model_type", std::string()) == "pmod_llava_llama")  // the original p-MoD code's config
+    return pmod_config_from_official(j, load_model_config(dir).text.num_hidden_layers, PModDenominator::kOfficial31,
+                                     path);
   if (j.value("mod_enable", false) && j.contains("mod_layers_idx") && j["mod_layers_idx"].is_array()) {
     MoDConfig c;  // official γ-MoD config: defaults of the official code
     c.mod_layers = j["mod_layers_idx"].get<std::vector<int>>();
@@ -104,6 +109,7 @@ std::optional<MoDConfig> read_mod_config(const std::string& dir) {
 }
 
 std::shared_ptr<MultimodalLM> load_mod_pretrained(const std::string& dir, at::ScalarType dtype, at::Device device) {
+  if (is_pmod_original(dir)) return load_pmod_original(dir, PModDenominator::kOfficial31, dtype, device);
   const auto mc = read_mod_config(dir);
   if (!mc || mc->mod_layers.empty()) return load_pretrained(dir, dtype, device);
   auto model = std::make_shared<MultimodalLM>(load_model_config(dir));

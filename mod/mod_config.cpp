@@ -1,5 +1,7 @@
 #include "mod/mod_config.h"
 
+#include "mod/pmod.h"
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,7 +18,8 @@ struct EnumNames<RouterKind> {
   static constexpr const char* what = "router";
   static std::vector<std::pair<RouterKind, const char*>> all() {
     return {{RouterKind::kGammaShared, "gamma_shared"}, {RouterKind::kPerLayer, "per_layer"},
-            {RouterKind::kAttention, "attention"}, {RouterKind::kFastV, "fastv"}};
+            {RouterKind::kAttention, "attention"}, {RouterKind::kFastV, "fastv"},
+            {RouterKind::kPMoD, "pmod"}};
   }
 };
 template <>
@@ -65,6 +68,28 @@ struct EnumNames<AdaptiveThreshold> {
   }
 };
 
+template <>
+struct EnumNames<PModSchedule> {
+  static constexpr const char* what = "pmod_schedule";
+  static std::vector<std::pair<PModSchedule, const char*>> all() {
+    return {{PModSchedule::kShiftedCos, "shiftedcos"}, {PModSchedule::kShiftedLinear, "shiftedlinear"}};
+  }
+};
+template <>
+struct EnumNames<PModDenominator> {
+  static constexpr const char* what = "pmod_denominator";
+  static std::vector<std::pair<PModDenominator, const char*>> all() {
+    return {{PModDenominator::kDepth, "depth"}, {PModDenominator::kOfficial31, "official_31"}};
+  }
+};
+template <>
+struct EnumNames<PModWeightNorm> {
+  static constexpr const char* what = "pmod_weight_norm";
+  static std::vector<std::pair<PModWeightNorm, const char*>> all() {
+    return {{PModWeightNorm::kTanh, "tanh"}, {PModWeightNorm::kNone, "none"}};
+  }
+};
+
 template <typename E>
 std::string name_of(E e) {
   for (auto& [v, n] : EnumNames<E>::all())
@@ -91,6 +116,9 @@ std::string to_string(RoutingMode k) { return name_of(k); }
 std::string to_string(AmodSkippedScore k) { return name_of(k); }
 std::string to_string(AmodRoutable k) { return name_of(k); }
 std::string to_string(AdaptiveThreshold k) { return name_of(k); }
+std::string to_string(PModSchedule k) { return name_of(k); }
+std::string to_string(PModDenominator k) { return name_of(k); }
+std::string to_string(PModWeightNorm k) { return name_of(k); }
 
 bool MoDConfig::is_mod_layer(int i) const {
   return std::find(mod_layers.begin(), mod_layers.end(), i) != mod_layers.end();
@@ -131,8 +159,9 @@ void validate(const MoDConfig& c, int num_layers, const std::string& source) {
     if (c.rope_positions != RopePositions::kOriginal)
       err << "\n  router fastv: rope_positions must be \"original\" (FastV keeps the tokens' positions)";
   }
+  if (c.router == RouterKind::kPMoD) validate_pmod(c, num_layers, err);
   if (c.adaptive_threshold != AdaptiveThreshold::kNone &&
-      (c.router == RouterKind::kAttention || c.router == RouterKind::kFastV))
+      (c.router == RouterKind::kAttention || c.router == RouterKind::kFastV || c.router == RouterKind::kPMoD))
     err << "\n  adaptive_threshold = \"" << to_string(c.adaptive_threshold) << "\" adapts the router thresholds; router "
         << to_string(c.router) << " has none";
   if (c.adaptive_threshold == AdaptiveThreshold::kSeqLen && !(c.avg_seqlen > 0.0))
@@ -173,7 +202,16 @@ nlohmann::json to_json(const MoDConfig& c) {
                         {"adaptive_threshold", to_string(c.adaptive_threshold)},
                         {"avg_seqlen", c.avg_seqlen},
                         {"avg_seqlen_source", c.avg_seqlen_source},
-                        {"layer_arank", c.layer_arank}};
+                        {"layer_arank", c.layer_arank},
+                        {"pmod_schedule", to_string(c.pmod_schedule)},
+                        {"pmod_denominator", to_string(c.pmod_denominator)},
+                        {"pmod_factor", c.pmod_factor},
+                        {"pmod_max_ratio", c.pmod_max_ratio},
+                        {"pmod_min_ratio", c.pmod_min_ratio},
+                        {"pmod_weight_norm", to_string(c.pmod_weight_norm)},
+                        {"pmod_tanh_scale", c.pmod_tanh_scale},
+                        {"pmod_tanh_bias", c.pmod_tanh_bias},
+                        {"pmod_router_bias", c.pmod_router_bias}};
 }
 
 MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& source) {
@@ -183,7 +221,8 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
       "router_aux_loss_coef", "infer_threshold", "decode_threshold", "decode_skip", "scale_by_router",
       "router_init", "router_init_seed", "amod_causal_normalise", "amod_skipped", "amod_routable", "mode",
       "selection", "fastv_k", "fastv_r", "adaptive_threshold", "avg_seqlen", "layer_arank",
-      "avg_seqlen_source",
+      "avg_seqlen_source", "pmod_schedule", "pmod_denominator", "pmod_factor", "pmod_max_ratio", "pmod_min_ratio",
+      "pmod_weight_norm", "pmod_tanh_scale", "pmod_tanh_bias", "pmod_router_bias",
       // γ-MoD's own config.mod (its MoDLLaVALlamaConfig): mod_mode is the layer rule it chose the layers by
       // (kept as `selection`); capacity_factor is stored but its routing formula does not read it (mod-spec.md:
       // the 0.5 is hard-coded), so it is accepted and does not change skip_frac.
@@ -226,6 +265,23 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
     if (j.contains("avg_seqlen")) c.avg_seqlen = j.at("avg_seqlen").get<double>();
     if (j.contains("avg_seqlen_source")) c.avg_seqlen_source = j.at("avg_seqlen_source").get<std::string>();
     if (j.contains("layer_arank")) c.layer_arank = j.at("layer_arank").get<std::vector<double>>();
+    if (j.contains("pmod_schedule"))
+      c.pmod_schedule = parse_enum<PModSchedule>(j.at("pmod_schedule").get<std::string>(), source);
+    if (j.contains("pmod_denominator"))
+      c.pmod_denominator = parse_enum<PModDenominator>(j.at("pmod_denominator").get<std::string>(), source);
+    if (j.contains("pmod_factor")) c.pmod_factor = j.at("pmod_factor").get<double>();
+    if (j.contains("pmod_max_ratio")) c.pmod_max_ratio = j.at("pmod_max_ratio").get<double>();
+    if (j.contains("pmod_min_ratio")) c.pmod_min_ratio = j.at("pmod_min_ratio").get<double>();
+    if (j.contains("pmod_weight_norm"))
+      c.pmod_weight_norm = parse_enum<PModWeightNorm>(j.at("pmod_weight_norm").get<std::string>(), source);
+    if (j.contains("pmod_tanh_scale")) c.pmod_tanh_scale = j.at("pmod_tanh_scale").get<double>();
+    if (j.contains("pmod_tanh_bias")) c.pmod_tanh_bias = j.at("pmod_tanh_bias").get<double>();
+    if (j.contains("pmod_router_bias")) c.pmod_router_bias = j.at("pmod_router_bias").get<bool>();
+    if (c.router == RouterKind::kPMoD) {  // p-MoD's own defaults where the object does not say otherwise
+      if (!j.contains("rope_positions")) c.rope_positions = RopePositions::kOriginal;
+      if (!j.contains("router_init")) c.router_init = "zero";  // the official script's mod_special_init
+      if (!j.contains("router_aux_loss_coef")) c.router_aux_loss_coef = 0.0;  // no routing loss
+    }
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(source + ": bad MoD config value: " + e.what());
   }

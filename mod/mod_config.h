@@ -15,7 +15,17 @@ enum class RouterKind {
   kAttention,    // A-MoD: parameter-free, column means of the previous layer's attention; no scaling
   kFastV,        // FastV (mod/fastv.h): parameter-free; layers >= fastv_k drop the image tokens the last prompt
                  // token attends to least at layer fastv_k - 1; inference baseline
+  kPMoD,         // p-MoD (mod/pmod.h): Linear(D->1, bias) per MoD layer; keeps a decaying ratio of the image
+                 // tokens per layer; TanhNorm weight on kept (MLP delta) and skipped (x) image tokens
 };
+
+// p-MoD's ratio schedule over depth (mod/pmod.h) and the denominator N of l/N in it.
+enum class PModSchedule { kShiftedCos, kShiftedLinear };
+enum class PModDenominator {
+  kDepth,       // num_layers - 1: the paper's formula on any depth (default)
+  kOfficial31,  // the official code's hard-coded 31 (= num_layers - 1 of a 32-layer LLM only)
+};
+enum class PModWeightNorm { kTanh, kNone };
 
 // Which non-routable tokens are forced to be processed. Routable = image ∪ system prefix in both.
 enum class ForcedKeep {
@@ -86,6 +96,18 @@ struct MoDConfig {
   std::vector<double> layer_arank;  // kARank: ARank of each MoD layer, in mod_layers order (> 0)
   // Where avg_seqlen came from (given, or which records it is the mean over); recorded only.
   std::string avg_seqlen_source;
+  // p-MoD (router "pmod", mod/pmod.h): ratio_l = max(decay(l), pmod_min_ratio), decay(l) = cos(l·π/N)/2 +
+  // pmod_factor; the MoD layers are those with decay(l) <= pmod_max_ratio (mod_layers_idx must list exactly
+  // them); router weight w = pmod_tanh_scale·tanh(r) + pmod_tanh_bias. Defaults: the official LLaVA-1.5 script.
+  PModSchedule pmod_schedule = PModSchedule::kShiftedCos;
+  PModDenominator pmod_denominator = PModDenominator::kDepth;
+  double pmod_factor = 0.5;
+  double pmod_max_ratio = 0.85;
+  double pmod_min_ratio = 0.15;
+  PModWeightNorm pmod_weight_norm = PModWeightNorm::kTanh;
+  double pmod_tanh_scale = 0.2;
+  double pmod_tanh_bias = 1.0;
+  bool pmod_router_bias = true;
 
   bool is_mod_layer(int i) const;
 };
@@ -102,5 +124,8 @@ std::string to_string(RoutingMode k);
 std::string to_string(AmodSkippedScore k);
 std::string to_string(AmodRoutable k);
 std::string to_string(AdaptiveThreshold k);
+std::string to_string(PModSchedule k);
+std::string to_string(PModDenominator k);
+std::string to_string(PModWeightNorm k);
 
 }  // namespace gmod

@@ -36,7 +36,8 @@ at::Tensor MoDDecoderLayer::decode_step(const at::Tensor& h, ForwardState& st, i
   if (st.token_roles.defined())
     keep = keep & (st.token_roles.select(1, st.token_roles.size(1) - 1) != static_cast<int64_t>(TokenRole::kPad));
   const auto qvalid = keep;
-  auto sc = score(h);
+  // p-MoD routes image tokens only: a decode token (text) is always processed, unscaled.
+  auto sc = cfg.router == RouterKind::kPMoD ? Scores{} : score(h);
   const bool routed = sc.keep_prob.defined() && cfg.decode_skip;
   if (routed && cfg.adaptive_threshold == AdaptiveThreshold::kNone)
     keep = keep & (sc.keep_prob.select(1, 0) >= cfg.decode_threshold);

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "mod/fastv.h"
+#include "mod/pmod.h"
 #include "mod/routing_rule.h"
 #include "model/trace_range.h"
 #include "model/token_roles.h"
@@ -143,6 +144,13 @@ MoDDecoderLayer::MoDDecoderLayer(const DenseDecoderLayer& d, const MoDConfig& c,
                                                                           cfg.router_init_seed + layer_idx + 1,
                                                                           w.options()));
   }
+  if (cfg.router == RouterKind::kPMoD) {
+    const auto& w = d.self_attn->q_proj->weight;
+    pmod_router = register_module("router", std::make_shared<PModRouterImpl>(w.size(1), cfg.pmod_router_bias,
+                                                                             cfg.router_init,
+                                                                             cfg.router_init_seed + layer_idx + 1,
+                                                                             w.options()));
+  }
 }
 
 std::vector<at::Tensor> MoDDecoderLayer::external_parameters() const {
@@ -166,6 +174,9 @@ MoDDecoderLayer::Scores MoDDecoderLayer::score(const at::Tensor& h) const {
     s.logits = at::stack({at::zeros_like(r), r}, -1);  // CE on [0, r] == BCE-with-logits on r
     s.keep_prob = at::sigmoid(r);
     s.weight = r;
+  } else if (cfg.router == RouterKind::kPMoD) {  // TanhNorm weight; the top-k ranks by it (as the original)
+    s.weight = pmod_weight(cfg, pmod_router->logits(h));
+    s.keep_prob = s.weight;
   }
   return s;
 }
@@ -174,7 +185,8 @@ at::Tensor MoDDecoderLayer::combine(const at::Tensor& x, const at::Tensor& a, co
                                     const at::Tensor& w) const {
   if (!cfg.scale_by_router || !w.defined()) return a + m;
   auto ws = w.to(m.scalar_type()).unsqueeze(-1);
-  if (cfg.router == RouterKind::kGammaShared) return a + ws * m;  // only the MLP delta (γ-MoD code)
+  // Only the MLP delta: γ-MoD's code, and p-MoD's (w = 1 on text tokens, see forward).
+  if (cfg.router == RouterKind::kGammaShared || cfg.router == RouterKind::kPMoD) return a + ws * m;
   return x + ws * ((a - x) + m);                                   // the whole block delta (Raposo)
 }
 
@@ -188,13 +200,14 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   const bool all_routable = amod && cfg.amod_routable == AmodRoutable::kAll;
   auto masks = routing_masks(st.token_roles, st.key_valid, B, L, cfg.forced_keep, h.device(), all_routable);
   const bool fastv = cfg.router == RouterKind::kFastV;
-  if (fastv && st.token_roles.defined()) {  // FastV may drop image tokens only
+  const bool pmod = cfg.router == RouterKind::kPMoD;
+  if ((fastv || pmod) && st.token_roles.defined()) {  // FastV and p-MoD route image tokens only
     masks.routable = masks.valid & (st.token_roles == static_cast<int64_t>(TokenRole::kImage));
     masks.forced = masks.valid & masks.routable.logical_not();
   }
   TraceRange routing("gmod::mod_routing");  // router scores, selection, compaction
   auto sc = score(h);
-  const bool topk = uses_topk() && !fastv;
+  const bool topk = (uses_topk() || pmod) && !fastv;  // p-MoD: the same top-k in training and at inference
   // Capacity-driven selections (training top-k, A-MoD, and the replay of either) have counts that follow from the
   // roles alone: take them from the host and never wait for the device. Thresholds and forced selections are
   // data-dependent and read their counts back (inference and analysis only).
@@ -208,8 +221,13 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
                                   std::to_string(B));
     if (!st.host_role_counts.defined())  // callers other than MultimodalLM::forward: count once, for every layer
       st.host_role_counts = count_routing_roles(st.token_roles, st.key_valid, B, L);
-    plan = host_capacity(st.host_role_counts, cfg.skip_frac, cfg.forced_keep, all_routable);
-    k_dev = topk_capacity(masks, cfg.skip_frac);  // the same values on the device, without a copy
+    if (pmod) {  // per-layer ratio of the image tokens: counts read back once (mod/pmod.h)
+      plan = pmod_capacity(masks, pmod_ratio);
+      k_dev = at::tensor(plan.k, long_opts(at::kCPU)).to(h.device());
+    } else {
+      plan = host_capacity(st.host_role_counts, cfg.skip_frac, cfg.forced_keep, all_routable);
+      k_dev = topk_capacity(masks, cfg.skip_frac);  // the same values on the device, without a copy
+    }
   }
   at::Tensor sel;
   if (st.routing_pass == RoutingPass::kReplay) {  // recompute of a checkpointed layer: the first pass's tokens
@@ -260,6 +278,13 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     st.tokens.push_back({layer_idx, sa[0], sa[1], sa[2], sa[3]});
   }
   routing.end();
+  // p-MoD: skipped image tokens leave the layer as w·x; text tokens are not scaled (weight 1 on them).
+  at::Tensor base = h;
+  if (pmod && cfg.scale_by_router) {
+    const auto wi = at::where(masks.routable, sc.weight, at::ones_like(sc.weight));
+    sc.weight = wi;
+    base = at::where(masks.routable.unsqueeze(-1), h * sc.weight.to(h.scalar_type()).unsqueeze(-1), h);
+  }
   if (c.kmax == 0) {
     if (cache) {
       const auto& w = self_attn->k_proj->weight;
@@ -269,7 +294,7 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     }
     if (emit_scores && cfg.amod_skipped == AmodSkippedScore::kForceKeep)
       st.routing_scores = at::full({B, L}, kInf, h.options().dtype(at::kFloat));
-    return h;
+    return base;
   }
   const int64_t K = c.kmax;
 
@@ -299,7 +324,7 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
                     : at::full({B, L}, kInf, h.options().dtype(at::kFloat));
     st.routing_scores = base.scatter(1, c.index, at::where(c.valid, s, base.gather(1, c.index)));
   }
-  return scatter_tokens(h, c, y);
+  return scatter_tokens(base, c, y);
 }
 
 // decode_step: mod/mod_decode.cpp.

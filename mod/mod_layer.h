@@ -29,6 +29,8 @@
 
 namespace gmod {
 
+class PModRouterImpl;  // mod/pmod.h
+
 struct RoutingMasks {
   at::Tensor valid;     // [B, L] bool: real tokens (not padding)
   at::Tensor routable;  // [B, L] bool: may be skipped
@@ -92,6 +94,8 @@ class MoDDecoderLayer : public DecoderBlock {
   std::shared_ptr<MLPImpl> mlp;
   std::shared_ptr<GammaRouterImpl> shared_router;  // γ-MoD (owned by the model as "mod_router")
   std::shared_ptr<ScalarRouterImpl> router;        // per-layer (Raposo), "llm.layers.{i}.router.weight"
+  std::shared_ptr<PModRouterImpl> pmod_router;     // p-MoD, "llm.layers.{i}.router.{weight,bias}"
+  double pmod_ratio = 1.0;                         // p-MoD: this layer's image-token ratio (convert_to_mod sets it)
   MoDConfig cfg;
   bool emit_scores = false;
 

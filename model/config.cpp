@@ -90,8 +90,9 @@ LlmFamily parse_family(const nlohmann::json& j, const std::string& where, std::v
   if (type == "qwen2" || type == "llava_qwen" || type == "llava_qwen2") return LlmFamily::kQwen2;
   if (type == "mistral" || type == "llava_mistral" || type == "mgm_mistral") return LlmFamily::kMistral;
   // γ-MoD's own: mod_llava_llama (LLaVA-1.5 / LLaVA-HR based), mod_mgm (Mini-Gemini based), both LLaMA.
+  // p-MoD's own: pmod_llava_llama (LLaVA-1.5 / LLaVA-NeXT based, LLaMA).
   if (type != "llama" && type != "mgm" && type != "mod_mgm" && type.rfind("llava", 0) != 0 &&
-      type.rfind("mod_llava", 0) != 0)
+      type.rfind("mod_llava", 0) != 0 && type != "pmod_llava_llama")
     errors.push_back(where + "model_type '" + type + "' is not supported (llama, qwen2, mistral)");
   return LlmFamily::kLlama;
 }

@@ -41,7 +41,8 @@ int64_t capacity_kmax(const MultimodalLM& model, const at::Tensor& host_role_cou
   if (layers.empty() || !host_role_counts.defined()) return -1;
   const MoDDecoderLayer& l = *layers.front();
   const bool amod = l.cfg.router == RouterKind::kAttention;
-  if ((!amod && !l.uses_topk()) || l.forced_selection.defined()) return -1;
+  // p-MoD: a different image-token ratio per layer, not one plan (its layers count for themselves).
+  if ((!amod && !l.uses_topk()) || l.forced_selection.defined() || l.cfg.router == RouterKind::kPMoD) return -1;
   return host_capacity(host_role_counts, l.cfg.skip_frac, l.cfg.forced_keep,
                        amod && l.cfg.amod_routable == AmodRoutable::kAll)
       .kmax;

@@ -1,0 +1,86 @@
+// p-MoD's config keys (mod/pmod.h): round trip through JSON, p-MoD's defaults, and named errors for bad values,
+// a mod_layers_idx the schedule does not give and original configs gmod does not implement.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "mod/pmod.h"
+
+using namespace gmod;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PModConfig, RoundTripsAndTakesPModDefaults) {
+  const MoDConfig c = pmod_config(32);
+  EXPECT_EQ(c.mod_layers.front(), 8);
+  EXPECT_EQ(c.mod_layers.back(), 31);
+  const auto j = to_json(c);
+  const MoDConfig r = mod_config_from_json(j, "round trip");
+  EXPECT_EQ(r.router, RouterKind::kPMoD);
+  EXPECT_EQ(r.mod_layers, c.mod_layers);
+  EXPECT_EQ(to_json(r), j);
+  // Only the router named: rope positions original, zero router init, no routing loss.
+  const MoDConfig d = mod_config_from_json({{"router", "pmod"}, {"mod_layers_idx", c.mod_layers}}, "mod.config");
+  EXPECT_EQ(d.rope_positions, RopePositions::kOriginal);
+  EXPECT_EQ(d.router_init, "zero");
+  EXPECT_EQ(d.router_aux_loss_coef, 0.0);
+  EXPECT_NO_THROW(validate(d, 32, "mod.config"));
+}
+
+TEST(PModConfig, BadValuesAreNamedErrors) {
+  auto msg = error_of([] { mod_config_from_json({{"router", "pmod"}, {"pmod_denominator", "31"}}, "mod.config"); });
+  EXPECT_NE(msg.find("pmod_denominator"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("official_31"), std::string::npos) << msg;
+  MoDConfig c = pmod_config(32);
+  c.mod_layers = {2, 3};
+  msg = error_of([&] { validate(c, 32, "mod.config"); });
+  EXPECT_NE(msg.find("mod_layers_idx"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[8, 9"), std::string::npos) << msg;  // the list the schedule gives
+  c = pmod_config(32);
+  c.rope_positions = RopePositions::kCompacted;
+  msg = error_of([&] { validate(c, 32, "mod.config"); });
+  EXPECT_NE(msg.find("rope_positions"), std::string::npos) << msg;
+  c = pmod_config(32);
+  c.pmod_max_ratio = 0.1;
+  c.mod_layers = pmod_layers(c, 32);
+  msg = error_of([&] { validate(c, 32, "mod.config"); });
+  EXPECT_NE(msg.find("pmod_max_ratio"), std::string::npos) << msg;
+}
+
+TEST(PModConfig, OriginalConfigsGmodDoesNotImplementAreRefusedByKey) {
+  const nlohmann::json ok = {{"mod_target_layers", "shiftedcos_decay_0.85_0.15"}, {"mod_router_factor", 0.5},
+                             {"mod_weight_norm", "tanh_0.2_1"}, {"mod_bias_enabled", true},
+                             {"mod_target_token_type", "vision_all"}};
+  const MoDConfig c = pmod_config_from_official(ok, 32, PModDenominator::kOfficial31, "config.json");
+  EXPECT_EQ(c.mod_layers, pmod_config(32, PModDenominator::kOfficial31).mod_layers);
+  EXPECT_EQ(c.pmod_tanh_scale, 0.2);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"mod_target_token_type", "vision_hr"}, {"mod_weight_norm", "softmax"}, {"mod_target_layers", "deep_all"}}) {
+    auto j = ok;
+    j[key] = value;
+    const auto msg = error_of([&] { pmod_config_from_official(j, 32, PModDenominator::kOfficial31, "config.json"); });
+    EXPECT_NE(msg.find(key), std::string::npos) << msg;
+    EXPECT_NE(msg.find("config.json"), std::string::npos) << msg;
+  }
+}
+
+TEST(PModConfig, KeptImageCountIsTheOriginalsFloat32Truncation) {
+  // The original computes torch.trunc(int32 lengths * ratio), a float32 product: torch gives 63 for 90 tokens at 0.7
+  // and 63 for 180 at 0.35, where the exact double products truncate to 62 (computed with torch 2.11).
+  EXPECT_EQ(pmod_kept_images(90, 0.7), 63);
+  EXPECT_EQ(pmod_kept_images(180, 0.35), 63);
+  EXPECT_EQ(pmod_kept_images(64, 0.75), 48);
+  EXPECT_EQ(pmod_kept_images(0, 0.5), 0);
+}
+
+}  // namespace
