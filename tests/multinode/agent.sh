@@ -2,7 +2,10 @@
 # Open MPI's rsh launch agent for the nodes of tests/multinode/nodes.sh, used in place of ssh
 # (`--mca plm_rsh_agent tests/multinode/agent.sh`): called as `agent.sh [ssh options] HOST COMMAND...`, it runs
 # COMMAND with /bin/sh -c (as sshd would, words joined by spaces) inside HOST's network, mount and UTS namespaces.
-# GMOD_MN_STATE (exported by mn_up) names the running nodes. Each call is logged to $GMOD_MN_STATE/agent.log.
+# Like sshd, it starts COMMAND with a fresh environment (PATH, LD_LIBRARY_PATH, HOME, USER, LOGNAME, SHELL and
+# GMOD_MN_STATE, which names the running nodes, so that orteds can start orteds: Open MPI's tree spawn), not the
+# launching shell's: what a remote rank sees is what mpirun forwards (-x). Each call is logged to
+# $GMOD_MN_STATE/agent.log.
 set -uo pipefail
 [[ -n ${GMOD_MN_STATE:-} && -d ${GMOD_MN_STATE:-} ]] || { echo "agent.sh: GMOD_MN_STATE is not a running node set" >&2; exit 255; }
 while [[ $# -gt 0 && $1 == -* ]]; do  # ssh options (-x, -o X, -p N, ...) mean nothing here
@@ -13,4 +16,8 @@ host=$1
 shift
 [[ -f $GMOD_MN_STATE/$host.pid ]] || { echo "agent.sh: no node '$host' (nodes: $(cd "$GMOD_MN_STATE" && ls *.pid 2>/dev/null | sed 's/\.pid$//' | tr '\n' ' '))" >&2; exit 255; }
 echo "$(date +%T.%N) $host: $*" >> "$GMOD_MN_STATE/agent.log"
-exec nsenter -t "$(cat "$GMOD_MN_STATE/$host.pid")" -n -m -u -- /bin/sh -c "$*"
+keep=(PATH="$PATH" HOME="${HOME:-/}" USER="${USER:-$(id -un)}" LOGNAME="${LOGNAME:-$(id -un)}" SHELL=/bin/sh
+      GMOD_MN_STATE="$GMOD_MN_STATE")
+[[ -n ${LD_LIBRARY_PATH:-} ]] && keep+=(LD_LIBRARY_PATH="$LD_LIBRARY_PATH")
+cd / || exit 255
+exec nsenter -t "$(cat "$GMOD_MN_STATE/$host.pid")" -n -m -u -- env -i "${keep[@]}" /bin/sh -c "$*"
