@@ -1,9 +1,11 @@
 # Sourced: "nodes" on one Linux machine for rehearsing a multi-node launch (issue 31).
-#   mn_up N WORK      N (1-3) nodes node1..nodeN, each its own network namespace (loopback + one interface gmn0,
-#                     10.231.0.(10+i)/24, on a bridge that lives in a namespace of its own), its own hostname (UTS
-#                     namespace) and its own /tmp (a tmpfs in its own mount namespace); /etc/hosts names the nodes.
-#                     WORK (not under /tmp: every node has its own /tmp) is the shared file system: every node sees
-#                     it at the same path, like a cluster's NFS/Lustre home. Writes WORK/hostfile (slots=2 each).
+#   mn_up N WORK [SHARED...]  N (1-3) nodes node1..nodeN, each its own network namespace (loopback + one interface
+#                     gmn0, 10.231.0.(10+i)/24, on a bridge that lives in a namespace of its own), its own hostname
+#                     (UTS namespace) and its own /tmp (a tmpfs in its own mount namespace); /etc/hosts names the
+#                     nodes. Everything else is the shared file system, the same path on every node (like a
+#                     cluster's NFS/Lustre): WORK (the run directories), the repository, the binary. WORK and each
+#                     SHARED path that lies under /tmp is mounted again at its path over the node's own /tmp.
+#                     Writes WORK/hostfile (slots=2 each).
 #   mn_exec NODE CMD...   run CMD on NODE (its namespaces); the launch agent (agent.sh) does the same for mpirun.
 #   mn_pids NODE          the processes of NODE's job (orted, ranks, launcher), without the namespace holder
 #   mn_down               kill every process of the nodes, delete the namespaces (also on exit: trap in mn_up)
@@ -30,8 +32,11 @@ mn_up() {
   mn_check_tools
   mkdir -p "$work" || { echo "mn_up: cannot create $work" >&2; exit 2; }
   work=$(cd "$work" && pwd)
-  case $work/ in /tmp/*) echo "mn_up: WORK $work is under /tmp, which each node has of its own; use a shared path" >&2
-                         exit 2 ;; esac
+  local shared=() p
+  for p in "$work" "$(mn_here)/../.." "${@:3}"; do
+    p=$(cd "$p" 2> /dev/null && pwd) || { echo "mn_up: shared path '$p' is not a directory" >&2; exit 2; }
+    case $p/ in /tmp/*) shared+=("$p") ;; esac
+  done
   MN_WORK=$work
   MN_N=$n
   MN_TAG=gmn$$
@@ -64,10 +69,23 @@ mn_up() {
     echo "$MN_TAG-$i" > "$GMOD_MN_STATE/$node.port"
     echo "$ns" > "$GMOD_MN_STATE/$node.netns"
     # The holder: the node's mount and UTS namespaces live as long as it does; agent.sh enters them by its pid.
-    setsid ip netns exec "$ns" unshare --mount --uts --propagation private sh -c '
-      hostname "$1" && mount -t tmpfs -o size=512m,mode=1777 "$1-tmp" /tmp && mount --bind "$2" /etc/hosts &&
-      echo ready > "$3.ready" && exec sleep 100000000' mn-holder "$node" "$GMOD_MN_STATE/hosts" \
-      "$GMOD_MN_STATE/$node" < /dev/null > "$GMOD_MN_STATE/$node.holder.log" 2>&1 &
+    # Shared paths under /tmp are opened before the node's tmpfs covers them and bound back from those descriptors.
+    setsid ip netns exec "$ns" unshare --mount --uts --propagation private bash -c '
+      set -e
+      hostname "$1"
+      mount --bind "$2" /etc/hosts
+      fds=()
+      for p in "${@:4}"; do exec {fd}< "$p"; fds+=("$fd"); done
+      mount -t tmpfs -o size=512m,mode=1777 "$1-tmp" /tmp
+      for i in "${!fds[@]}"; do
+        p=${*:4+i:1}
+        mkdir -p "$p"
+        mount --no-canonicalize --bind "/proc/self/fd/${fds[i]}" "$p"
+        exec {fds[i]}<&-
+      done
+      echo ready > "$3.ready"
+      exec sleep 100000000' mn-holder "$node" "$GMOD_MN_STATE/hosts" "$GMOD_MN_STATE/$node" "${shared[@]}" \
+      < /dev/null > "$GMOD_MN_STATE/$node.holder.log" 2>&1 &
     echo $! > "$GMOD_MN_STATE/$node.pid"
     disown $!
     echo "$node slots=2" >> "$work/hostfile"
