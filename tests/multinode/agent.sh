@@ -20,4 +20,15 @@ keep=(PATH="$PATH" HOME="${HOME:-/}" USER="${USER:-$(id -un)}" LOGNAME="${LOGNAM
       GMOD_MN_STATE="$GMOD_MN_STATE")
 [[ -n ${LD_LIBRARY_PATH:-} ]] && keep+=(LD_LIBRARY_PATH="$LD_LIBRARY_PATH")
 cd / || exit 255
-exec nsenter -t "$(cat "$GMOD_MN_STATE/$host.pid")" -n -m -u -- env -i "${keep[@]}" /bin/sh -c "$*"
+# Like an ssh client, this process stays on the calling node while COMMAND runs on HOST: losing HOST's processes
+# does not kill it; it then exits 255 (ssh's code for a lost connection). A signal to it ends COMMAND too.
+nsenter -t "$(cat "$GMOD_MN_STATE/$host.pid")" -n -m -u -- env -i "${keep[@]}" /bin/sh -c "$*" &
+remote=$!
+trap 'kill -TERM $remote 2> /dev/null' TERM INT HUP
+while :; do
+  wait $remote 2> /dev/null
+  status=$?
+  kill -0 $remote 2> /dev/null || break
+done
+(( status > 128 )) && exit 255
+exit $status
