@@ -37,6 +37,7 @@ mn_up() {
     p=$(cd "$p" 2> /dev/null && pwd) || { echo "mn_up: shared path '$p' is not a directory" >&2; exit 2; }
     case $p/ in /tmp/*) shared+=("$p") ;; esac
   done
+  mn_reap
   MN_WORK=$work
   MN_N=$n
   MN_TAG=gmn$$
@@ -103,6 +104,19 @@ mn_up() {
   GMOD_MPIRUN_ARGS+=" --mca btl_tcp_if_include gmn0 --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none"
   export GMOD_MPIRUN_ARGS
   echo "multinode: $n node(s) up (namespaces $MN_TAG-*): $(tr '\n' ' ' < "$work/hostfile")" >&2
+}
+
+# Namespaces left by a harness that was killed before its trap ran (e.g. a ctest timeout's SIGKILL): gmnPID-*
+# whose PID is gone. Their processes are killed and the namespaces deleted.
+mn_reap() {
+  local ns pid p
+  for ns in $(ip netns list 2> /dev/null | grep -oE '^gmn[0-9]+-(sw|n[0-9]+)'); do
+    pid=${ns#gmn}
+    pid=${pid%%-*}
+    kill -0 "$pid" 2> /dev/null && continue
+    for p in $(ip netns pids "$ns" 2> /dev/null); do kill -KILL "$p" 2> /dev/null; done
+    ip netns del "$ns" 2> /dev/null && echo "multinode: removed $ns, left by a harness that is gone" >&2
+  done
 }
 
 mn_here() { (cd "$(dirname "${BASH_SOURCE[0]}")" && pwd); }
