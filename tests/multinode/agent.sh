@@ -31,4 +31,4 @@ while :; do
   kill -0 $remote 2> /dev/null || break
 done
 (( status > 128 )) && exit 255
-exit $status
+exit "$status"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the tests of tests/multinode: the gmod runs they make, on the nodes of nodes.sh, through
 # launch/run_multi_node.sh exactly as a user launches it (the launch agent and MCA settings in GMOD_MPIRUN_ARGS).
 #   mn_init GMOD_BIN WORK        check the binary, make WORK (shared file system of the nodes) afresh

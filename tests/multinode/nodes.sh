@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced: "nodes" on one Linux machine for rehearsing a multi-node launch (issue 31).
 #   mn_up N WORK [SHARED...]  N (1-3) nodes node1..nodeN, each its own network namespace (loopback + one interface
 #                     gmn0, 10.231.0.(10+i)/24, on a bridge that lives in a namespace of its own), its own hostname
@@ -38,8 +39,7 @@ mn_up() {
     case $p/ in /tmp/*) shared+=("$p") ;; esac
   done
   mn_reap
-  MN_WORK=$work
-  MN_N=$n
+  MN_WORK=$work  # shellcheck disable=SC2034  # for the sourcing script
   MN_TAG=gmn$$
   GMOD_MN_STATE=$work/.nodes
   export GMOD_MN_STATE
