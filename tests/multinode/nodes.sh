@@ -39,7 +39,8 @@ mn_up() {
     case $p/ in /tmp/*) shared+=("$p") ;; esac
   done
   mn_reap
-  MN_WORK=$work  # shellcheck disable=SC2034  # for the sourcing script
+  # shellcheck disable=SC2034  # read by the sourcing script
+  MN_WORK=$work
   MN_TAG=gmn$$
   GMOD_MN_STATE=$work/.nodes
   export GMOD_MN_STATE
