@@ -75,7 +75,7 @@ mn_hostfile() {
 mn_train() {
   local name=$1 hosts=$2 np=$3
   shift 3
-  (cd "$MN_WORK" && mn_exec node1 env GMOD_BIN="$MN_BIN" GMOD_THREADS=1 GMOD_KILL_GRACE=30 \
+  (cd "$MN_WORK" && mn_exec node1 env GMOD_BIN="$MN_BIN" GMOD_THREADS=1 GMOD_KILL_GRACE="${GMOD_KILL_GRACE:-30}" \
      "$MN_ROOT/launch/run_multi_node.sh" "$MN_WORK/$hosts.hosts" "$np" "$MN_WORK/$name.json" "$@" \
      >> "$MN_WORK/$name.log" 2>&1)
 }

@@ -102,6 +102,7 @@ mn_up() {
     [[ $(ip -n "$MN_TAG-n$i" -br link show gmn0) == *UP* ]] || mn_skip "node$i's link gmn0 did not come up"
   done
   GMOD_MPIRUN_ARGS="--mca plm_rsh_agent $(mn_here)/agent.sh --mca oob_tcp_if_include gmn0"
+  GMOD_MPIRUN_ARGS+=" --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3"
   GMOD_MPIRUN_ARGS+=" --mca btl_tcp_if_include gmn0 --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none"
   export GMOD_MPIRUN_ARGS
   echo "multinode: $n node(s) up (namespaces $MN_TAG-*): $(tr '\n' ' ' < "$work/hostfile")" >&2
