@@ -227,9 +227,13 @@ bool RecordFile::load_cache() {
 
 namespace {
 
-// Written to a temporary name and renamed, so concurrent readers (several ranks) never see a partial file.
+// Written to a temporary name and renamed, so concurrent readers (several ranks) never see a partial file. Every
+// rank that finds no valid cache writes one, and on a shared file system ranks of different nodes may have the same
+// pid (containers start them at the same small numbers): the host name keeps their temporary files apart.
 bool write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  char host[64] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "host");
+  const std::string tmp = path + ".tmp." + host + "." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return false;
   bool ok = true;

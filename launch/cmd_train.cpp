@@ -1,6 +1,7 @@
 // `gmod train --config X.json [--set key.path=value ...]`: training under mpirun (one process per rank) or as a
-// single process. Rank 0 prints the job (world size, devices, MPI and NCCL versions) and the effective config; an
-// error on any rank is printed as "[rank R] error: ..." and ends the whole job (run_guarded).
+// single process. Rank 0 prints the job (world size, devices, every rank's host and local rank, MPI and NCCL
+// versions) and the effective config; an error on any rank is printed as "[rank R] error: ..." and ends the whole
+// job (run_guarded).
 #include <ATen/Parallel.h>
 #include <mpi.h>
 #include <torch/version.h>
@@ -27,6 +28,13 @@ std::string mpi_version() {
   std::string s(buf, strnlen(buf, size_t(len)));  // len may count the terminating NUL
   if (auto nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
   return s;
+}
+
+std::string processor_name() {
+  char buf[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  MPI_Get_processor_name(buf, &len);
+  return std::string(buf, strnlen(buf, size_t(len)));
 }
 
 std::string nccl_version() {
@@ -71,11 +79,17 @@ int run_train(const TrainOptions& o) {
     // the job within parallel.timeout_s, named).
     const std::vector<std::string> all =
         all_gather_strings(comm->device().str(), "device banner (MPI_Iallgatherv)");
+    // Where every rank runs: its host and its local rank (which picks its GPU), so that a multi-node launch shows
+    // the placement mpirun made (tests/multinode).
+    const std::vector<std::string> placed = all_gather_strings(
+        processor_name() + "/" + std::to_string(local_rank()), "placement banner (MPI_Iallgatherv)");
     if (rank == 0) {
       std::cout << "gmod train: " << world << " rank(s), backend " << comm->backend() << ", devices [";
       for (int r = 0; r < world; ++r) std::cout << (r ? ", " : "") << all[size_t(r)];
       std::cout << "], " << at::get_num_threads() << " CPU threads/rank\nLibTorch " << TORCH_VERSION << "; MPI "
-                << mpi_version() << "; NCCL " << nccl_version() << std::endl;
+                << mpi_version() << "; NCCL " << nccl_version() << "\nranks (rank host/local rank): ";
+      for (int r = 0; r < world; ++r) std::cout << (r ? ", " : "") << r << " " << placed[size_t(r)];
+      std::cout << std::endl;
     }
     Trainer trainer(cfg, comm);
     const TrainResult result = trainer.run();
