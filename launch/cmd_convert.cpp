@@ -10,6 +10,7 @@
 
 #include "data/arank_samples.h"
 #include "launch/args.h"
+#include "launch/cli_hf_files.h"
 #include "launch/cli_model.h"
 #include "model/pretrained.h"
 #include "mod/conversion.h"
@@ -197,12 +198,8 @@ int run_convert(const ConvertOptions& o) {
   convert_to_mod(*model, mc);
   model->to(at::kCPU, o.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
   save_mod_pretrained(*model, mc, o.out);
-  for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
-                        "preprocessor_config.json", "processor_config.json", "chat_template.json",
-                        "generation_config.json"}) {
-    const fs::path src = fs::path(o.model) / f;
-    if (fs::exists(src)) fs::copy_file(src, fs::path(o.out) / f, fs::copy_options::overwrite_existing);
-  }
+  // The source's tokenizer and processor files; its chat template stays unless --template names one.
+  write_hf_side_files(*model, {o.model}, o.out, o.text.template_name, /*keep_source_template=*/o.text.template_name == "auto");
   std::string layers;
   for (int l : mc.mod_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
   std::cout << "wrote " << o.out << ": " << n << " layers, MoD layers [" << layers << "] (" << mc.selection

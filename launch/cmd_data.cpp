@@ -1,9 +1,12 @@
 // `gmod data check DATA --tokenizer T ...`: validate a dataset before a long job (data/check.h).
 // `gmod data demo --out DIR [--train N] [--heldout N] [--image-size S] [--seed S]`: write the shapes demo
 // set.
+// `gmod data chat-template --template T [--system S] [--no-image-first]`: print the Hugging Face chat template (Jinja)
+// gmod export writes for a conversation template (data/chat_template.h).
 #include <iostream>
 #include <memory>
 
+#include "data/chat_template.h"
 #include "data/check.h"
 #include "data/demo_dataset.h"
 #include "launch/args.h"
@@ -16,7 +19,21 @@ struct DataCliOptions {
   bool no_image_first = false, no_decode = false;
   std::string out;
   DemoDatasetOptions demo;
+  std::string chat_template = "vicuna_v1", system;
+  bool chat_no_image_first = false, chat_for_processor = false;
 };
+
+int run_chat_template(const DataCliOptions& o) {
+  if (o.chat_template == "auto" || !is_conversation_template(o.chat_template))
+    throw UsageError("--template " + o.chat_template + ": expected one of " + conversation_template_list() +
+                     " (without auto)");
+  ConversationConfig c;
+  c.template_name = o.chat_template;
+  if (!o.system.empty()) c.system_prompt = o.system;
+  c.image_first = !o.chat_no_image_first;
+  std::cout << hf_chat_template(c, /*bos_first=*/!o.chat_for_processor) << "\n";
+  return 0;
+}
 
 // run_data_check stays the one implementation of the check and its report (and exit codes: 1 when records
 // have problems, 2 when the dataset cannot be read); it gets the options CLI11 parsed as canonical arguments.
@@ -89,10 +106,22 @@ Runner setup(CLI::App& app) {
   add(*demo, "--image-size", o->demo.image_size, "square image side, pixels (>= 32)")
       ->check(between(32, 1 << 16));
   add(*demo, "--seed", o->demo.seed, "random seed");
-  return [o, check] { return check->parsed() ? run_check(*o) : run_demo(*o); };
+
+  CLI::App* chat = app.add_subcommand(
+      "chat-template", "print the Hugging Face chat template (Jinja) gmod export writes for a conversation template");
+  add(*chat, "--template", o->chat_template, "conversation template: vicuna_v1, plain, chatml, qwen2_5, llama3, "
+                                             "llama3_1 or mistral");
+  add(*chat, "--system", o->system, "system prompt (default: the template's)");
+  add_flag(*chat, "--no-image-first", o->chat_no_image_first, "keep <image> where the text puts it");
+  add_flag(*chat, "--for-processor", o->chat_for_processor,
+           "without BOS, as a vision model's export carries it (LlavaProcessor's tokenizer adds BOS)");
+  return [o, check, chat] {
+    if (chat->parsed()) return run_chat_template(*o);
+    return check->parsed() ? run_check(*o) : run_demo(*o);
+  };
 }
 
-Register reg({"data", "validate a dataset (check) or write the demo dataset (demo)", setup});
+Register reg({"data", "validate a dataset (check), write the demo dataset (demo), print a chat template", setup});
 
 }  // namespace
 }  // namespace gmod::cli

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "launch/args.h"
+#include "launch/cli_hf_files.h"
 #include "mod/conversion.h"
 #include "mod/mod_checkpoint.h"
 #include "model/lora_peft.h"
@@ -28,17 +29,8 @@ const char* kFooter =
 
 struct ExportOptions {
   std::string checkpoint, out, from_hf;
+  std::string template_name;  // --template; empty: the run's (checkpoint) or the source's chat template (--from-hf)
 };
-
-// Tokenizer / processor files of the source model that make the export a usable Hugging Face dir.
-void copy_side_files(const std::string& from, const std::string& to) {
-  for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
-                        "preprocessor_config.json", "processor_config.json", "chat_template.json",
-                        "generation_config.json"}) {
-    const fs::path src = fs::path(from) / f;
-    if (fs::exists(src)) fs::copy_file(src, fs::path(to) / f, fs::copy_options::overwrite_existing);
-  }
-}
 
 // Reloads `out` as gmod's loaders see it and checks every parameter is bit-identical to `m`'s.
 size_t verify_export(const MultimodalLM& m, const std::string& out) {
@@ -75,7 +67,8 @@ int run_export(const ExportOptions& o) {
     if (mod_layers(*m).empty()) mc.mod_layers.clear();
     check_finite_weights(*m, o.from_hf, "exported");
     save_mod_pretrained(*m, mc, o.out);
-    copy_side_files(o.from_hf, o.out);
+    write_hf_side_files(*m, {o.from_hf}, o.out, o.template_name.empty() ? "auto" : o.template_name,
+                        /*keep_source_template=*/o.template_name.empty());
     describe(*m, mc, o.out, verify_export(*m, o.out));
     return 0;
   }
@@ -119,15 +112,18 @@ int run_export(const ExportOptions& o) {
     detach_lora(*model);
   }
   save_mod_pretrained(*model, mc, out);
-  copy_side_files(default_tokenizer_source(cfg.model), out);
-  if (!preprocessor_source(cfg.model).empty()) copy_side_files(preprocessor_source(cfg.model), out);
+  // The tokenizer the run trained with (data.tokenizer, else the model's), its processor files, the trained template.
+  std::vector<std::string> sources = {default_tokenizer_source(cfg.model), preprocessor_source(cfg.model)};
+  if (!cfg.data.tokenizer.empty() && fs::is_directory(cfg.data.tokenizer)) sources.push_back(cfg.data.tokenizer);
+  for (const std::string& s : sources)
+    if (!s.empty() && fs::is_directory(s)) copy_processor_files(s, out);
   if (!cfg.data.tokenizer.empty() && fs::is_regular_file(cfg.data.tokenizer)) {
     const fs::path t(cfg.data.tokenizer);
     if (t.filename() == "tokenizer.model" || t.filename() == "tokenizer.json")
       fs::copy_file(t, fs::path(out) / t.filename(), fs::copy_options::overwrite_existing);
-  } else if (!cfg.data.tokenizer.empty() && fs::is_directory(cfg.data.tokenizer)) {
-    copy_side_files(cfg.data.tokenizer, out);
   }
+  write_hf_side_files(*model, {}, out, o.template_name.empty() ? cfg.data.template_name : o.template_name,
+                      /*keep_source_template=*/false);
   describe(*model, mc, out, verify_export(*model, out));
   return 0;
 }
@@ -141,6 +137,9 @@ Runner setup(CLI::App& app) {
   add(app, "--from-hf", o->from_hf, "re-save this Hugging Face dir instead of a checkpoint (needs --out)")
       ->type_name("DIR")
       ->excludes(ck);
+  add(app, "--template", o->template_name,
+      "the chat template to write (a conversation template; default: the run's, or for --from-hf the source's "
+      "chat template, else its family's)");
   return [o] { return run_export(*o); };
 }
 

@@ -27,7 +27,14 @@ struct GenerateCliOptions {
   int64_t max_new_tokens = 64;
   std::optional<double> top_p, temperature;
   uint64_t seed = 0;
+  bool print_ids = false;
 };
+
+std::string id_list(const std::vector<int64_t>& ids) {
+  std::string s;
+  for (int64_t id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
+  return s;
+}
 
 int run_generate(const GenerateCliOptions& o) {
   CliModel m = load_cli_model(o.model);
@@ -79,6 +86,10 @@ int run_generate(const GenerateCliOptions& o) {
   std::cout << "prompt: " << L << " tokens" << (images.empty() ? "" : ", " + std::to_string(images.size()) + " images")
             << "; generated " << n << " tokens (" << (g.greedy ? "greedy" : "top-p sampling") << ")\n";
   std::cout << "output: " << tok->decode(ids) << "\n";
+  if (o.print_ids) {  // what another implementation is compared with (tests/launch/check_hf_export.py)
+    std::cout << "prompt ids: " << id_list(ids64) << "\n";
+    std::cout << "output ids: " << id_list(std::vector<int64_t>(ids.begin(), ids.end())) << "\n";
+  }
   const ComputeReport& rep = r.compute;
   if (rep.mod_total > 0) {
     std::printf("skip ratio: MoD layers %.4f, all layers %.4f\n", rep.mod_skip_ratio(), rep.skip_ratio());
@@ -105,6 +116,8 @@ Runner setup(CLI::App& app) {
       ->type_name("T")
       ->check(positive());
   add(app, "--seed", o->seed, "sampling seed");
+  add_flag(app, "--print-ids", o->print_ids,
+           "also print the prompt's token ids (image tokens expanded) and the generated ids (up to the stop token)");
   return [o] { return run_generate(*o); };
 }
 

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "launch/args.h"
+#include "launch/cli_hf_files.h"
 #include "mod/conversion.h"
 #include "mod/mod_checkpoint.h"
 #include "model/lora_peft.h"
@@ -18,6 +19,7 @@ namespace fs = std::filesystem;
 
 struct MergeOptions {
   std::string model, adapter, out, dtype = "fp32";
+  std::string template_name;  // --template; empty: the base's chat template (else its family's)
 };
 
 int run_merge(const MergeOptions& o) {
@@ -32,12 +34,8 @@ int run_merge(const MergeOptions& o) {
   model->to(at::kCPU, o.dtype == "bf16" ? at::kBFloat16 : at::kFloat);
   check_finite_weights(*model, "merged " + o.model + " + " + o.adapter, "written");
   save_mod_pretrained(*model, mc, o.out);
-  for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json",
-                        "special_tokens_map.json", "preprocessor_config.json", "processor_config.json",
-                        "chat_template.json", "generation_config.json"}) {
-    const fs::path src = fs::path(o.model) / f;
-    if (fs::exists(src)) fs::copy_file(src, fs::path(o.out) / f, fs::copy_options::overwrite_existing);
-  }
+  write_hf_side_files(*model, {o.model}, o.out, o.template_name.empty() ? "auto" : o.template_name,
+                      /*keep_source_template=*/o.template_name.empty());
   std::cout << "wrote " << o.out << ": " << merged << " linear layers merged (r " << c.r << ", alpha "
             << c.alpha << ", scale " << c.scale() << ", " << att.parameters << " adapter parameters), "
             << (mc.mod_layers.empty() ? "dense" : std::to_string(mc.mod_layers.size()) + " MoD layers kept")
@@ -57,6 +55,8 @@ Runner setup(CLI::App& app) {
   add(app, "--out", o->out, "the merged Hugging Face model dir to write")->type_name("DIR")->required();
   add(app, "--dtype", o->dtype, "dtype of the written weights (the merge itself runs in fp32)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  add(app, "--template", o->template_name,
+      "the chat template to write (a conversation template; default: the base's chat template, else its family's)");
   return [o] { return run_merge(*o); };
 }
 

@@ -42,6 +42,12 @@ if [ ! -f "$VENV/.transformers-$TRANSFORMERS_VERSION" ]; then
   "$VENV/bin/pip" install -q "transformers==$TRANSFORMERS_VERSION" >&2
   touch "$VENV/.transformers-$TRANSFORMERS_VERSION"
 fi
+# Its serving extra for `transformers serve` on gmod's exports (tests/launch/check_hf_export.py): fastapi, uvicorn.
+if [ ! -f "$VENV/.transformers-serving-$TRANSFORMERS_VERSION" ]; then
+  echo "[setup] installing transformers[serving]==$TRANSFORMERS_VERSION into $VENV (for tests)" >&2
+  "$VENV/bin/pip" install -q "transformers[serving]==$TRANSFORMERS_VERSION" >&2
+  touch "$VENV/.transformers-serving-$TRANSFORMERS_VERSION"
+fi
 # The official openai client for the `gmod serve` tests (tests/serve/): pinned, its own marker as above.
 OPENAI_VERSION="${GMOD_OPENAI_VERSION:-3.51.0}"
 if [ ! -f "$VENV/.openai-$OPENAI_VERSION" ]; then
@@ -83,5 +89,13 @@ if [ ! -f "$VENV/.tensorboard-$TENSORBOARD_VERSION" ]; then
   echo "[setup] installing tensorboard==$TENSORBOARD_VERSION into $VENV (for tests)" >&2
   "$VENV/bin/pip" install -q "tensorboard==$TENSORBOARD_VERSION" >&2
   touch "$VENV/.tensorboard-$TENSORBOARD_VERSION"
+fi
+# sentencepiece: transformers reads a SentencePiece tokenizer.model (LLaMA-2/Vicuna, as LLaVA publishes it) only
+# through it; the export tests load gmod's Hugging Face exports with AutoProcessor (tests/launch/check_hf_export.py).
+SENTENCEPIECE_VERSION="${GMOD_SENTENCEPIECE_VERSION:-0.2.1}"
+if [ ! -f "$VENV/.sentencepiece-$SENTENCEPIECE_VERSION" ]; then
+  echo "[setup] installing sentencepiece==$SENTENCEPIECE_VERSION into $VENV (for tests)" >&2
+  "$VENV/bin/pip" install -q "sentencepiece==$SENTENCEPIECE_VERSION" >&2
+  touch "$VENV/.sentencepiece-$SENTENCEPIECE_VERSION"
 fi
 echo "$VENV"
