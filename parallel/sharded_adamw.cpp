@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 
 namespace gmod {
 namespace {
@@ -261,9 +262,10 @@ void ShardedAdamW::load(const AdamWShardState& s) {
       throw std::runtime_error("parallel/sharded_adamw: state tensor has wrong size (expected " + std::to_string(n) +
                                " elements)");
   c10::NoGradGuard no_grad;
-  master_.copy_(s.master.reshape({-1}));
-  exp_avg_.copy_(s.exp_avg.reshape({-1}));
-  exp_avg_sq_.copy_(s.exp_avg_sq.reshape({-1}));
+  // A state read in place (CheckpointReader::read_rank_state into these buffers) is already here.
+  for (auto [dst, src] : {std::pair<at::Tensor*, const at::Tensor*>{&master_, &s.master}, {&exp_avg_, &s.exp_avg},
+                          {&exp_avg_sq_, &s.exp_avg_sq}})
+    if (src->data_ptr() != dst->data_ptr()) dst->copy_(src->reshape({-1}));
   step_ = s.step;
 }
 

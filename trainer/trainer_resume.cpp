@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <map>
 
 #include "parallel/watchdog.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -206,10 +207,19 @@ void Trainer::resume_if_requested() {
       if (b < need_e && e > need_b) old_ranks.push_back(r);
     }
   }
+  // Same world, stage and range: this rank's file is read straight into the live optimizer buffers (no
+  // temporaries: resume needs no more host memory than training). Otherwise the overlapping old shards are read and
+  // resharded.
+  const bool in_place = saved_world == world_ && saved_stage == stage && old_ranks == std::vector<int>{rank_};
+  std::map<std::string, at::Tensor> live;
+  if (in_place) {
+    const AdamWShardState now = optimizer_state();  // aliases of the live buffers
+    live = {{"master", now.master}, {"exp_avg", now.exp_avg}, {"exp_avg_sq", now.exp_avg_sq}};
+  }
   std::vector<AdamWShardState> saved;
   std::vector<uint8_t> my_rng, my_cuda_rng;
   for (int r : old_ranks) {
-    RankState rs = reader.read_rank_state(r);
+    RankState rs = reader.read_rank_state(r, live);
     AdamWShardState s = AdamWShardState::from_meta(rs.meta);
     for (auto& [name, t] : rs.tensors) {
       if (name == "master") s.master = t;

@@ -134,6 +134,41 @@ TEST(Hdf5File, DatasetChecksumDetectsFlippedByte) {
   EXPECT_FALSE(bit_equal(f.read_tensor("w", /*verify=*/false), t));
 }
 
+TEST(Hdf5File, ReadIntoFillsTheGivenTensorsMemoryOrCopiesAndRefusesAnotherSize) {
+  // A same-world resume reads the optimizer shard straight into the live buffers: same memory, same bits.
+  TempDir tmp;
+  const std::string path = tmp.str("into.h5");
+  const at::Tensor t = at::randn({6, 5});
+  {
+    H5File f = H5File::create(path);
+    f.write_tensor("w", t);
+    f.close();
+  }
+  H5File f = H5File::open(path);
+  at::Tensor flat = at::zeros({30});
+  const void* mem = flat.data_ptr();
+  f.read_tensor_into("w", flat);
+  EXPECT_EQ(flat.data_ptr(), mem);
+  EXPECT_TRUE(bit_equal(flat, t.reshape({-1})));
+  // Another dtype or a strided destination: through a temporary, values converted / placed as a copy_ would.
+  at::Tensor wide = at::zeros({30}, at::kDouble);
+  f.read_tensor_into("w", wide);
+  EXPECT_TRUE(bit_equal(wide, t.reshape({-1}).to(at::kDouble)));
+  at::Tensor strided = at::zeros({5, 6}).t();
+  f.read_tensor_into("w", strided);
+  EXPECT_TRUE(bit_equal(strided.contiguous(), t));
+  at::Tensor small = at::zeros({29});
+  try {
+    f.read_tensor_into("w", small);
+    FAIL() << "no throw";
+  } catch (const gmod::Hdf5Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("dataset 'w'"), std::string::npos) << m;
+    EXPECT_NE(m.find("into.h5"), std::string::npos) << m;
+    EXPECT_NE(m.find("30 elements"), std::string::npos) << m;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------- checkpoints
 
 TEST(Checkpoint, RngStateRoundTripGivesSameSequence) {

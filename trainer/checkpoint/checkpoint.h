@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -170,7 +171,9 @@ class CheckpointReader {
   // reads then skip the per-tensor CRCs, whose bytes that check covered (one pass over the data instead of two).
   void set_files_verified(bool verified) { files_verified_ = verified; }
 
-  RankState read_rank_state(int rank) const;         // one old rank's optim file
+  // One old rank's optim file. Tensors named in `into` are read into those tensors (same element count; e.g. the
+  // optimizer's live buffers, so a same-world resume needs no temporaries) and returned as them.
+  RankState read_rank_state(int rank, const std::map<std::string, at::Tensor>& into = {}) const;
   std::vector<RankState> read_all_rank_states() const;  // ranks 0..world_size()-1, for resharding
 
  private:

@@ -195,7 +195,7 @@ void CheckpointReader::load_model_into(const NamedTensors& params, bool strict, 
   }
 }
 
-RankState CheckpointReader::read_rank_state(int rank) const {
+RankState CheckpointReader::read_rank_state(int rank, const std::map<std::string, at::Tensor>& into) const {
   if (rank < 0 || rank >= world_size_)
     throw std::out_of_range("checkpoint: rank " + std::to_string(rank) + " out of range for " + dir_ +
                             " (saved with world size " + std::to_string(world_size_) + ")");
@@ -209,8 +209,15 @@ RankState CheckpointReader::read_rank_state(int rank) const {
                              " of " + std::to_string(world_size_));
   s.meta = f.attr_json("/", "meta");
   s.shard_layout = f.attr_json("/", "shard_layout");
-  for (const auto& n : f.attr_json("/", "tensor_names").get<std::vector<std::string>>())
-    s.tensors.emplace_back(n, f.read_tensor("tensors/" + n, !files_verified_));
+  for (const auto& n : f.attr_json("/", "tensor_names").get<std::vector<std::string>>()) {
+    const auto dst = into.find(n);
+    if (dst == into.end()) {
+      s.tensors.emplace_back(n, f.read_tensor("tensors/" + n, !files_verified_));
+    } else {
+      f.read_tensor_into("tensors/" + n, dst->second, !files_verified_);
+      s.tensors.emplace_back(n, dst->second);
+    }
+  }
   at::Tensor rng = f.read_tensor("rng_state", !files_verified_);
   if (rng.scalar_type() != at::kByte || rng.dim() != 1)
     throw std::runtime_error("checkpoint: rng_state in " + f.path() + " is not a 1-D uint8 dataset");

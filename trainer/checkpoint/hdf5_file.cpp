@@ -6,6 +6,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <c10/core/GradMode.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -291,13 +293,13 @@ H5TensorInfo H5File::tensor_info(const std::string& name) const {
   return info;
 }
 
-at::Tensor H5File::read_tensor(const std::string& name, bool verify) const {
-  H5TensorInfo info = tensor_info(name);
+void H5File::read_dataset(const std::string& name, const H5TensorInfo& info, void* buf, bool verify) const {
   H5Id ds(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT));
   if (!ds.valid()) fail("open dataset", name);
-  at::ScalarType buf_type = info.dtype == at::kBool ? at::kByte : info.dtype;
-  at::Tensor out = at::empty(info.shape, at::TensorOptions().dtype(buf_type));
-  if (out.numel() > 0) {
+  int64_t numel = 1;
+  for (int64_t d : info.shape) numel *= d;
+  const size_t bytes = size_t(numel) * c10::elementSize(info.dtype == at::kBool ? at::kByte : info.dtype);
+  if (numel > 0) {
     H5Id file_type(H5Dget_type(ds.get()));
     H5Id mem_type;
     if (info.dtype == at::kHalf && H5Tget_class(file_type.get()) == H5T_FLOAT) {
@@ -305,20 +307,42 @@ at::Tensor H5File::read_tensor(const std::string& name, bool verify) const {
     } else {
       mem_type = H5Id(H5Tcopy(storage_type(info.dtype).mem_type));
     }
-    if (H5Dread(ds.get(), mem_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data_ptr()) < 0)
-      fail("read dataset", name);
+    if (H5Dread(ds.get(), mem_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) fail("read dataset", name);
   }
   ds.reset();
   if (verify && has_attr(name, "crc32")) {
     uint32_t want = uint32_t(attr_int(name, "crc32"));
-    uint32_t got = crc32_bytes(out.data_ptr(), size_t(out.numel()) * out.element_size());
+    uint32_t got = crc32_bytes(buf, bytes);
     if (want != got) {
       char msg[64];
       std::snprintf(msg, sizeof(msg), "stored %08x, computed %08x", want, got);
       throw Hdf5Error("HDF5: checksum mismatch for dataset '" + name + "' in " + path_ + " (" + msg + ")");
     }
   }
+}
+
+at::Tensor H5File::read_tensor(const std::string& name, bool verify) const {
+  H5TensorInfo info = tensor_info(name);
+  at::ScalarType buf_type = info.dtype == at::kBool ? at::kByte : info.dtype;
+  at::Tensor out = at::empty(info.shape, at::TensorOptions().dtype(buf_type));
+  read_dataset(name, info, out.data_ptr(), verify);
   return info.dtype == at::kBool ? out.ne(0) : out;
+}
+
+void H5File::read_tensor_into(const std::string& name, at::Tensor dst, bool verify) const {
+  H5TensorInfo info = tensor_info(name);
+  int64_t numel = 1;
+  for (int64_t d : info.shape) numel *= d;
+  if (numel != dst.numel())
+    throw Hdf5Error("HDF5: dataset '" + name + "' in " + path_ + " has " + std::to_string(numel) +
+                    " elements, the tensor it is read into " + std::to_string(dst.numel()));
+  if (dst.device().is_cpu() && dst.is_contiguous() && dst.scalar_type() == info.dtype && info.dtype != at::kBool) {
+    c10::NoGradGuard no_grad;
+    read_dataset(name, info, dst.data_ptr(), verify);
+    return;
+  }
+  c10::NoGradGuard no_grad;
+  dst.copy_(read_tensor(name, verify).reshape(dst.sizes()));
 }
 
 // ---------------------------------------------------------------------------------------------------- attributes

@@ -84,6 +84,10 @@ class H5File {
   void write_tensor(const std::string& name, const at::Tensor& t, bool checksum = true);
   // Reads a dataset into a new CPU tensor of its stored dtype. With `verify`, a present `crc32` attribute is checked.
   at::Tensor read_tensor(const std::string& name, bool verify = true) const;
+  // Reads a dataset into an existing tensor with as many elements (its shape may differ, e.g. flat): straight into
+  // its memory when it is a contiguous CPU tensor of the stored dtype (no temporary: a resume loads the optimizer
+  // state in place), else through a temporary and copy_. Refuses another element count, naming the dataset.
+  void read_tensor_into(const std::string& name, at::Tensor dst, bool verify = true) const;
   H5TensorInfo tensor_info(const std::string& name) const;
   // Where each checksummed dataset's bytes went in the file, with their CRC-32: crc32_file_with_known of the closed
   // file then reads only HDF5's metadata.
@@ -110,6 +114,8 @@ class H5File {
   void write_attr(const std::string& obj, const std::string& key, hid_t file_type, hid_t mem_type, const void* buf);
 
   std::string path_;
+  // H5Dread of `name` (info from tensor_info) into buf, then the crc32 check with `verify`.
+  void read_dataset(const std::string& name, const H5TensorInfo& info, void* buf, bool verify) const;
   H5Id file_;
   std::vector<KnownCrcRegion> written_;
 };
