@@ -97,6 +97,18 @@ class MpiRequest final : public CommRequest {
 
 }  // namespace
 
+int node_local_rank(MPI_Comm comm, int rank, const CollectiveId& wait_id) {
+  MPI_Comm node;
+  {
+    WaitScope wait(wait_id);
+    check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  }
+  int local = 0;
+  check_mpi(MPI_Comm_rank(node, &local), "MPI_Comm_rank(node)");
+  check_mpi(MPI_Comm_free(&node), "MPI_Comm_free(node)");
+  return local;
+}
+
 std::shared_ptr<Comm> MpiComm::duplicate() const {
   auto c = std::make_shared<MpiComm>(comm_);
   c->max_count_ = max_count_;
@@ -201,14 +213,7 @@ MpiComm::MpiComm(MPI_Comm parent) : max_count_(INT_MAX) {
   id_ = next_comm_id();
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_, &world_), "MPI_Comm_size");
-  MPI_Comm node;
-  {
-    WaitScope wait(CollectiveId{"MPI_Comm_split_type (creation)", id_, 0});
-    check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-              "MPI_Comm_split_type");
-  }
-  check_mpi(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank(node)");
-  check_mpi(MPI_Comm_free(&node), "MPI_Comm_free(node)");
+  local_rank_ = node_local_rank(comm_, rank_, CollectiveId{"MPI_Comm_split_type (creation)", id_, 0});
 }
 
 MpiComm::~MpiComm() {

@@ -12,6 +12,12 @@
 
 namespace gmod {
 
+// The rank of this process among the ranks of `comm` on its node (MPI_Comm_split_type SHARED, ordered by `rank`):
+// the local rank, which picks the GPU (NcclComm) and which gmod train's banner prints (local_rank()). Computed here
+// only, so what a multi-node test sees in the banner is what the communicators use. `wait` names the split for the
+// watchdog. Collective over `comm`.
+int node_local_rank(MPI_Comm comm, int rank, const CollectiveId& wait);
+
 class MpiComm final : public Comm {
  public:
   // Duplicates `parent` (MPI_COMM_WORLD by default) so our collectives never mix with other MPI traffic.

@@ -2,6 +2,8 @@
 
 #include "parallel/nccl_comm.h"
 
+#include "parallel/mpi_comm.h"
+
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -136,14 +138,7 @@ NcclComm::NcclComm(MPI_Comm parent, int device_index) {
   id_ = next_comm_id();
   check_mpi(MPI_Comm_rank(mpi_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(mpi_, &world_), "MPI_Comm_size");
-  MPI_Comm node;
-  {
-    WaitScope wait(CollectiveId{"bootstrap (MPI_Comm_split_type)", id_, 0});
-    check_mpi(MPI_Comm_split_type(mpi_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-              "MPI_Comm_split_type");
-  }
-  check_mpi(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank(node)");
-  check_mpi(MPI_Comm_free(&node), "MPI_Comm_free(node)");
+  local_rank_ = node_local_rank(mpi_, rank_, CollectiveId{"bootstrap (MPI_Comm_split_type)", id_, 0});
 
   const int ndev = static_cast<int>(c10::cuda::device_count());
   if (ndev == 0)

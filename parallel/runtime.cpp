@@ -94,15 +94,8 @@ int world_size() {
 
 int local_rank() {
   if (!mpi_active()) return 0;
-  if (g_local_rank < 0) {
-    MPI_Comm node;
-    {
-      WaitScope wait(CollectiveId{"MPI_Comm_split_type (local)", 0, 0});  // timed by the watchdog thread
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node);
-    }
-    MPI_Comm_rank(node, &g_local_rank);
-    MPI_Comm_free(&node);
-  }
+  if (g_local_rank < 0)  // timed by the watchdog thread
+    g_local_rank = node_local_rank(MPI_COMM_WORLD, world_rank(), CollectiveId{"MPI_Comm_split_type (local)", 0, 0});
   return g_local_rank;
 }
 

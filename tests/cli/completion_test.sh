@@ -17,7 +17,8 @@ expect() {  # expect "WANT" WORDS...: completing the last word of WORDS offers e
 }
 expect "eval export" gmod e
 expect "--model --mod" gmod eval --mo
-expect "check" gmod data ch
+expect "check chat-template" gmod data ch
+expect "check" gmod data che
 expect "--no-image-first --no-decode" gmod data check --no
 expect "--dry-run" gmod train --d
 expect "--check-reference" gmod forward --ch

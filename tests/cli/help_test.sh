@@ -21,14 +21,15 @@ options() {
     "data check") echo "--images --tokenizer --template --max-len --image-tokens --image-token-id --truncation
                        --workers --no-image-first! --no-decode!" ;;
     "data demo") echo "--out --train --heldout --image-size --seed" ;;
+    "data chat-template") echo "--template --system --no-image-first! --for-processor!" ;;
     eval) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template --max-len
                 --data --images --batch --max-batches --json --no-exact-match!" ;;
-    export) echo "--checkpoint --out --from-hf" ;;
+    export) echo "--checkpoint --out --from-hf --template" ;;
     forward) echo "--model --dtype --device --steps --batch --seq --threads --check-reference" ;;
     generate) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template
-                    --prompt --image --system --max-new-tokens --top-p --temperature --seed" ;;
+                    --prompt --image --system --max-new-tokens --top-p --temperature --seed --print-ids!" ;;
     info) echo "" ;;
-    merge) echo "--model --adapter --out --dtype" ;;
+    merge) echo "--model --adapter --out --dtype --template" ;;
     plan) echo "--world --gpu-mem --reserve-gb --checkpointing --checkpoint-every --model --images --mod-kept --set
                 --json" ;;
     plot) echo "--metrics --out --gnuplot" ;;
@@ -69,6 +70,7 @@ cmds=$(echo "$list" | sed -n '/^Subcommands:/,/^$/p' | awk 'NR > 1 && NF { print
 for c in $cmds; do check "$c"; done
 check "data check"
 check "data demo"
+check "data chat-template"
 "$gmod" help train | grep -q "^Usage: gmod train " || err "gmod help train does not print train's help"
 "$gmod" --version | grep -qE "^gmod [0-9]+\.[0-9]+\.[0-9]+ \(LibTorch [0-9]" || err "gmod --version: $("$gmod" --version)"
 "$gmod" >/dev/null 2>&1
