@@ -16,6 +16,7 @@
 #include "mod/conversion.h"
 #include "mod/fastv.h"
 #include "mod/mod_checkpoint.h"
+#include "mod/pmod.h"
 
 namespace gmod::cli {
 namespace {
@@ -126,6 +127,14 @@ int run_convert(const ConvertOptions& o) {
   const bool fastv = o.rule.rfind("fastv:", 0) == 0;
   if (fastv && (o.direct || o.adaptive != "none"))
     throw UsageError("--rule " + o.rule + ": FastV has no router, so no --direct or --adaptive-threshold");
+  // p-MoD (mod/pmod.h): --rule pmod[:official_31], the layers its ratio schedule routes, with its router and defaults
+  // (zero-initialised routers, no routing loss); official_31 is the original code's hard-coded denominator.
+  const bool pmod = o.rule == "pmod" || o.rule.rfind("pmod:", 0) == 0;
+  if (pmod && o.rule != "pmod" && o.rule != "pmod:official_31")
+    throw UsageError("--rule " + o.rule + ": expected pmod or pmod:official_31");
+  if (pmod && (o.direct || o.adaptive != "none" || (o.router != "gamma_shared" && o.router != "pmod")))
+    throw UsageError("--rule " + o.rule + " sets p-MoD's router and schedule itself: drop --direct, --router and "
+                     "--adaptive-threshold");
   const bool by_seqlen = o.adaptive == "seqlen";
   if (!by_seqlen && (o.avg_seqlen > 0.0 || !o.avg_data.data.empty()))
     throw UsageError("--avg-seqlen and --avg-seqlen-data are for --adaptive-threshold seqlen");
@@ -140,14 +149,14 @@ int run_convert(const ConvertOptions& o) {
   ConversionRule rule;
   try {  // only the options feed these: their errors are usage errors
     mc = mod_config_from_json(j, "gmod convert options");
-    if (!fastv) rule = parse_conversion_rule(o.rule);
+    if (!fastv && !pmod) rule = parse_conversion_rule(o.rule);
   } catch (const std::exception& e) {
     throw UsageError(e.what());
   }
   if (read_mod_config(o.model)) throw UsageError(o.model + ": already a MoD model (its config.json has \"mod\")");
 
   const bool by_arank =
-      !fastv && (rule.kind == ConversionRule::Kind::kThreshold || rule.kind == ConversionRule::Kind::kKeepTop);
+      !fastv && !pmod && (rule.kind == ConversionRule::Kind::kThreshold || rule.kind == ConversionRule::Kind::kKeepTop);
   if (by_arank && o.arank.empty())
     throw UsageError("--rule " + o.rule + " selects layers by ARank: compute it with `gmod arank --model " + o.model +
                      " --data DATA.json --out arank.json` and pass --arank arank.json "
@@ -182,6 +191,8 @@ int run_convert(const ConvertOptions& o) {
   }
   if (fastv) {
     mc = fastv_mc;
+  } else if (pmod) {
+    mc = pmod_config(n, o.rule == "pmod" ? PModDenominator::kDepth : PModDenominator::kOfficial31);
   } else {
     mc.mod_layers = select_mod_layers(rule, n, arank);
     mc.selection = rule.to_string() + (o.direct ? " (direct)" : "");
@@ -215,7 +226,8 @@ Runner setup(CLI::App& app) {
   add(app, "--out", o->out, "the γ-MoD model dir to write")->type_name("DIR")->required();
   add(app, "--rule", o->rule,
       "which layers become MoD: keep_top:N (all but the N highest-ARank layers), threshold:T (ARank < T), "
-      "layers:a,b, arank_mod, or fastv:K:R (FastV: from layer K on drop the fraction R of the image tokens)")
+      "layers:a,b, arank_mod, fastv:K:R (FastV: from layer K on drop the fraction R of the image tokens), or pmod "
+      "(p-MoD: the layers its ratio schedule routes; pmod:official_31 with the original code's denominator 31)")
       ->type_name("RULE")
       ->required();
   add(app, "--arank", o->arank, "per-layer ARank of `gmod arank --out` (for keep_top and threshold)")

@@ -12,6 +12,7 @@
 #include "mod/fastv.h"
 #include "mod/generate.h"
 #include "mod/mod_layer.h"
+#include "mod/pmod.h"
 #include "model/safetensors.h"
 #include "tests/mod/mod_test_util.h"
 
@@ -300,4 +301,30 @@ TEST(DecodeBatch, FastVJoinerEqualsItselfAlone) {
   std::vector<Request> reqs = {{inputs("k2_r50"), 0, 6}, {inputs("k1_r75"), 2, 4}};
   auto d = drive(*m, reqs, false);
   for (size_t i = 0; i < reqs.size(); ++i) expect_as_alone(*m, reqs[i], d[i], "FastV request " + std::to_string(i));
+}
+
+TEST(DecodeBatch, PModJoinersEqualThemselvesAlone) {
+  // p-MoD (its schedule on 4 layers, N = 3: layers 1-3 keep 75%, 25% and 15% of the image tokens and cache only those):
+  // image prompts of the fixture and a text prompt joining a running batch decode as they do alone. Routers drawn
+  // at random (p-MoD initialises them to zero: every token would tie).
+  auto m = test::random_llava(4, 3);
+  convert_to_mod(*m, pmod_config(4));
+  {
+    at::NoGradGuard ng;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+    for (auto& p : m->named_parameters())
+      if (p.key().find("router") != std::string::npos) p.value().normal_(0.0, 2.0, gen);
+  }
+  m->eval();
+  auto& f = models();
+  std::vector<Request> reqs = {{sample(f.in, 0, f.image_id, f.image_tokens), 0, 6},
+                               {sample(f.in, 1, f.image_id, f.image_tokens), 2, 4},
+                               {text_prompt(9, 5, f.image_id), 3, 3}};
+  auto d = drive(*m, reqs, false);
+  for (size_t i = 0; i < reqs.size(); ++i) expect_as_alone(*m, reqs[i], d[i], "p-MoD request " + std::to_string(i));
+  GenerateOptions o;  // the image prompt really skips tokens in the p-MoD layers
+  o.max_new_tokens = 2;
+  o.eos_token_id = -1;
+  const auto r = generate(*m, reqs[0].prompt, o);
+  EXPECT_GT(r.compute.mod_skip_ratio(), 0.1);
 }
