@@ -3,6 +3,7 @@
 // routers are initialised as the MoD config says (router_init, router_init_seed); everything else is copied.
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -135,6 +136,9 @@ int run_convert(const ConvertOptions& o) {
   if (pmod && (o.direct || o.adaptive != "none" || (o.router != "gamma_shared" && o.router != "pmod")))
     throw UsageError("--rule " + o.rule + " sets p-MoD's router and schedule itself: drop --direct, --router and "
                      "--adaptive-threshold");
+  if (pmod && (o.skip_frac != ConvertOptions{}.skip_frac || o.forced != ConvertOptions{}.forced))
+    throw UsageError("--rule " + o.rule + ": p-MoD keeps each layer's ratio of the image tokens (its schedule), so "
+                     "--skip-frac and --forced do not apply");
   const bool by_seqlen = o.adaptive == "seqlen";
   if (!by_seqlen && (o.avg_seqlen > 0.0 || !o.avg_data.data.empty()))
     throw UsageError("--avg-seqlen and --avg-seqlen-data are for --adaptive-threshold seqlen");
@@ -193,6 +197,8 @@ int run_convert(const ConvertOptions& o) {
     mc = fastv_mc;
   } else if (pmod) {
     mc = pmod_config(n, o.rule == "pmod" ? PModDenominator::kDepth : PModDenominator::kOfficial31);
+    if (o.router_init != ConvertOptions{}.router_init) mc.router_init = o.router_init;  // else p-MoD's zero init
+    mc.router_init_seed = o.router_seed;
   } else {
     mc.mod_layers = select_mod_layers(rule, n, arank);
     mc.selection = rule.to_string() + (o.direct ? " (direct)" : "");
@@ -214,8 +220,14 @@ int run_convert(const ConvertOptions& o) {
   std::string layers;
   for (int l : mc.mod_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
   std::cout << "wrote " << o.out << ": " << n << " layers, MoD layers [" << layers << "] (" << mc.selection
-            << "), router " << to_string(mc.router) << ", skip_frac " << mc.skip_frac << ", forced "
-            << to_string(mc.forced_keep) << "\n";
+            << "), router " << to_string(mc.router);
+  if (pmod) {  // the share of each sample's image tokens each MoD layer keeps
+    std::cout << ", image tokens kept:";
+    for (int l : mc.mod_layers) std::printf(" %d %.3f", l, pmod_ratio(mc, l, n));
+    std::cout << "\n";
+  } else {
+    std::cout << ", skip_frac " << mc.skip_frac << ", forced " << to_string(mc.forced_keep) << "\n";
+  }
   if (by_seqlen) std::cout << "avg_seqlen " << mc.avg_seqlen << ": " << mc.avg_seqlen_source << "\n";
   return 0;
 }
