@@ -6,12 +6,15 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "launch/args.h"
 #include "launch/cli_hf_files.h"
 #include "mod/conversion.h"
 #include "mod/mod_checkpoint.h"
+#include "mod/pmod_checkpoint.h"
 #include "model/lora_peft.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/model_setup.h"
@@ -30,7 +33,15 @@ const char* kFooter =
 struct ExportOptions {
   std::string checkpoint, out, from_hf;
   std::string template_name;  // --template; empty: the run's (checkpoint) or the source's chat template (--from-hf)
+  bool pmod_original = false;  // --pmod-original: the original p-MoD code's layout (mod/pmod_checkpoint.h)
 };
+
+void save_model(const MultimodalLM& m, const MoDConfig& mc, const std::string& out, bool pmod_original) {
+  if (!pmod_original) return save_mod_pretrained(m, mc, out);
+  if (mc.router != RouterKind::kPMoD)
+    throw UsageError("--pmod-original: the model is not a p-MoD model (router " + to_string(mc.router) + ")");
+  save_pmod_original(m, mc, out);
+}
 
 // Reloads `out` as gmod's loaders see it and checks every parameter is bit-identical to `m`'s.
 size_t verify_export(const MultimodalLM& m, const std::string& out) {
@@ -52,10 +63,15 @@ void describe(const MultimodalLM& m, const MoDConfig& mc, const std::string& out
   for (const auto& p : m.parameters()) n += p.numel();
   std::string layers;
   for (int l : mc.mod_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
-  std::cout << "wrote " << out << ": " << (m.vision ? "LlavaForConditionalGeneration" : "LlamaForCausalLM") << ", "
-            << n << " parameters, "
+  std::string cls = m.vision ? "LlavaForConditionalGeneration" : "LlamaForCausalLM";
+  std::ifstream cf(fs::path(out) / "config.json");  // what was written (pmod_llava_llama for --pmod-original)
+  const auto cj = nlohmann::json::parse(cf, nullptr, /*allow_exceptions=*/false);
+  if (cj.is_object() && cj.contains("architectures") && cj["architectures"].is_array() && !cj["architectures"].empty())
+    cls = cj["architectures"][0].get<std::string>();
+  const std::string kind = mc.router == RouterKind::kPMoD ? "p-MoD" : "γ-MoD";
+  std::cout << "wrote " << out << ": " << cls << ", " << n << " parameters, "
             << (mc.mod_layers.empty() ? std::string("dense")
-                                      : "γ-MoD layers [" + layers + "], router " + to_string(mc.router))
+                                      : kind + " layers [" + layers + "], router " + to_string(mc.router))
             << "; verified: " << verified << " tensors read back bit-identically\n";
 }
 
@@ -66,7 +82,7 @@ int run_export(const ExportOptions& o) {
     MoDConfig mc = read_mod_config(o.from_hf).value_or(MoDConfig{});
     if (mod_layers(*m).empty()) mc.mod_layers.clear();
     check_finite_weights(*m, o.from_hf, "exported");
-    save_mod_pretrained(*m, mc, o.out);
+    save_model(*m, mc, o.out, o.pmod_original);
     write_hf_side_files(*m, {o.from_hf}, o.out, o.template_name.empty() ? "auto" : o.template_name,
                         /*keep_source_template=*/o.template_name.empty());
     describe(*m, mc, o.out, verify_export(*m, o.out));
@@ -111,7 +127,7 @@ int run_export(const ExportOptions& o) {
               << " --adapter " << adapter << " --out DIR` merges it\n";
     detach_lora(*model);
   }
-  save_mod_pretrained(*model, mc, out);
+  save_model(*model, mc, out, o.pmod_original);
   // The tokenizer the run trained with (data.tokenizer, else the model's), its processor files, the trained template.
   std::vector<std::string> sources = {default_tokenizer_source(cfg.model), preprocessor_source(cfg.model)};
   if (!cfg.data.tokenizer.empty() && fs::is_directory(cfg.data.tokenizer)) sources.push_back(cfg.data.tokenizer);
@@ -140,6 +156,8 @@ Runner setup(CLI::App& app) {
   add(app, "--template", o->template_name,
       "the chat template to write (a conversation template; default: the run's, or for --from-hf the source's "
       "chat template, else its family's)");
+  add_flag(app, "--pmod-original", o->pmod_original,
+           "write a p-MoD model in the original MCG-NJU/p-MoD code's layout (pmod_llava_llama) instead of gmod's");
   return [o] { return run_export(*o); };
 }
 

@@ -2,7 +2,7 @@
 // pmod_llava_llama with its flat mod_* keys (mod/pmod.h: pmod_config_from_official) and the weights as its
 // PmodLlavaLlamaForCausalLM saves them: an original-LLaVA layout where each MoD layer i wraps the decoder layer
 // (model.layers.{i}.decoder_layer.*) and holds its router (model.layers.{i}.router.router.{weight,bias}).
-// Import only; writing that layout back (export) is not implemented yet.
+// Both ways: load_pmod_original reads it, save_pmod_original writes it (gmod export --pmod-original).
 #pragma once
 
 #include <memory>
@@ -26,5 +26,12 @@ bool is_pmod_original(const std::string& dir);
 std::shared_ptr<MultimodalLM> load_pmod_original(const std::string& dir,
                                                  PModDenominator denominator = PModDenominator::kOfficial31,
                                                  at::ScalarType dtype = at::kFloat, at::Device device = at::kCPU);
+
+// Writes `model` (converted with a p-MoD config `mc`) as the original code saves it: config.json of model_type
+// pmod_llava_llama (the original LLaVA fields and the flat mod_* keys), model.safetensors under the original names,
+// and the CLIP's config.json + preprocessor_config.json in <dir>/clip (what mm_vision_tower names). The original
+// hard-codes the schedule's N = 31: a model whose schedule uses another N (pmod_denominator "depth" on an LLM of
+// other than 32 layers) is refused, naming both, since the original code would keep other tokens.
+void save_pmod_original(const MultimodalLM& model, const MoDConfig& mc, const std::string& dir);
 
 }  // namespace gmod

@@ -24,7 +24,7 @@ options() {
     "data chat-template") echo "--template --system --no-image-first! --for-processor!" ;;
     eval) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template --max-len
                 --data --images --batch --max-batches --json --no-exact-match!" ;;
-    export) echo "--checkpoint --out --from-hf --template" ;;
+    export) echo "--checkpoint --out --from-hf --template --pmod-original!" ;;
     forward) echo "--model --dtype --device --steps --batch --seq --threads --check-reference" ;;
     generate) echo "--model --dtype --device --threads --routing --random-init --mod --tokenizer --template
                     --prompt --image --system --max-new-tokens --top-p --temperature --seed --print-ids!" ;;
