@@ -129,10 +129,17 @@ int run_export(const ExportOptions& o) {
   }
   save_model(*model, mc, out, o.pmod_original);
   // The tokenizer the run trained with (data.tokenizer, else the model's), its processor files, the trained template.
-  std::vector<std::string> sources = {default_tokenizer_source(cfg.model), preprocessor_source(cfg.model)};
+  // From the vision tower's own directory (model.vision: a CLIP repository, which ships CLIP's text tokenizer too) only
+  // its preprocessor config.
+  std::vector<std::string> sources = {default_tokenizer_source(cfg.model)};
   if (!cfg.data.tokenizer.empty() && fs::is_directory(cfg.data.tokenizer)) sources.push_back(cfg.data.tokenizer);
   for (const std::string& s : sources)
     if (!s.empty() && fs::is_directory(s)) copy_processor_files(s, out);
+  const fs::path pre = preprocessor_source(cfg.model).empty()
+                           ? fs::path()
+                           : fs::path(preprocessor_source(cfg.model)) / "preprocessor_config.json";
+  if (!pre.empty() && fs::exists(pre))
+    fs::copy_file(pre, fs::path(out) / "preprocessor_config.json", fs::copy_options::overwrite_existing);
   if (!cfg.data.tokenizer.empty() && fs::is_regular_file(cfg.data.tokenizer)) {
     const fs::path t(cfg.data.tokenizer);
     if (t.filename() == "tokenizer.model" || t.filename() == "tokenizer.json")
