@@ -15,6 +15,7 @@
 
 #include "data/chat_template.h"
 #include "data/tokenizer.h"
+#include "model/json_file.h"
 
 namespace gmod {
 namespace {
@@ -24,13 +25,7 @@ using nlohmann::json;
 
 json read_or_empty(const fs::path& p) {
   if (!fs::exists(p)) return json::object();
-  std::ifstream f(p);
-  json j;
-  try {
-    f >> j;
-  } catch (const std::exception& e) {
-    throw std::runtime_error(p.string() + ": not valid JSON (" + e.what() + ")");
-  }
+  json j = load_json_file(p.string());
   if (!j.is_object()) throw std::runtime_error(p.string() + ": expected a JSON object");
   return j;
 }
@@ -45,7 +40,7 @@ void write_text(const fs::path& p, const std::string& text) {
   fs::rename(tmp, p);
 }
 
-void write_json(const fs::path& p, const json& j) { write_text(p, j.dump(2) + "\n"); }
+void write_json(const fs::path& p, const json& j) { save_json_file(p.string(), j); }
 
 void set_default(json& j, const char* key, const json& value) {
   if (!j.contains(key)) j[key] = value;
@@ -163,7 +158,7 @@ std::vector<std::string> write_hf_processor_files(const std::string& dir_s, cons
     write_json(dir / "tokenizer_config.json", tc);
     write_text(dir / "chat_template.jinja", chat);
     written.insert(written.end(), {"tokenizer_config.json", "chat_template.jinja"});
-    if (fs::exists(dir / "chat_template.json")) {  // a copied one would name another template
+    if (fs::exists(dir / "chat_template.json")) {  // the source's would name another template
       write_json(dir / "chat_template.json", {{"chat_template", chat}});
       written.push_back("chat_template.json");
     }

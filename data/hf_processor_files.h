@@ -2,9 +2,9 @@
 // `transformers serve` to take it unedited: tokenizer_config.json (special tokens, `legacy`, the image token, the chat
 // template), special_tokens_map.json, chat_template.jinja, for vision models preprocessor_config.json and
 // processor_config.json (LlavaProcessor), and generation_config.json. Written by gmod export / convert / merge after
-// the tokenizer files (tokenizer.model or tokenizer.json) and any source configs were copied into the directory.
+// the tokenizer files (tokenizer.model or tokenizer.json) and any source configs were put into the directory.
 //
-// Files copied from the source are kept and completed: keys the source set stay as it set them (its `legacy`, its
+// Files the source already had are kept and completed: keys the source set stay as it set them (its `legacy`, its
 // special tokens); the chat template is always the conversation template the model was trained with
 // (data/chat_template.h). A vision tower without a source preprocessor config gets CLIP's settings at its input
 // size (what gmod preprocesses with). Limits, stated in docs/models.md: LLaVA's "pad" aspect ratio has no
@@ -26,7 +26,7 @@ struct HfProcessorSpec {
   ConversationConfig conversation;  // resolved template (and system prompt, image_first) the model was trained with
   LlavaConfig model;                // image token, tower (absent: a text-only LLM), feature selection
   ClipPreprocessConfig image;       // used when the directory has no preprocessor_config.json
-  // Keep a chat template the directory already has (copied from a Hugging Face source: convert, merge,
+  // Keep a chat template the directory already has (taken over from a Hugging Face source: convert, merge,
   // export --from-hf without --template); false: always the conversation template above (a trained checkpoint).
   bool keep_chat_template = false;
 };
@@ -37,7 +37,7 @@ struct HfProcessorSpec {
 void copy_processor_files(const std::string& from, const std::string& to);
 
 // Writes or completes the files above in `dir`, which must hold tokenizer.model or tokenizer.json. Returns the
-// names of the files written. Throws std::runtime_error naming the file for unreadable JSON in a copied config.
+// names of the files written. Throws std::runtime_error naming the file for unreadable JSON in a source config.
 std::vector<std::string> write_hf_processor_files(const std::string& dir, const HfProcessorSpec& spec);
 
 }  // namespace gmod

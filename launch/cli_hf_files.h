@@ -1,5 +1,5 @@
 // The tokenizer and processor side of a Hugging Face directory written by gmod export / convert / merge: the source's
-// files copied, then completed so AutoProcessor and `transformers serve` take the directory unedited
+// files brought over, then completed so AutoProcessor and `transformers serve` take the directory unedited
 // (data/hf_processor_files.h). Header-only so the launch/ glob stays one file per subcommand.
 #pragma once
 
@@ -17,7 +17,7 @@ namespace gmod::cli {
 
 // `sources`: directories to copy from, later ones replacing earlier ones' files (empty entries skipped).
 // `template_name`: the conversation template ("auto": the LLM family's). `keep_source_template`: a chat template
-// copied from a source stays (a Hugging Face source without an explicit --template).
+// the source brought stays (a Hugging Face source without an explicit --template).
 inline void write_hf_side_files(const MultimodalLM& m, const std::vector<std::string>& sources, const std::string& out,
                                 const std::string& template_name, bool keep_source_template) {
   namespace fs = std::filesystem;

@@ -3,7 +3,6 @@
 #include <torch/torch.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -11,6 +10,7 @@
 
 #include "model/config.h"
 #include "model/hf_names.h"
+#include "model/json_file.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
 #include "mod/conversion.h"
@@ -79,14 +79,7 @@ void save_mod_pretrained(const MultimodalLM& model, const MoDConfig& cfg, const 
 
 std::optional<MoDConfig> read_mod_config(const std::string& dir) {
   const auto path = (std::filesystem::path(dir) / "config.json").string();
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error(path + ": cannot open");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(path + ": not valid JSON: " + e.what());
-  }
+  const nlohmann::json j = load_json_file(path);
   if (j.contains("mod") && j["mod"].is_object()) {
     // Validated before mod_enable is looked at: a disabled object with a misspelt key is still a mistake.
     MoDConfig c = mod_config_from_json(j["mod"], path + ": \"mod\"");

@@ -4,12 +4,12 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "model/config.h"
 #include "model/hf_names.h"
+#include "model/json_file.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
 #include "mod/mod_checkpoint.h"
@@ -23,14 +23,7 @@ constexpr const char* kWrapped = ".decoder_layer.";
 constexpr const char* kRouter = ".router.router.";
 
 nlohmann::json read_config(const std::string& dir) {
-  const auto path = (std::filesystem::path(dir) / "config.json").string();
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error(path + ": cannot open");
-  try {
-    return nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(path + ": not valid JSON: " + e.what());
-  }
+  return load_json_file((std::filesystem::path(dir) / "config.json").string());
 }
 
 bool wrapped(const std::string& hf) {
@@ -105,11 +98,7 @@ std::string decimal(double v, bool point) {
   return s;
 }
 
-void write_json(const std::filesystem::path& p, const nlohmann::json& j) {
-  std::ofstream f(p);
-  f << j.dump(2) << "\n";
-  if (!f.flush()) throw std::runtime_error(p.string() + ": cannot write");
-}
+void write_json(const std::filesystem::path& p, const nlohmann::json& j) { save_json_file(p.string(), j); }
 
 }  // namespace
 

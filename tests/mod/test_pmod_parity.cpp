@@ -243,14 +243,25 @@ TEST(PModParity, TrainingMatchesTheOriginalWithItsHardCoded31) {
   EXPECT_GT(d.logits, kTol);
 }
 
+// The "depth" fixture's model in eval mode and its mixed batch without labels (the inference tests).
+struct EvalCase {
+  nlohmann::json meta = read_json(dir_of("depth") + "/reference.json");
+  std::shared_ptr<MultimodalLM> model = load("depth", PModDenominator::kDepth, meta);
+  SafetensorsFile ref{dir_of("depth") + "/reference.safetensors"};
+  ModelInputs in = eval_inputs(ref, *model);
+
+  static ModelInputs eval_inputs(const SafetensorsFile& r, MultimodalLM& m) {
+    ModelInputs x = fixture_inputs(r, "mixed", m.config.image_token_id);
+    x.labels = at::Tensor();
+    m.eval();
+    return x;
+  }
+};
+
 TEST(PModParity, InferenceRoutesAsTraining) {
   // The original routes the same top-k in eval mode (no threshold rule): gmod's eval forward gives the same logits.
-  const auto meta = read_json(dir_of("depth") + "/reference.json");
-  auto model = load("depth", PModDenominator::kDepth, meta);
-  SafetensorsFile ref(dir_of("depth") + "/reference.safetensors");
-  auto in = fixture_inputs(ref, "mixed", model->config.image_token_id);
-  in.labels = at::Tensor();
-  model->eval();
+  EvalCase c;
+  auto& [meta, model, ref, in] = c;
   at::NoGradGuard ng;
   auto out = model->forward(in);
   const double err = logit_diff(out.logits, ref.tensor("mixed.logits"), in.attention_mask);
@@ -261,12 +272,8 @@ TEST(PModParity, InferenceRoutesAsTraining) {
 TEST(PModInference, CachedDecodeMatchesARecomputeAndCachesOnlyTheKeptTokens) {
   // Image tokens precede the generated text, so their routing does not change as tokens are added: greedy decoding
   // with the p-MoD layers' shrunken KV caches must give the logits of a full recompute at every step.
-  const auto meta = read_json(dir_of("depth") + "/reference.json");
-  auto model = load("depth", PModDenominator::kDepth, meta);
-  SafetensorsFile ref(dir_of("depth") + "/reference.safetensors");
-  auto in = fixture_inputs(ref, "mixed", model->config.image_token_id);
-  in.labels = at::Tensor();
-  model->eval();
+  EvalCase c;
+  auto& [meta, model, ref, in] = c;
   GenerateOptions opt;
   opt.max_new_tokens = 4;
   opt.eos_token_id = -1;
