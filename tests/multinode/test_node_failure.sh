@@ -130,7 +130,16 @@ else
   fi
   # The node comes back: its leftovers killed, its link up.
   for p in $(mn_pids node2); do kill -CONT "$p"; kill -KILL "$p"; done 2> /dev/null
-  ip -n "$MN_TAG-sw" link set "$(cat "$GMOD_MN_STATE/node2.port")" up
+  port=$(cat "$GMOD_MN_STATE/node2.port")
+  ip -n "$MN_TAG-sw" link set "$port" up
+  # Back up and forwarding before the rerun: a rerun started at once had node2's orted fail to reach mpirun
+  # ("an inability to create a connection back to mpirun", once in a full ctest run).
+  for ((w = 0; w < 100; w++)); do
+    [[ $(ip -n "$MN_TAG-sw" -o link show "$port") == *LOWER_UP* &&
+       $(mn_exec node2 ip -o link show gmn0) == *LOWER_UP* ]] && break
+    sleep 0.1
+  done
+  sleep 2  # neighbour entries that went stale while the link was down
   for p in $(mn_pids node1); do kill -KILL "$p"; done 2> /dev/null
 fi
 newest=$(cd "$MN_WORK/job/checkpoints" && ls -d step-* 2> /dev/null | grep -v '\.tmp$' | sort -t- -k2 -n | tail -1)
