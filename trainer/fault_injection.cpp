@@ -32,8 +32,8 @@ FaultInjection FaultInjection::parse(const std::string& spec) {
   auto fail = [&](const std::string& what) -> void {
     throw std::invalid_argument(
         std::string(kEnv) + "='" + spec + "': " + what +
-        " (expected e.g. 'nonfinite_grad:step=3,rank=1[,count=2]' or 'slow_arank:rank=0,seconds=8', faults separated "
-        "by ';')");
+        " (expected e.g. 'nonfinite_grad:step=3,rank=1[,count=2]', 'slow_arank:rank=0,seconds=8' or "
+        "'slow_save:rank=2,seconds=60[,step=4]', faults separated by ';')");
   };
   if (trim(spec).empty()) return out;
   for (const std::string& raw : split(spec, ';')) {
@@ -42,9 +42,12 @@ FaultInjection FaultInjection::parse(const std::string& spec) {
     const auto colon = item.find(':');
     Fault f;
     f.kind = trim(item.substr(0, colon));
-    if (f.kind != "nonfinite_grad" && f.kind != "slow_arank")
-      fail("unknown fault kind '" + f.kind + "' (known: nonfinite_grad, slow_arank)");
-    const bool slow = f.kind == "slow_arank";
+    if (f.kind != "nonfinite_grad" && f.kind != "slow_arank" && f.kind != "slow_save")
+      fail("unknown fault kind '" + f.kind + "' (known: nonfinite_grad, slow_arank, slow_save)");
+    // slow_*: rank and seconds (slow_save: step optional, the save of that step only); nonfinite_grad: step, rank,
+    // count.
+    const bool slow = f.kind != "nonfinite_grad";
+    const bool slow_save = f.kind == "slow_save";
     if (colon == std::string::npos)
       fail("fault '" + f.kind + (slow ? "' needs rank= and seconds=" : "' needs step= and rank="));
     bool has_step = false, has_rank = false, has_count = false, has_seconds = false;
@@ -53,9 +56,13 @@ FaultInjection FaultInjection::parse(const std::string& spec) {
       const auto eq = kv.find('=');
       if (eq == std::string::npos) fail("'" + kv + "' is not key=value");
       const std::string key = trim(kv.substr(0, eq)), val = trim(kv.substr(eq + 1));
-      if (slow ? key != "rank" && key != "seconds" : key != "step" && key != "rank" && key != "count")
+      const bool known = slow_save ? key == "rank" || key == "seconds" || key == "step"
+                         : slow    ? key == "rank" || key == "seconds"
+                                   : key == "step" || key == "rank" || key == "count";
+      if (!known)
         fail("unknown key '" + key + "' for " + f.kind +
-             (slow ? " (known: rank, seconds)" : " (known: step, rank, count)"));
+             (slow_save ? " (known: rank, seconds, step)"
+                        : slow ? " (known: rank, seconds)" : " (known: step, rank, count)"));
       int64_t v = 0;
       try {
         if (val.empty() || val.find_first_not_of("0123456789") != std::string::npos)
@@ -116,6 +123,11 @@ std::string FaultInjection::describe() const {
   std::ostringstream os;
   for (size_t i = 0; i < faults.size(); ++i) {
     const Fault& f = faults[i];
+    if (f.kind == "slow_save") {
+      os << (i ? "; " : "") << "slow_save on rank " << f.rank << ": +" << f.seconds << " s in the save"
+         << (f.step ? " of step " + std::to_string(f.step) : std::string());
+      continue;
+    }
     if (f.kind == "slow_arank") {
       os << (i ? "; " : "") << "slow_arank on rank " << f.rank << ": +" << f.seconds << " s";
       continue;
@@ -135,6 +147,23 @@ at::Tensor inject_faults_into_loss(const at::Tensor& loss, int64_t step, int ran
               << FaultInjection::kEnv << ")\n";
   reported = step;
   return loss * std::numeric_limits<double>::quiet_NaN();
+}
+
+int64_t FaultInjection::slow_save_seconds(int64_t step, int rank) const {
+  int64_t s = 0;
+  for (const Fault& f : faults)
+    if (f.kind == "slow_save" && f.rank == rank && (f.step == 0 || f.step == step)) s += f.seconds;
+  return s;
+}
+
+void inject_save_delay(int64_t step, int rank) {
+  const int64_t s = FaultInjection::from_env().slow_save_seconds(step, rank);
+  if (s <= 0) return;
+  const std::string line = "gmod: fault injection: the save of step " + std::to_string(step) + " on rank " +
+                           std::to_string(rank) + " waits " + std::to_string(s) + " s after writing its files (" +
+                           FaultInjection::kEnv + ")\n";
+  std::cerr << line << std::flush;
+  std::this_thread::sleep_for(std::chrono::seconds(s));
 }
 
 void inject_arank_delay(int rank) {

@@ -5,6 +5,9 @@
 //   GMOD_FAULT_INJECT="nonfinite_grad:step=3,rank=1"            step 3's gradient on rank 1 is NaN
 //   GMOD_FAULT_INJECT="nonfinite_grad:step=2,rank=0,count=3"    steps 2, 3 and 4 on rank 0
 //   GMOD_FAULT_INJECT="slow_arank:rank=0,seconds=8"             ARank on rank 0 takes 8 s longer (phase deadlines)
+//   GMOD_FAULT_INJECT="slow_save:rank=2,seconds=60,step=4"      rank 2's save of step 4 waits 60 s once its files
+//                                                               are written, before the ranks meet to commit (a
+//                                                               node lost inside a save; step= optional: every save)
 //   several faults: separated by ';'
 #pragma once
 
@@ -17,11 +20,11 @@
 namespace gmod {
 
 struct Fault {
-  std::string kind;   // "nonfinite_grad" or "slow_arank"
-  int64_t step = 0;   // first step (1-based, as the metrics count) it fires at
+  std::string kind;   // "nonfinite_grad", "slow_arank" or "slow_save"
+  int64_t step = 0;   // first step (1-based, as the metrics count) it fires at; slow_save: 0 = every save
   int rank = 0;       // the rank it fires on
   int64_t count = 1;  // consecutive steps it fires at
-  int64_t seconds = 0;  // slow_arank: the extra seconds
+  int64_t seconds = 0;  // slow_arank, slow_save: the extra seconds
 };
 
 class FaultInjection {
@@ -36,6 +39,7 @@ class FaultInjection {
   bool empty() const { return faults.empty(); }
   bool nonfinite_grad_due(int64_t step, int rank) const;
   int64_t slow_arank_seconds(int rank) const;  // 0 when none
+  int64_t slow_save_seconds(int64_t step, int rank) const;  // 0 when none
   std::string describe() const;  // "" when empty
 
   std::vector<Fault> faults;
@@ -48,5 +52,8 @@ class FaultInjection {
 at::Tensor inject_faults_into_loss(const at::Tensor& loss, int64_t step, int rank);
 // slow_arank: sleeps the injected seconds on `rank` (called inside the ARank phase).
 void inject_arank_delay(int rank);
+// slow_save: sleeps the injected seconds on `rank` in the save of `step` (called once this rank's files are written,
+// also from an asynchronous save's thread).
+void inject_save_delay(int64_t step, int rank);
 
 }  // namespace gmod

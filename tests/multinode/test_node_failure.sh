@@ -5,6 +5,9 @@
 #   stop      SIGSTOP to every process of node2 (a frozen node)
 #   linkdown  node2's link to the bridge goes down (ip link set ... down)
 #   sigterm   SIGTERM to run_multi_node.sh on node1 (a scheduler's preemption)
+# and killsave: SIGKILL to every process of node2 inside the save of step 4 (GMOD_FAULT_INJECT slow_save holds
+# rank 2 there once its files are written, before the ranks meet to commit): as kill, and step-4 must not become a
+# checkpoint; the rerun resumes from step-2.
 # kill/linkdown: the job must end (launcher exits non-zero) within T + BOUND seconds (BOUND = 60) of the
 # failure, its output naming node2 and its ranks 2 and 3 (gmod's watchdog); then, the node repaired, the same
 # command (`resume: auto`) resumes from the last complete checkpoint and ends with the weights of the uninterrupted
@@ -17,25 +20,32 @@
 # reaches mpirun), and it must end within 30 s. MODE reference trains the uninterrupted run into WORK_DIR
 # (the other modes read it from REF_DIR).
 #   tests/multinode/test_node_failure.sh GMOD_BIN WORK_DIR reference
-#   tests/multinode/test_node_failure.sh GMOD_BIN WORK_DIR kill|stop|linkdown|sigterm REF_DIR
+#   tests/multinode/test_node_failure.sh GMOD_BIN WORK_DIR kill|killsave|stop|linkdown|sigterm REF_DIR
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
-usage() { echo "usage: $0 GMOD_BIN WORK_DIR reference | GMOD_BIN WORK_DIR kill|stop|linkdown|sigterm REF_DIR" >&2; exit 2; }
+usage() {
+  echo "usage: $0 GMOD_BIN WORK_DIR reference | GMOD_BIN WORK_DIR kill|killsave|stop|linkdown|sigterm REF_DIR" >&2
+  exit 2
+}
 (( $# >= 3 )) || usage
 mode=$3
 steps=6 timeout_s=15 bound=60
 case $mode in
   reference) (( $# == 3 )) || usage ;;
-  kill|stop|linkdown|sigterm)
+  kill|killsave|stop|linkdown|sigterm)
     (( $# == 4 )) || usage
-    ref=$4/ref-$steps.export
-    [[ -d $ref ]] || { echo "$0: no reference export $ref (run MODE reference into $4 first)" >&2; exit 2; } ;;
+    ref=$4/ref-$steps.export ;;
   *) usage ;;
 esac
-ref=${ref:+$(cd "$ref" && pwd)}
 mn_init "$1" "$2"
+# Nodes first: where namespaces cannot be made this exits 77 (skipped), as the reference run did, instead of
+# failing for want of the reference that run could not make.
 mn_up 2 "$MN_WORK" "$(dirname "$MN_BIN")"
+if [[ -n ${ref:-} ]]; then
+  [[ -d $ref ]] || mn_fail "no reference export $ref (run MODE reference into $4 first)"
+  ref=$(cd "$ref" && pwd)
+fi
 mn_hostfile 2x2 "node1 slots=2" "node2 slots=2"
 if [[ $mode == reference ]]; then
   mn_config ref parallel.timeout_s=$timeout_s
@@ -46,14 +56,27 @@ if [[ $mode == reference ]]; then
 fi
 
 mn_config job parallel.timeout_s=$timeout_s
-mn_train job 2x2 4 &
+trigger="step 3/$steps "
+if [[ $mode == killsave ]]; then
+  # Rank 2 (node2) prints this once its files of step 4 are written; it then waits before the ranks meet to commit.
+  trigger="the save of step 4 on rank 2 waits"
+  GMOD_FAULT_INJECT="slow_save:rank=2,seconds=300,step=4" mn_train job 2x2 4 &
+else
+  mn_train job 2x2 4 &
+fi
 job=$!
 for ((w = 0; w < 6000; w++)); do
-  grep -q "step 3/$steps " "$MN_WORK/job.log" 2> /dev/null && break
+  grep -q "$trigger" "$MN_WORK/job.log" 2> /dev/null && break
   kill -0 $job 2> /dev/null || break
   sleep 0.05
 done
-grep -q "step 3/$steps " "$MN_WORK/job.log" || { wait $job; mn_fail "the job never logged step 3"; }
+grep -q "$trigger" "$MN_WORK/job.log" || { wait $job; mn_fail "the job never logged '$trigger'"; }
+if [[ $mode == killsave ]]; then
+  ckpts=$MN_WORK/job/checkpoints
+  [[ -d $ckpts/step-4.tmp && ! -e $ckpts/step-4 ]] ||
+    mn_fail "killsave: the save of step 4 is not in progress (checkpoints: $(ls "$ckpts" | tr '\n' ' '))"
+  echo "killsave: inside the save of step 4: step-4.tmp holds $(ls "$ckpts/step-4.tmp" | tr '\n' ' ')"
+fi
 launcher_pid() {
   local p
   for p in $(mn_pids node1); do
@@ -65,7 +88,7 @@ mark=$(wc -l < "$MN_WORK/job.log")
 t0=$EPOCHREALTIME
 node2=$(mn_pids node2 | tr '\n' ' ')
 case $mode in
-  kill) kill -KILL $node2 ;;
+  kill|killsave) kill -KILL $node2 ;;
   stop) kill -STOP $node2 ;;
   linkdown) ip -n "$MN_TAG-sw" link set "$(cat "$GMOD_MN_STATE/node2.port")" down ;;
   sigterm)
@@ -120,7 +143,7 @@ else
   echo "$after" | grep -q node2 || mn_fail "$mode: the output after the failure does not name node2"
   if echo "$after" | grep -qE 'rank 2\b' && echo "$after" | grep -qE 'rank 3\b'; then
     echo "$mode: gmod named node2's ranks 2 and 3"
-  elif [[ $mode == kill ]] && grep -qE '^ranks \(rank host/local rank\): .*2 node2/0, 3 node2/1' "$MN_WORK/job.log"; then
+  elif [[ $mode == kill* ]] && grep -qE '^ranks \(rank host/local rank\): .*2 node2/0, 3 node2/1' "$MN_WORK/job.log"; then
     # A killed node's orted is missed by mpirun within a second; it may tear the job down before gmod's ranks on
     # node1 report anything (seen under load in the full ctest run). The job's banner then says which ranks node2
     # ran, and mpirun's message names node2 (checked above).
@@ -144,6 +167,10 @@ else
 fi
 newest=$(cd "$MN_WORK/job/checkpoints" && ls -d step-* 2> /dev/null | grep -v '\.tmp$' | sort -t- -k2 -n | tail -1)
 [[ -n $newest ]] || mn_fail "$mode: no complete checkpoint left"
+if [[ $mode == killsave ]]; then
+  [[ $newest == step-2 ]] || mn_fail "killsave: the newest complete checkpoint is $newest, not step-2 (the save of" \
+    "step 4 was cut by the kill)"
+fi
 mark=$(wc -l < "$MN_WORK/job.log")
 mn_train job 2x2 4 || mn_fail "$mode: the rerun (resume: auto) failed"
 tail -n +"$((mark + 1))" "$MN_WORK/job.log" | grep -qE "resume: .*$newest\b" ||

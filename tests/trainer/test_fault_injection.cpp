@@ -84,3 +84,24 @@ TEST(FaultInjection, UnsetVariableLeavesTheLossAlone) {
   at::Tensor loss = at::full({}, 2.5);
   EXPECT_EQ(gmod::inject_faults_into_loss(loss, 1, 0).item<double>(), 2.5);
 }
+
+TEST(FaultInjection, SlowSaveFiresOnItsRankAtItsStepOrEverySave) {
+  auto f = FaultInjection::parse("slow_save:rank=2,seconds=60,step=4; slow_save:rank=1,seconds=5");
+  ASSERT_EQ(f.faults.size(), 2u);
+  EXPECT_EQ(f.slow_save_seconds(4, 2), 60);
+  EXPECT_EQ(f.slow_save_seconds(2, 2), 0);  // another step's save
+  EXPECT_EQ(f.slow_save_seconds(4, 0), 0);  // another rank
+  EXPECT_EQ(f.slow_save_seconds(2, 1), 5);  // no step: every save of rank 1
+  EXPECT_EQ(f.slow_save_seconds(6, 1), 5);
+  EXPECT_EQ(f.slow_arank_seconds(2), 0);
+  EXPECT_EQ(f.describe(), "slow_save on rank 2: +60 s in the save of step 4; slow_save on rank 1: +5 s in the save");
+  const std::pair<const char*, const char*> bad[] = {
+      {"slow_save:rank=0", "needs seconds="},
+      {"slow_save:seconds=3", "needs rank="},
+      {"slow_save:rank=0,seconds=3,count=2", "unknown key 'count' for slow_save (known: rank, seconds, step)"},
+  };
+  for (const auto& [spec, want] : bad) {
+    const std::string err = error_of(spec);
+    EXPECT_NE(err.find(want), std::string::npos) << spec << " -> " << err;
+  }
+}
