@@ -77,7 +77,7 @@ State make_state(int64_t params, int rank, int world) {
   return s;
 }
 
-CheckpointContent content_of(const State& s, int64_t step, int rank, bool snapshot) {
+CheckpointContent content_of(const State& s, int64_t step, int rank) {
   CheckpointContent c;
   c.step = step;
   c.config = json{{"bench", "checkpoint_io"}};
@@ -86,17 +86,26 @@ CheckpointContent content_of(const State& s, int64_t step, int rank, bool snapsh
   c.shard_layout = json::object();
   c.model_names = s.names;
   for (size_t i = 0; i < s.model_all.size(); ++i)
-    if (s.owner[i] == rank)
-      c.model.emplace_back(s.model_all[i].first,
-                           snapshot ? host_snapshot(s.model_all[i].second) : s.model_all[i].second);
+    if (s.owner[i] == rank) c.model.emplace_back(s.model_all[i].first, s.model_all[i].second);
   return c;
 }
 
-RankState rank_state_of(const State& s, bool snapshot) {
+RankState rank_state_of(const State& s) {
   RankState r;
-  for (const auto& [n, t] : s.shard) r.tensors.emplace_back(n, snapshot ? host_snapshot(t) : t);
+  for (const auto& [n, t] : s.shard) r.tensors.emplace_back(n, t);
   r.meta = json{{"bench", true}};
   return r;
+}
+
+// What an asynchronous save of the trainer copies (trainer/trainer_save.cpp): this rank's share of the weights and
+// its optimizer shard, into the snapshot arena that every later save reuses.
+void snapshot_into(SnapshotArena& arena, CheckpointContent& c, RankState& r) {
+  std::vector<int64_t> sizes;
+  for (const auto* ts : {&c.model, &r.tensors})
+    for (const auto& [n, t] : *ts) sizes.push_back(t.numel() * int64_t(t.element_size()));
+  arena.begin(sizes, /*pinned=*/false);
+  for (auto* ts : {&c.model, &r.tensors})
+    for (auto& [n, t] : *ts) t = arena.take(t);
 }
 
 // The stand-in step: matmuls of a fixed count, calibrated once to about step_ms.
@@ -162,7 +171,7 @@ int main(int argc, char** argv) {
       if (!last.empty() && rank == 0) remove_tree(last);
       comm.barrier();
       const auto t0 = Clock::now();
-      last = CheckpointWriter(run, rank, world, o).save(content_of(s, ++step, rank, false), rank_state_of(s, false));
+      last = CheckpointWriter(run, rank, world, o).save(content_of(s, ++step, rank), rank_state_of(s));
       sync_s = std::min(sync_s, max_over_ranks(since(t0)));
     }
     if (rank == 0)
@@ -206,14 +215,18 @@ int main(int argc, char** argv) {
       st.run();
       alone_ms = std::min(alone_ms, since(t0) * 1e3);
     }
+    SnapshotArena arena;  // as the trainer's: allocated by the first async save, reused by the later ones
     double stall_s = 1e30, async_s = 1e30, write_s = 0, inflight_ms = 0;
     int inflight_steps = 0;
     for (int r = 0; r < reps; ++r) {
       if (rank == 0) remove_tree(last);
       comm.barrier();
       const auto t0 = Clock::now();
-      auto save = std::make_unique<AsyncCheckpointSave>(CheckpointWriter(run, rank, world, o),
-                                                        content_of(s, ++step, rank, true), rank_state_of(s, true));
+      CheckpointContent c = content_of(s, ++step, rank);
+      RankState mine = rank_state_of(s);
+      snapshot_into(arena, c, mine);
+      auto save = std::make_unique<AsyncCheckpointSave>(CheckpointWriter(run, rank, world, o), std::move(c),
+                                                        std::move(mine));
       const double stall = max_over_ranks(since(t0));
       // Steps while the write is in flight (every rank decides together, as the trainer's poll does).
       double sum_ms = 0;

@@ -141,6 +141,7 @@ class Trainer {
   bool stop_requested_ = false;
   // checkpoint.async: the save in flight (at most one), polled collectively after every step.
   std::unique_ptr<AsyncCheckpointSave> pending_save_;
+  SnapshotArena snapshot_arena_;  // host memory of asynchronous saves, reused (trainer/checkpoint/async_save.h)
   std::unique_ptr<StepProfiler> profiler_;  // metrics.profile_steps
   // Collective: commits the save in flight once every rank has written it (waiting for that with `wait`); a failed
   // background write on any rank is a named error here.

@@ -11,6 +11,7 @@
 
 #include "model/trace_range.h"
 #include "parallel/watchdog.h"
+#include "trainer/fault_injection.h"
 #include "trainer/checkpoint/async_save.h"
 #include "trainer/checkpoint/checkpoint.h"
 
@@ -25,8 +26,9 @@ std::string Trainer::save_checkpoint(bool allow_async) {
   const TraceRange range("gmod::checkpoint");
   const bool async = allow_async && cfg_.checkpoint.async;
   if (pending_save_) poll_async_save(/*wait=*/true);  // at most one save in flight
-  // Asynchronous: every tensor copied to host memory the save owns (training then changes the originals).
-  auto keep = [&](const at::Tensor& t) { return async ? host_snapshot(t) : t.detach(); };
+  // Asynchronous: every tensor copied to host memory the save owns (training then changes the originals): the
+  // reused snapshot arena, sized once the weights this rank writes are known.
+  auto keep = [&](const at::Tensor& t) { return async ? snapshot_arena_.take(t) : t.detach(); };
   CheckpointContent c;
   c.step = step_;
   c.config = to_json(cfg_);
@@ -49,6 +51,14 @@ std::string Trainer::save_checkpoint(bool allow_async) {
       bytes.push_back(item.value().numel() * int64_t(item.value().element_size()));
     }
     const std::vector<int> owner = split_model_by_bytes(bytes, world_);
+    if (async) {
+      std::vector<int64_t> held;
+      for (size_t k = 0; k < owner.size(); ++k)
+        if (owner[k] == rank_) held.push_back(bytes[k]);
+      for (const at::Tensor* t : {&st.master, &st.exp_avg, &st.exp_avg_sq})
+        held.push_back(t->numel() * int64_t(t->element_size()));
+      snapshot_arena_.begin(held, device_.is_cuda());
+    }
     size_t i = 0;
     for (auto& item : model_->named_parameters())
       if (owner[i++] == rank_)
@@ -63,6 +73,10 @@ std::string Trainer::save_checkpoint(bool allow_async) {
   o.keep_last = cfg_.checkpoint.keep_last;
   o.barrier = [this] { comm_->barrier(); };
   o.warn = [this](const std::string& w) { print("warning: " + w); };
+  // GMOD_FAULT_INJECT slow_save (tests: a node lost inside a save); runs in an asynchronous save's thread too.
+  o.on_stage = [step = step_, rank = rank_](SaveStage s) {
+    if (s == SaveStage::kRankFileWritten) inject_save_delay(step, rank);
+  };
   CheckpointWriter writer(cfg_.run_dir, rank_, world_, o);
   last_saved_step_ = step_;
   if (async) {

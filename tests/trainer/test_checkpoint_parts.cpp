@@ -179,6 +179,29 @@ TEST(CheckpointParts, SharedLoadReadsEachPartOnceAndBroadcasts) {
   EXPECT_EQ(reads_by_root, (std::map<int, int>{{0, 1}, {1, 2}}));
 }
 
+// The host memory of asynchronous saves: one buffer of exactly the aligned sizes, reused by a later snapshot that
+// fits (same storage, new contents), grown for a larger one; a snapshot beyond what begin() was told is an error.
+TEST(CheckpointParts, SnapshotArenaIsExactlySizedAndReused) {
+  gmod::SnapshotArena a;
+  const at::Tensor x = at::arange(10, at::kFloat), y = at::arange(3, at::kDouble).view({3, 1});
+  a.begin({40, 24}, false);
+  EXPECT_EQ(a.capacity_bytes(), 64 + 64);  // each copy starts on a 64-byte boundary
+  at::Tensor hx = a.take(x), hy = a.take(y);
+  EXPECT_TRUE(bit_equal(hx, x));
+  EXPECT_TRUE(bit_equal(hy, y));
+  EXPECT_EQ(hy.sizes(), y.sizes());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(hy.data_ptr()) % 64, 0u);
+  EXPECT_THROW(a.take(x), std::logic_error);  // begin() was told of two tensors
+  void* first = hx.data_ptr();
+  a.begin({40}, false);  // fits: the same buffer
+  at::Tensor again = a.take(x * 2);
+  EXPECT_EQ(again.data_ptr(), first);
+  EXPECT_TRUE(bit_equal(again, x * 2));
+  EXPECT_EQ(a.capacity_bytes(), 128);
+  a.begin({400}, false);  // grows
+  EXPECT_EQ(a.capacity_bytes(), 448);
+}
+
 // Asynchronous: both ranks' files written on background threads while the "training" changes the originals; the
 // commit after both are done makes a checkpoint equal to a synchronous save of the state at snapshot time.
 TEST(CheckpointParts, AsyncSaveEqualsSyncSaveOfTheSnapshot) {
@@ -187,11 +210,16 @@ TEST(CheckpointParts, AsyncSaveEqualsSyncSaveOfTheSnapshot) {
   const std::string sync_dir = save_split(sync_run.str(), fx, 4, 2);
   std::vector<std::unique_ptr<gmod::AsyncCheckpointSave>> saves;
   std::vector<RankState> live;
+  gmod::SnapshotArena arenas[2];
   for (int r = 0; r < 2; ++r) {
     CheckpointContent c = split_content(fx, 4, r, 2);
-    for (auto& [n, t] : c.model) t = gmod::host_snapshot(t);
     RankState s = fx.rank_state(r, 2, 4);
-    for (auto& [n, t] : s.tensors) t = gmod::host_snapshot(t);
+    std::vector<int64_t> sizes;
+    for (const auto* ts : {&c.model, &s.tensors})
+      for (const auto& [n, t] : *ts) sizes.push_back(t.numel() * int64_t(t.element_size()));
+    arenas[r].begin(sizes, /*pinned=*/false);
+    for (auto& [n, t] : c.model) t = arenas[r].take(t);
+    for (auto& [n, t] : s.tensors) t = arenas[r].take(t);
     CheckpointOptions o;
     o.barrier = [] {};
     saves.push_back(std::make_unique<gmod::AsyncCheckpointSave>(CheckpointWriter(async_run.str(), r, 2, o),

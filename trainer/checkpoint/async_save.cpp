@@ -2,6 +2,10 @@
 #include "trainer/checkpoint/async_save.h"
 
 #include <exception>
+#include <stdexcept>
+#include <string>
+
+#include "parallel/pinned_host.h"
 
 namespace gmod {
 
@@ -32,11 +36,29 @@ void AsyncCheckpointSave::wait() {
   if (thread_.joinable()) thread_.join();
 }
 
-at::Tensor host_snapshot(const at::Tensor& t) {
-  at::Tensor d = t.detach();
-  if (!d.is_cuda()) return d.clone(at::MemoryFormat::Contiguous);
-  at::Tensor h = at::empty(d.sizes(), d.options().device(at::kCPU).pinned_memory(true));
-  h.copy_(d);
+namespace {
+constexpr int64_t kAlign = 64;  // every copy starts on a cache line (and any vector width)
+int64_t aligned(int64_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+void SnapshotArena::begin(const std::vector<int64_t>& tensor_bytes, bool pinned) {
+  int64_t need = 0;
+  for (int64_t b : tensor_bytes) need += aligned(b);
+  if (need > capacity_bytes()) {
+    buf_ = at::Tensor();  // the old buffer is freed before the new one is made: never both at once
+    buf_ = host_empty(need, at::kByte, pinned, "the asynchronous checkpoint's host snapshot (checkpoint.async)");
+  }
+  used_ = 0;
+}
+
+at::Tensor SnapshotArena::take(const at::Tensor& t) {
+  const int64_t bytes = t.numel() * int64_t(t.element_size());
+  if (used_ + bytes > capacity_bytes())
+    throw std::logic_error("checkpoint: the snapshot arena holds " + std::to_string(capacity_bytes()) +
+                           " bytes, fewer than the snapshot's tensors need (begin() was given too few)");
+  at::Tensor h = buf_.narrow(0, used_, bytes).view(t.scalar_type()).view(t.sizes());
+  h.copy_(t.detach());
+  used_ = aligned(used_ + bytes);
   return h;
 }
 

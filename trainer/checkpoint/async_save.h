@@ -13,6 +13,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace gmod {
 
@@ -43,8 +44,24 @@ class AsyncCheckpointSave {
   std::thread thread_;
 };
 
-// A host copy of `t` that the save owns: CPU tensors are cloned, CUDA ones copied into pinned memory.
-at::Tensor host_snapshot(const at::Tensor& t);
+// The host memory asynchronous saves copy the state into: one buffer, exactly the size of the largest snapshot so
+// far (page-locked on CUDA through parallel/pinned_host.h, not the caching host allocator's power-of-two blocks,
+// so what `gmod plan` states is what is pinned), reused by every later save. Only one save is in flight and the
+// trainer waits for it before taking the next snapshot, so a reuse never overwrites tensors still being written.
+class SnapshotArena {
+ public:
+  // Starts a snapshot of tensors of these sizes in bytes (each copy starts 64-byte aligned); grows the buffer first
+  // when it is smaller. `pinned`: the sources live on CUDA.
+  void begin(const std::vector<int64_t>& tensor_bytes, bool pinned);
+  // A host copy of `t` in the arena, after the previous ones of this snapshot.
+  at::Tensor take(const at::Tensor& t);
+  int64_t capacity_bytes() const { return buf_.defined() ? buf_.numel() : 0; }
+
+ private:
+  at::Tensor buf_;  // [capacity] uint8
+  int64_t used_ = 0;
+};
+
 // Bytes an asynchronous save of these tensors holds in host memory (what `gmod plan` adds for checkpoint.async).
 int64_t snapshot_bytes(const NamedTensors& ts);
 
