@@ -95,7 +95,11 @@ int run_plan(const PlanOptions& o) {
             << (in.mod_layers.empty()
                     ? ", dense"
                     : ", " + std::to_string(in.mod_layers.size()) + " MoD layers keeping " +
-                          std::to_string(in.mod_kept_fraction).substr(0, 5) + " of the tokens")
+                          (in.mod_kept_by_layer.empty()
+                               ? std::to_string(in.mod_kept_fraction).substr(0, 5)
+                               : std::to_string(in.mod_kept_by_layer.front()).substr(0, 5) + " down to " +
+                                     std::to_string(in.mod_kept_by_layer.back()).substr(0, 5) + " (p-MoD, by depth)") +
+                          " of the tokens")
             << ", grad accumulation " << in.grad_accum
             << (in.stage == 3 ? ", prefetch " + std::to_string(in.zero3_prefetch) : "")
             << (in.offload != "none" ? ", optimizer offload " + in.offload : "") << "\n\n"
@@ -119,6 +123,7 @@ int run_plan(const PlanOptions& o) {
                      {"checkpoint_every", in.checkpoint_every},
                      {"mod_layers", in.mod_layers},
                      {"mod_kept_fraction", in.mod_kept_fraction},
+                     {"mod_kept_by_layer", in.mod_kept_by_layer},
                      {"accumulate_fp32", in.accumulate_fp32},
                      {"reduce_dtype", in.reduce_dtype},
                      {"grad_accum", in.grad_accum},

@@ -59,6 +59,31 @@ ConversionRule parse_conversion_rule(const std::string& s) {
   return r;
 }
 
+bool rule_needs_arank(const std::string& rule) {
+  if (is_pmod_rule(rule)) return false;
+  const ConversionRule r = parse_conversion_rule(rule);
+  return r.kind == ConversionRule::Kind::kThreshold || r.kind == ConversionRule::Kind::kKeepTop;
+}
+
+MoDConfig config_for_rule(const std::string& rule, const MoDConfig& base, int num_layers,
+                          const std::vector<double>& arank) {
+  if (!base.mod_layers.empty()) return base;
+  if (is_pmod_rule(rule)) return pmod_rule_config(rule, base, num_layers);
+  const ConversionRule r = parse_conversion_rule(rule);
+  MoDConfig c = base;
+  c.mod_layers = select_mod_layers(r, num_layers, arank);
+  if (c.selection.empty()) c.selection = r.to_string();
+  return c;
+}
+
+std::vector<double> planned_kept_fractions(const MoDConfig& c, int num_layers, double routable) {
+  std::vector<double> out;
+  for (int l : c.mod_layers)
+    out.push_back(c.router == RouterKind::kPMoD ? 1.0 - (1.0 - pmod_ratio(c, l, num_layers)) * routable
+                                                : 1.0 - c.skip_frac * routable);
+  return out;
+}
+
 std::vector<int> select_mod_layers(const ConversionRule& rule, int n, const std::vector<double>& arank) {
   std::vector<int> out;
   auto need_arank = [&] {

@@ -34,6 +34,19 @@ ConversionRule parse_conversion_rule(const std::string& s);
 // needed by kThreshold and kKeepTop; ties in kKeepTop keep the lower layer index dense.
 std::vector<int> select_mod_layers(const ConversionRule& rule, int num_layers, const std::vector<double>& arank = {});
 
+// mod.rule as the trainer and `gmod plan` read it: the rules above, or p-MoD's "pmod" / "pmod:official_31" (the layers
+// its ratio schedule routes, mod/pmod.h). One place, so that a method's rule touches no caller.
+// Whether `rule` selects layers by per-layer ARank (threshold, keep_top); a syntax error throws, naming the rule.
+bool rule_needs_arank(const std::string& rule);
+// The MoDConfig `rule` gives an LLM of `num_layers` layers from `base` (a run's mod.config): `base` itself when it
+// lists its layers; p-MoD's config (pmod_rule_config); else `base` with the rule's layers (`arank` as
+// select_mod_layers needs it) and its selection recorded.
+MoDConfig config_for_rule(const std::string& rule, const MoDConfig& base, int num_layers,
+                          const std::vector<double>& arank = {});
+// The share of a sample's tokens each MoD layer of `c` processes in training, in mod_layers' order, when the share
+// `routable` of them can be routed (the image tokens): 1 - skip_frac·routable; p-MoD 1 - (1 - ratio_l)·routable.
+std::vector<double> planned_kept_fractions(const MoDConfig& c, int num_layers, double routable);
+
 // Replaces cfg.mod_layers of model.llm->layers by MoDDecoderLayers sharing the dense submodules; for
 // γ-MoD registers the shared router on the model as "mod_router"; for A-MoD makes each dense layer
 // before a MoD layer leave attention scores. Validates cfg; throws if the model is already converted.

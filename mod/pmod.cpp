@@ -86,6 +86,28 @@ MoDConfig pmod_config(int num_layers, PModDenominator d) {
   return c;
 }
 
+bool is_pmod_rule(const std::string& rule) { return rule == "pmod" || rule == "pmod:official_31"; }
+
+MoDConfig pmod_rule_config(const std::string& rule, const MoDConfig& base, int num_layers) {
+  if (!is_pmod_rule(rule))
+    throw std::invalid_argument("rule \"" + rule + "\" is not p-MoD's (pmod or pmod:official_31)");
+  const PModDenominator d = rule == "pmod" ? PModDenominator::kDepth : PModDenominator::kOfficial31;
+  MoDConfig c = base;
+  if (base.router != RouterKind::kPMoD) {
+    c = pmod_config(num_layers, d);
+  } else {
+    c.pmod_denominator = d;
+    c.mod_layers = pmod_layers(c, num_layers);
+    c.selection = "pmod_schedule";
+  }
+  if (c.mod_layers.empty())  // a run that asked for p-MoD must not train densely without a word
+    throw std::invalid_argument("rule " + rule + " routes no layer of this " + std::to_string(num_layers) +
+                                "-layer LLM: the schedule's ratio stays above pmod_max_ratio (" +
+                                std::to_string(c.pmod_max_ratio) + ") at every layer");
+  validate(c, num_layers, "mod.rule " + rule);
+  return c;
+}
+
 MoDConfig pmod_config_from_official(const nlohmann::json& j, int num_layers, PModDenominator d,
                                     const std::string& source) {
   MoDConfig c = pmod_config(num_layers, d);

@@ -45,6 +45,14 @@ void validate_pmod(const MoDConfig& c, int num_layers, std::ostream& err);
 // tanh 0.2 / 1, router bias, zero router init) and mod_layers filled from the schedule (validated).
 MoDConfig pmod_config(int num_layers, PModDenominator denominator = PModDenominator::kDepth);
 
+// The conversion rules that select p-MoD ("pmod": denominator num_layers-1; "pmod:official_31": the original code's
+// 31), for `gmod convert --rule` and the trainer's mod.rule.
+bool is_pmod_rule(const std::string& rule);
+// The MoDConfig such a rule gives an LLM of `num_layers` layers: p-MoD's official defaults (pmod_config), or, when
+// `base.router` is pmod (mod.config set by the user), base's p-MoD fields with the rule's denominator; mod_layers
+// from the schedule, validated. Throws std::invalid_argument naming the rule for anything else.
+MoDConfig pmod_rule_config(const std::string& rule, const MoDConfig& base, int num_layers);
+
 // The MoDConfig an original p-MoD config.json (model_type pmod_llava_llama; its flat mod_* keys: mod_target_layers
 // "<shiftedcos|shiftedlinear>_decay_<max>_<min>", mod_router_factor, mod_weight_norm "tanh_<scale>_<bias>",
 // mod_bias_enabled, mod_target_token_type "vision_all") describes, with `denominator` (official_31: as the code

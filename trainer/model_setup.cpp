@@ -77,17 +77,12 @@ std::string describe_model_source(const ModelSection& m) {
 MoDConfig convert_for_run(MultimodalLM& model, const ModSection& mod,
                           const std::function<std::vector<double>()>& arank_fn) {
   const int n_layers = model.config.text.num_hidden_layers;
-  MoDConfig mc = mod.config;
-  if (mc.mod_layers.empty()) {
-    const ConversionRule rule = parse_conversion_rule(mod.rule);
-    std::vector<double> arank;
-    if (rule.kind == ConversionRule::Kind::kThreshold || rule.kind == ConversionRule::Kind::kKeepTop) {
-      if (!arank_fn) throw std::invalid_argument("mod.rule " + mod.rule + " needs per-layer ARank, which is not available here");
-      arank = arank_fn();
-    }
-    mc.mod_layers = select_mod_layers(rule, n_layers, arank);
-    if (mc.selection.empty()) mc.selection = rule.to_string();
+  std::vector<double> arank;
+  if (mod.config.mod_layers.empty() && rule_needs_arank(mod.rule)) {
+    if (!arank_fn) throw std::invalid_argument("mod.rule " + mod.rule + " needs per-layer ARank, which is not available here");
+    arank = arank_fn();
   }
+  MoDConfig mc = config_for_rule(mod.rule, mod.config, n_layers, arank);
   validate(mc, n_layers, "mod.config");
   convert_to_mod(model, mc);
   return mc;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "mod/conversion.h"
 #include "mod/pmod.h"
 
 using namespace gmod;
@@ -84,3 +85,39 @@ TEST(PModConfig, KeptImageCountIsTheOriginalsFloat32Truncation) {
 }
 
 }  // namespace
+
+// mod.rule "pmod" as the trainer and gmod plan read it (config_for_rule, mod/conversion.h): p-MoD's defaults and the
+// schedule's layers; a mod.config with router pmod keeps its own schedule fields (the layers still from the schedule);
+// listed layers win; no ARank needed; the kept shares the plan uses follow the ratios.
+TEST(PModConfig, TheTrainersRuleGivesTheScheduleAndTheUsersFields) {
+  const int n = 6;
+  const MoDConfig def = config_for_rule("pmod", MoDConfig{}, n);
+  EXPECT_EQ(to_json(def).dump(), to_json(pmod_config(n)).dump());
+  EXPECT_FALSE(rule_needs_arank("pmod"));
+  EXPECT_FALSE(rule_needs_arank("pmod:official_31"));
+  EXPECT_TRUE(rule_needs_arank("keep_top:2"));
+  EXPECT_FALSE(rule_needs_arank("arank_mod"));
+  EXPECT_THROW(rule_needs_arank("pmod:7"), std::invalid_argument);
+
+  MoDConfig mine = pmod_config(n);
+  mine.mod_layers.clear();
+  mine.pmod_min_ratio = 0.4;
+  mine.pmod_max_ratio = 0.5;  // fewer layers: decay(l) <= 0.5 (3, 4, 5 of 6)
+  const MoDConfig got = config_for_rule("pmod", mine, n);
+  EXPECT_EQ(got.pmod_min_ratio, 0.4);
+  EXPECT_EQ(got.mod_layers, pmod_layers(mine, n));
+  EXPECT_LT(got.mod_layers.size(), def.mod_layers.size());
+  const std::vector<double> kept = planned_kept_fractions(got, n, 0.5);
+  ASSERT_EQ(kept.size(), got.mod_layers.size());
+  for (size_t i = 0; i < kept.size(); ++i)
+    EXPECT_DOUBLE_EQ(kept[i], 1.0 - (1.0 - pmod_ratio(got, got.mod_layers[i], n)) * 0.5);
+  EXPECT_DOUBLE_EQ(kept.back(), 1.0 - (1.0 - 0.4) * 0.5);  // the floor
+
+  MoDConfig listed = pmod_config(n);
+  EXPECT_EQ(config_for_rule("keep_top:1", listed, n).mod_layers, listed.mod_layers);
+  MoDConfig gamma;
+  gamma.skip_frac = 0.3;
+  const MoDConfig g = config_for_rule("arank_mod", gamma, n);
+  EXPECT_EQ(g.mod_layers, (std::vector<int>{3, 4}));
+  EXPECT_EQ(planned_kept_fractions(g, n, 0.5), (std::vector<double>{1.0 - 0.15, 1.0 - 0.15}));
+}

@@ -125,6 +125,16 @@ std::string expect_exact_resume(const std::vector<std::string>& sets) {
 
 TEST(TrainE2E, ExactResumeTwoRanks) { expect_exact_resume({}); }
 
+// p-MoD as the trainer's rule (mod.rule pmod: the layers its schedule routes, its router and defaults): trains and
+// resumes bitwise, at ZeRO-1, and at ZeRO-3 with every layer checkpointed (recomputed in the backward).
+TEST(TrainE2E, PModExactResumeTwoRanks) {
+  const std::string log = expect_exact_resume({"mod.rule=pmod"});
+  EXPECT_NE(log.find("pmod"), std::string::npos) << log;
+}
+TEST(TrainE2E, PModZero3CheckpointedExactResume) {
+  expect_exact_resume({"mod.rule=pmod", "optimizer.zero_stage=3", "model.activation_checkpointing=full"});
+}
+
 // ZeRO-2 (gradient buckets released after each reduce-scatter and re-created by the next backward), weight decay
 // with the default exclusions (biases and norms), no overlap: still exact across stop/resume.
 TEST(TrainE2E, ExactResumeZero2WeightDecayGroups) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mod/conversion.h"
+#include "mod/pmod.h"
 #include "model/llava.h"
 #include "tests/common/paths.h"
 #include "tests/trainer/memory_plan_util.h"
@@ -42,6 +43,48 @@ TEST(MemoryPlan, ParamCountsMatchTheBuiltModel) {
   c.text.tie_word_embeddings = true;
   c.text.attention_bias = true;
   EXPECT_EQ(count_params(c, {}, "gamma_shared").total(), built_params(c, {}, RouterKind::kGammaShared));
+}
+
+// p-MoD (mod.rule pmod): its routers (weight [1, D] + bias per MoD layer) are counted, its layers come from the
+// schedule, each planned at its own kept share of the tokens (image tokens decay with depth, text tokens stay), so
+// the activations lie between plans where every MoD layer keeps the first MoD layer's share and the deepest one's.
+TEST(MemoryPlan, PModLayersArePlannedAtTheirScheduleRatios) {
+  const LlavaConfig c = gmod::testing::small_llava_config();
+  const MoDConfig pm = pmod_config(c.text.num_hidden_layers);
+  MultimodalLM built(c);
+  convert_to_mod(built, pm);
+  int64_t n = 0;
+  for (const auto& p : built.parameters()) n += p.numel();
+  EXPECT_EQ(count_params(c, pm.mod_layers, "pmod").total(), n);
+
+  TrainConfig cfg;
+  cfg.mod.enabled = true;
+  cfg.mod.rule = "pmod";
+  const MemoryPlanInputs in = plan_inputs_from_config(cfg, c, 2);
+  EXPECT_EQ(in.mod_router, "pmod");
+  EXPECT_EQ(in.mod_layers, pm.mod_layers);
+  ASSERT_EQ(in.mod_kept_by_layer.size(), pm.mod_layers.size());
+  for (size_t i = 1; i < in.mod_kept_by_layer.size(); ++i)
+    EXPECT_LE(in.mod_kept_by_layer[i], in.mod_kept_by_layer[i - 1]) << "layer " << pm.mod_layers[i];
+  EXPECT_LT(in.mod_kept_by_layer.back(), 1.0);
+  EXPECT_EQ(in.mod_kept_fraction, in.mod_kept_by_layer.front());
+
+  MemoryPlanInputs p = gmod::testing::small_plan_inputs(2, 1);
+  p.mod_layers = in.mod_layers;
+  p.mod_router = "pmod";
+  p.mod_kept_by_layer = in.mod_kept_by_layer;
+  p.mod_kept_fraction = in.mod_kept_fraction;
+  MemoryPlanInputs highest = p, lowest = p;
+  highest.mod_kept_by_layer.assign(p.mod_layers.size(), p.mod_kept_by_layer.front());
+  lowest.mod_kept_by_layer.assign(p.mod_layers.size(), p.mod_kept_by_layer.back());
+  const MemoryPlan mp = plan_memory(p), mh = plan_memory(highest), ml = plan_memory(lowest);
+  EXPECT_LT(mp.activations_saved, mh.activations_saved);
+  EXPECT_GT(mp.activations_saved, ml.activations_saved);
+  MemoryPlanInputs bad = p;
+  bad.mod_kept_by_layer.pop_back();
+  EXPECT_THROW(plan_memory(bad), std::invalid_argument);
+  cfg.mod.rule = "pmod:official_31";  // the original's denominator on a 4-layer LLM: every ratio >= 0.85, no layer
+  EXPECT_THROW(plan_inputs_from_config(cfg, c, 2), std::invalid_argument);
 }
 
 TEST(MemoryPlan, LlavaOneFiveSevenBHasItsPublishedSize) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -156,6 +157,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
     throw std::invalid_argument("memory plan: supervised_fraction must be in [0, 1]");
   if (in.mod_kept_fraction <= 0 || in.mod_kept_fraction > 1)
     throw std::invalid_argument("memory plan: mod_kept_fraction must be in (0, 1]");
+  if (!in.mod_kept_by_layer.empty() && in.mod_kept_by_layer.size() != in.mod_layers.size())
+    throw std::invalid_argument("memory plan: mod_kept_by_layer needs one fraction per MoD layer");
 
   Shape s;
   s.e = elt(in.dtype, "dtype");
@@ -196,7 +199,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
     for (int l = 0; l < t.num_hidden_layers; ++l)
       if (!frozen_layers.count(l)) trainable += lc.params;
     trainable += pc.shared_router;
-    if (in.mod_router == "per_layer") trainable += int64_t(in.mod_layers.size()) * t.hidden_size;
+    if (in.mod_router == "per_layer" || in.mod_router == "pmod")
+      trainable += int64_t(in.mod_layers.size()) * (t.hidden_size + (in.mod_router == "pmod" ? 1 : 0));
   }
   trainable -= std::min(trainable, in.frozen_by_groups);  // optimizer.groups with freeze
   if (trainable == 0) throw std::invalid_argument("memory plan: no trainable parameter");
@@ -262,11 +266,11 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
                      "the updated shard converted to the params' dtype before its host-to-device copy"}};
     for (const auto& x : p.host_terms) p.host_total += x.bytes;
   }
-  if (in.async_checkpoint) {  // trainer/trainer_save.cpp: host_snapshot of what this rank writes
+  if (in.async_checkpoint) {  // trainer/trainer_save.cpp: the snapshot arena of what this rank writes
     const int64_t weights = (s.e * p.params_total + N - 1) / N;  // split_model_by_bytes: about 1/N of the weights
     p.host_terms.push_back({"checkpoint_snapshot", weights + 12 * local,
                             "checkpoint.async: this rank's share of the weights + its optimizer shard, copied to host "
-                            "for the background write (pinned on CUDA), held until the save ends"});
+                            "for the background write (exactly sized, pinned on CUDA), kept from the first save for the later ones"});
     p.host_total += p.host_terms.back().bytes;
   }
 
@@ -301,7 +305,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
     }
   }
   const std::set<int> mods = layer_set(in.mod_layers);
-  const int64_t K = std::max<int64_t>(1, int64_t(std::llround(in.mod_kept_fraction * double(s.L))));
+  auto kept = [&](double f) { return std::max<int64_t>(1, int64_t(std::llround(f * double(s.L)))); };
+  std::map<int, int64_t> K_of;  // MoD layer -> tokens per sample it processes
+  for (size_t i = 0; i < in.mod_layers.size(); ++i)
+    K_of[in.mod_layers[i]] = kept(in.mod_kept_by_layer.empty() ? in.mod_kept_fraction : in.mod_kept_by_layer[i]);
   int64_t layers_full = 0, layers_ckpt = 0, max_layer = 0, max_transient = 0;
   for (int l = 0; l < t.num_hidden_layers; ++l) {
     // LoRA (model/lora.cpp): the base weights are frozen (tw false); B saves A's output [T, r] per adapted
@@ -311,6 +318,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
     const bool lora_layer = lora && !frozen_layers.count(l);
     const bool tw = in.train_llm && !frozen_layers.count(l);
     const bool is_mod = mods.count(l) > 0;
+    const int64_t K = is_mod ? K_of.at(l) : s.L;
     int64_t a = is_mod ? mod_layer_saved(s, K, rg || lora_layer, tw, in.mod_router)
                        : dense_layer_saved(s, rg || lora_layer, tw);
     if (lora_layer) {

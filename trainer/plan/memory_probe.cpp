@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "mod/conversion.h"
+#include "mod/pmod.h"
 #include "model/activation_checkpoint.h"
 #include "model/llava.h"
 #include "model/lora.h"
@@ -90,6 +91,12 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
       // kept fraction = 1 - skip_frac * routable / L with routable = the image tokens (the probe's batches).
       const double routable = double(in.model.image_seq_length() * in.images_per_sample) / double(in.seq_len);
       mc.skip_frac = routable > 0 ? std::min(1.0, (1.0 - in.mod_kept_fraction) / routable) : 0.0;
+      if (in.mod_router == "pmod") {  // p-MoD's default schedule decides the layers and their ratios
+        mc = pmod_config(in.model.text.num_hidden_layers);
+        if (mc.mod_layers != in.mod_layers)
+          throw std::invalid_argument("memory probe: p-MoD's MoD layers come from its default schedule; the "
+                                      "inputs name others");
+      }
       convert_to_mod(*model, mc);
       model->to(at::kCPU, dtype);
     }

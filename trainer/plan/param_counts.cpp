@@ -58,6 +58,7 @@ ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layer
   for (int l = 0; l < t.num_hidden_layers; ++l) {
     int64_t n = attn + mlp + 2 * D;
     if (mods.count(l) && mod_router == "per_layer") n += D;  // llm.layers.{l}.router.weight [1, D]
+    if (mods.count(l) && mod_router == "pmod") n += D + 1;   // p-MoD's router weight [1, D] and bias [1]
     p.llm_layer.push_back(n);
     p.llm += n;
   }

@@ -31,24 +31,25 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConf
   in.overlap_comm = cfg.optimizer.overlap_comm;
   in.device = cfg.model.device;
   if (cfg.mod.enabled) {
-    in.mod_layers = cfg.mod.config.mod_layers;
-    if (in.mod_layers.empty()) {
-      // Chosen at run time (Trainer::convert_model); only their number matters here. ARank-based rules get a
-      // stand-in ARank that decreases with depth (keep_top:k keeps layers 0..k-1 dense); threshold rules are
-      // planned as arank_mod.
-      ConversionRule rule = parse_conversion_rule(cfg.mod.rule);
-      if (rule.kind == ConversionRule::Kind::kThreshold) rule = ConversionRule{};
-      const int n = model.text.num_hidden_layers;
-      std::vector<double> arank(static_cast<size_t>(n), 0.0);
-      for (int l = 0; l < n; ++l) arank[size_t(l)] = double(n - l);
-      in.mod_layers = select_mod_layers(rule, n, arank);
-    }
-    in.mod_router = cfg.mod.config.router == RouterKind::kGammaShared ? "gamma_shared"
-                    : cfg.mod.config.router == RouterKind::kPerLayer  ? "per_layer"
-                                                                      : "attention";
-    // Routable = image tokens (+ a short system prefix, ignored): each MoD layer skips skip_frac of them.
+    // Layers chosen at run time (Trainer::convert_model) are planned by their number: ARank-based rules get a
+    // stand-in ARank that decreases with depth (keep_top:k keeps layers 0..k-1 dense); threshold rules are planned
+    // as arank_mod.
+    const int n = model.text.num_hidden_layers;
+    const std::string rule = cfg.mod.rule.rfind("threshold:", 0) == 0 ? "arank_mod" : cfg.mod.rule;
+    std::vector<double> arank(static_cast<size_t>(n), 0.0);
+    for (int l = 0; l < n; ++l) arank[size_t(l)] = double(n - l);
+    const MoDConfig mc = config_for_rule(rule, cfg.mod.config, n, arank);
+    in.mod_layers = mc.mod_layers;
+    in.mod_router = mc.router == RouterKind::kGammaShared ? "gamma_shared"
+                    : mc.router == RouterKind::kPerLayer  ? "per_layer"
+                    : mc.router == RouterKind::kPMoD      ? "pmod"
+                                                          : "attention";
+    // Routable = image tokens (+ a short system prefix, ignored); what each MoD layer keeps of a sample is mod/'s
+    // to say (planned_kept_fractions: skip_frac of the routable tokens skipped; p-MoD: its ratio of them kept).
     const double routable = std::min(1.0, double(model.image_seq_length()) / double(in.seq_len));
-    in.mod_kept_fraction = 1.0 - cfg.mod.config.skip_frac * routable;
+    const std::vector<double> kept = planned_kept_fractions(mc, n, routable);
+    in.mod_kept_fraction = kept.empty() ? 1.0 - mc.skip_frac * routable : *std::max_element(kept.begin(), kept.end());
+    if (std::any_of(kept.begin(), kept.end(), [&](double k) { return k != kept.front(); })) in.mod_kept_by_layer = kept;
   }
   // model.activation_checkpointing as gmod train reads it ("none" | "full" | "every_<k>",
   // model/activation_checkpoint.h), in the plan's terms.
