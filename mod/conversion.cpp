@@ -54,7 +54,8 @@ ConversionRule parse_conversion_rule(const std::string& s) {
     }
   } catch (const std::logic_error&) {
     throw std::invalid_argument("conversion rule \"" + s +
-                                "\": expected arank_mod, threshold:<tau>, keep_top:<k> or layers:<i,j,...>");
+                                "\": expected arank_mod, threshold:<tau>, keep_top:<k>, layers:<i,j,...>, pmod or "
+                                "pmod:official_31");
   }
   return r;
 }
