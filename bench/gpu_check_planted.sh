@@ -2,8 +2,9 @@
 # Every verdict of bench/gpu_check.sh that the CPU can exercise, seen red on a planted bug (ctest gpu_check_planted).
 # For each bug below, `GMOD_GPU_CHECK_PLANT=BUG GMOD_GPU_CHECK_PARTS=PART gpu_check.sh --dry-run` must exit 1, with
 # PART's line in verdict.txt FAIL and summary.json saying FAIL for the planted reason (bench/check_gpu_summary.py);
-# the other parts are not run. The same parts unplanted PASS in ctest gpu_check_dry_run, which requires PASS, not SKIP,
-# of the parts named here. The gtest plants use ckptrng, whose CPU cases run (its CUDA ones skip).
+# the other parts are not run. Unplanted, ctest gpu_check_dry_run requires train, zero3, decode and mfu to PASS (not
+# SKIP); the gtest parts SKIP there (their CUDA cases skip on the CPU), so the gtest plants use ckptrng, whose CPU
+# cases run and pass, and mod, whose cases all skip.
 # Usage: bench/gpu_check_planted.sh OUTDIR [BUG...]   (default: every bug; GMOD_BUILD_DIR, GMOD_PYTHON as for
 #        gpu_check.sh --dry-run). Each bug's logs: OUTDIR/BUG/gmod-gpu-check. Exit 0 when every bug was seen red.
 set -uo pipefail
