@@ -19,8 +19,8 @@ check() {  # NAME CMD...: rc 0 and a usage text
   fi
 }
 for b in "$@"; do check "$(basename "$b")" "$b"; done
-for s in run_parallel.sh run_memory.sh kill_campaign.sh gpu_check.sh; do check "$s" bash "$here/$s"; done
-for p in bench_train.py bench_serve.py bench_checkpoint.py compare_transformers.py compare_llava_hr.py; do
+for s in run_parallel.sh run_memory.sh kill_campaign.sh gpu_check.sh gpu_check_planted.sh; do check "$s" bash "$here/$s"; done
+for p in bench_train.py bench_serve.py bench_checkpoint.py check_gpu_summary.py compare_transformers.py compare_llava_hr.py; do
   # compare_transformers imports transformers first: without it the script says so (exit 77), not its usage.
   if [[ $p == compare_transformers.py ]] && ! "$py" -c 'import transformers' 2>/dev/null; then
     echo "skip $p --help (no transformers)"

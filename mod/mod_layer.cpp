@@ -74,12 +74,16 @@ LayerTokens HostCapacity::tokens(int layer) const {
   return t;
 }
 
+at::Tensor topk_key(const at::Tensor& score, const RoutingMasks& m) {
+  auto s = score.to(at::kDouble);
+  return at::where(m.forced, at::full_like(s, kInf), at::where(m.routable, s, at::full_like(s, -kInf)));
+}
+
 at::Tensor select_topk(const at::Tensor& score, const RoutingMasks& m, const at::Tensor& k, int64_t kmax) {
   const int64_t B = score.size(0), L = score.size(1);
   if (kmax < 0) kmax = k.numel() ? k.max().item<int64_t>() : 0;  // host sync: callers with a HostCapacity pass it
   if (kmax <= 0) return at::zeros_like(m.valid);
-  auto s = score.to(at::kDouble);
-  auto key = at::where(m.forced, at::full_like(s, kInf), at::where(m.routable, s, at::full_like(s, -kInf)));
+  auto key = topk_key(score, m);
   auto top = std::get<1>(key.topk(std::min(kmax, L), 1, /*largest=*/true, /*sorted=*/true));  // [B, kmax]
   auto take = at::arange(top.size(1), long_opts(score.device())).unsqueeze(0) < k.unsqueeze(1);
   (void)B;
@@ -249,8 +253,10 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
       throw std::logic_error("A-MoD layer " + std::to_string(layer_idx) +
                              ": no routing scores from the previous layer (convert_to_mod sets that layer up)");
     sel = select_topk(st.routing_scores, masks, k_dev, plan.kmax);
+    if (record_selection) recorded_keys.push_back(topk_key(st.routing_scores, masks));
   } else if (topk) {
     sel = select_topk(sc.keep_prob, masks, k_dev, plan.kmax);
+    if (record_selection) recorded_keys.push_back(topk_key(sc.keep_prob, masks));
   } else {
     const double thr = cfg.router == RouterKind::kGammaShared ? cfg.infer_threshold : cfg.decode_threshold;
     if (cfg.adaptive_threshold == AdaptiveThreshold::kNone) {

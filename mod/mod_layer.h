@@ -55,6 +55,8 @@ HostCapacity host_capacity(const at::Tensor& counts, double skip_frac, ForcedKee
 // Tokens processed in training: every forced token plus the highest-scoring routable tokens up to k_b.
 // score [B, L] (any real dtype), k [B] int64, kmax = max k_b (< 0: read from k, a host sync). Returns [B, L] bool.
 at::Tensor select_topk(const at::Tensor& score, const RoutingMasks& m, const at::Tensor& k, int64_t kmax = -1);
+// What select_topk ranks by: [B, L] double, +inf on forced tokens, the score on routable ones, -inf elsewhere.
+at::Tensor topk_key(const at::Tensor& score, const RoutingMasks& m);
 
 // Sorted per-sample positions of the selected tokens, padded to the batch maximum with (distinct)
 // unselected positions so that a scatter of unchanged rows is a no-op.
@@ -106,6 +108,9 @@ class MoDDecoderLayer : public DecoderBlock {
   at::Tensor forced_selection;
   bool record_selection = false;
   std::vector<at::Tensor> recorded;  // one [B, L] bool per forward (decode steps: [B, 1])
+  // Beside each recorded top-k selection (training, A-MoD): the topk_key it was chosen by, so a test can see how
+  // close the last kept and the first skipped token were (a near-tie may flip under other arithmetic).
+  std::vector<at::Tensor> recorded_keys;
 
  private:
   at::Tensor decode_step(const at::Tensor& h, ForwardState& st, int layer_idx, KVCache& cache);
