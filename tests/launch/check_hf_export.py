@@ -11,6 +11,7 @@ For each export directory given (written by `gmod export` from a training checkp
     through gmod's own modeling code instead. The processor's inputs are what gmod is fed: its prompt ids must equal
     gmod's exactly (above), and `gmod generate --pixel-values` on its pixel_values (written as raw float32) must
     answer with the ids gmod generate answers with from its own preprocessing of the image (docs/training.md).
+  * --prompt-only: an export trained too little to answer (its greedy answer is the stop token): the prompt only.
   * --serve: `transformers serve` starts on the dense export (loopback, bounded) and answers a chat request.
 Then the chat template of every gmod conversation template (`gmod data chat-template --template T`) is rendered by
 transformers' apply_chat_template on the records of the fixtures made by the original code (tests/fixtures/chat:
@@ -78,7 +79,7 @@ def processor_inputs(model_dir, image):
     return inputs, direct
 
 
-def check_export(args, model_dir, dense):
+def check_export(args, model_dir, dense, answers=True):
     failures = []
     inputs, direct = processor_inputs(model_dir, args.image)
     prompt, answer = gmod_generate(args.gmod, model_dir, args.image, args.max_new_tokens)
@@ -90,6 +91,8 @@ def check_export(args, model_dir, dense):
                             f"{theirs}\n  gmod         {prompt}")
     if not torch.equal(inputs["pixel_values"], direct["pixel_values"]):
         failures.append(f"{model_dir}: the two processor paths give different pixel values")
+    if not answers:
+        return failures
     if not answer:
         failures.append(f"{model_dir}: gmod's greedy answer is empty: an untrained export checks nothing here")
     if not dense:  # no transformers model class: the processor's pixels through gmod's own model
@@ -234,6 +237,8 @@ def main():
     ap.add_argument("--dense", action="append", default=[], help="an export of a dense checkpoint (repeatable)")
     ap.add_argument("--mod", action="append", default=[],
                     help="an export transformers has no model class for: γ-MoD, p-MoD, LLaVA-HR (repeatable)")
+    ap.add_argument("--prompt-only", action="append", default=[],
+                    help="an export too little trained to answer (2 steps): its processor prompt only (repeatable)")
     ap.add_argument("--image", required=True, help="a PNG/JPEG, or a folder (its first PNG by name)")
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--max-new-tokens", type=int, default=8)
@@ -253,8 +258,10 @@ def main():
         failures += check_export(args, d, dense=True)
     for d in args.mod:
         failures += check_export(args, d, dense=False)
+    for d in args.prompt_only:
+        failures += check_export(args, d, dense=False, answers=False)
     templates = chat_templates(args)
-    for d in args.dense + args.mod:  # the run's template (vicuna_v1 here) in the processor's form (no BOS), twice
+    for d in args.dense + args.mod + args.prompt_only:  # the run's template (vicuna_v1 here) in the processor's form (no BOS), twice
         want = run([args.gmod, "data", "chat-template", "--template", "vicuna_v1", "--for-processor"])[:-1]
         if open(os.path.join(d, "chat_template.jinja")).read() != want or \
                 json.load(open(os.path.join(d, "tokenizer_config.json")))["chat_template"] != want:
