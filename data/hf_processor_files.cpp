@@ -182,12 +182,43 @@ std::vector<std::string> write_hf_processor_files(const std::string& dir_s, cons
                 {"image_mean", floats(p.mean)}, {"image_std", floats(p.std)}});
     written.push_back("preprocessor_config.json");
   }
+  // LLaVA-HR and MGM preprocess once, with CLIP's processor at their input size (input_image_size,
+  // image_size_aux): the ConvNeXt path reads those pixels, the CLIP path resizes them inside the tower, so no
+  // second processor. A config copied from the CLIP tower's directory (its 336 px) is set to that size, as
+  // gmod train sets it.
+  if ((m.multipath || m.mgm) && fs::exists(dir / "preprocessor_config.json")) {
+    json pc = read_or_empty(dir / "preprocessor_config.json");
+    const int side = m.image_input_size();
+    const json size = {{"shortest_edge", side}}, crop = {{"height", side}, {"width", side}};
+    if (pc.value("size", json()) != size || pc.value("crop_size", json()) != crop) {
+      pc["size"] = size;
+      pc["crop_size"] = crop;
+      write_json(dir / "preprocessor_config.json", pc);
+      written.push_back("preprocessor_config.json");
+    }
+  }
   if (m.vision && !fs::exists(dir / "processor_config.json")) {
-    // LlavaProcessor expands <image> to (crop / patch)^2 + 1 ids, minus the CLS with the "default" selection:
-    // image_seq_length.
+    // LlavaProcessor expands <image> to (crop / patch_size)^2 + num_additional_image_tokens ids, minus one
+    // (the CLS) with the "default" selection. CLIP: its patch size and the CLS. LLaVA-HR and MGM take a
+    // larger image than their CLIP grid and keep no CLS: patch_size is the input pixels per image token along
+    // a side, so the count is still image_seq_length (where the tokens form one square grid; MGM's grid of
+    // crops does not, stated).
+    int patch = m.vision->patch_size, extra = 1;
+    if (m.multipath || m.mgm) {
+      const int side = m.image_input_size(), tokens = m.image_seq_length();
+      int g = 1;
+      while ((g + 1) * (g + 1) <= tokens) ++g;
+      // Else (MGM's crops plus a global image) not expressible: CLIP's patch size stays.
+      if (g * g == tokens && side % g == 0) {
+        patch = side / g;
+        extra = m.vision_feature_select_strategy == "default" ? 1 : 0;
+      }
+    }
     write_json(dir / "processor_config.json",
-               {{"processor_class", "LlavaProcessor"}, {"image_token", "<image>"},
-                {"patch_size", m.vision->patch_size}, {"num_additional_image_tokens", 1},
+               {{"processor_class", "LlavaProcessor"},
+                {"image_token", "<image>"},
+                {"patch_size", patch},
+                {"num_additional_image_tokens", extra},
                 {"vision_feature_select_strategy", m.vision_feature_select_strategy}});
     written.push_back("processor_config.json");
   }

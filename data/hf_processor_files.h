@@ -7,9 +7,11 @@
 // Files the source already had are kept and completed: keys the source set stay as it set them (its `legacy`, its
 // special tokens); the chat template is always the conversation template the model was trained with
 // (data/chat_template.h). A vision tower without a source preprocessor config gets CLIP's settings at its input
-// size (what gmod preprocesses with). Limits, stated in docs/models.md: LLaVA's "pad" aspect ratio has no
-// CLIPImageProcessor setting (a non-square image is padded to a square by gmod, cropped by transformers); LLaVA-HR's
-// and MGM's towers have no transformers processor (their preprocessor config is written for gmod).
+// size (what gmod preprocesses with); LLaVA-HR and MGM preprocess once, with CLIP's settings at their input size
+// (their ConvNeXt reads those pixels; no second processor), and processor_config.json counts their image tokens.
+// Limits, stated in docs/training.md: LLaVA's "pad" aspect ratio has no CLIPImageProcessor setting (a non-square
+// image is padded to a square by gmod, cropped by transformers); transformers has no γ-MoD, LLaVA-HR or MGM model
+// class, and MGM's grid of crops is no token count LlavaProcessor can express.
 #pragma once
 
 #include <optional>

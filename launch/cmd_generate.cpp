@@ -3,8 +3,9 @@
 #include <torch/torch.h>
 
 #include <cstring>
-#include <optional>
+#include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "data/clip_preprocess.h"
 #include "data/conversation.h"
@@ -28,12 +29,32 @@ struct GenerateCliOptions {
   std::optional<double> top_p, temperature;
   uint64_t seed = 0;
   bool print_ids = false;
+  std::string pixel_values;  // the --image files' pixels as another preprocessor made them (raw float32)
 };
 
 std::string id_list(const std::vector<int64_t>& ids) {
   std::string s;
   for (int64_t id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
   return s;
+}
+
+// Fills `out` ([N, 3, S, S] float32) from a file of exactly that many raw float32 values (native byte order,
+// as numpy's tofile writes them): another preprocessor's pixels, so a model can be compared on identical
+// inputs.
+void read_pixel_values(const std::string& path, at::Tensor& out) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) throw UsageError("--pixel-values " + path + ": cannot open");
+  const int64_t want = out.numel() * int64_t(sizeof(float)), got = int64_t(f.tellg());
+  if (got != want)
+    throw UsageError("--pixel-values " + path + ": " + std::to_string(got) + " bytes, expected " +
+                     std::to_string(want) + " (float32 [" + std::to_string(out.size(0)) + ", 3, " +
+                     std::to_string(out.size(2)) + ", " + std::to_string(out.size(3)) +
+                     "]: one image per --image at the model's input size)");
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(out.data_ptr<float>()), want);
+  if (!f) throw UsageError("--pixel-values " + path + ": read failed");
+  if (!at::isfinite(out).all().item<bool>())
+    throw UsageError("--pixel-values " + path + ": non-finite values");
 }
 
 int run_generate(const GenerateCliOptions& o) {
@@ -43,6 +64,9 @@ int run_generate(const GenerateCliOptions& o) {
   if (!o.system.empty()) dc.conversation.system_prompt = o.system;
   ConversationEncoder enc(tok, dc.conversation);
   const std::vector<std::string>& images = o.images;
+  if (!o.pixel_values.empty() && images.empty())
+    throw UsageError(
+        "--pixel-values needs the --image files it stands for (their count places the image tokens)");
   if (!images.empty() && !m.model->config.vision)
     throw UsageError("--image: the model at " + m.dir + " has no vision tower");
   const Prompt p = build_prompt(enc, o.prompt, images.size());
@@ -63,9 +87,13 @@ int run_generate(const GenerateCliOptions& o) {
   if (!images.empty()) {
     const int S = dc.image.crop;
     in.pixel_values = at::empty({int64_t(images.size()), 3, S, S}, at::kFloat);
-    for (size_t i = 0; i < images.size(); ++i) {
-      std::vector<float> px = clip_preprocess(decode_image_file(images[i]), dc.image);
-      std::memcpy(in.pixel_values[int64_t(i)].data_ptr<float>(), px.data(), px.size() * sizeof(float));
+    if (!o.pixel_values.empty()) {
+      read_pixel_values(o.pixel_values, in.pixel_values);
+    } else {
+      for (size_t i = 0; i < images.size(); ++i) {
+        std::vector<float> px = clip_preprocess(decode_image_file(images[i]), dc.image);
+        std::memcpy(in.pixel_values[int64_t(i)].data_ptr<float>(), px.data(), px.size() * sizeof(float));
+      }
     }
     in.pixel_values = in.pixel_values.to(m.device, m.dtype);
   }
@@ -118,6 +146,11 @@ Runner setup(CLI::App& app) {
   add(app, "--seed", o->seed, "sampling seed");
   add_flag(app, "--print-ids", o->print_ids,
            "also print the prompt's token ids (image tokens expanded) and the generated ids (up to the stop token)");
+  add(app, "--pixel-values", o->pixel_values,
+      "the --image files' pixels as another preprocessor made them, instead of gmod's preprocessing: raw "
+      "float32 "
+      "[N, 3, S, S] (N images, S the model's input size; numpy's tofile)")
+      ->type_name("FILE");
   return [o] { return run_generate(*o); };
 }
 

@@ -1,12 +1,16 @@
 #include "serve/http_api.h"
 
 #include <httplib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "serve/client_socket.h"
 #include "serve/prompt_bound.h"
@@ -139,30 +143,87 @@ struct HttpApi::Impl {
                      {}, "unsupported_media_type");
   }
 
-  // Counts a large body in flight for as long as it lives.
+  // Counts a large body in flight for as long as it lives. Its end hands the freed memory back to the system:
+  // glibc keeps what the body's parse freed in its per-thread arenas, which stayed resident after a load.
   struct LargeBody {
     std::atomic<int64_t>* n = nullptr;
     ~LargeBody() {
-      if (n) --*n;
+      if (!n) return;
+      --*n;
+#ifdef __GLIBC__
+      malloc_trim(0);
+#endif
     }
   };
 
-  void chat(const httplib::Request& req, httplib::Response& res) {
-    check_content_type(req);
-    LargeBody large;
-    if (req.body.size() > opt.large_body_bytes) {
-      if (++large_bodies > opt.max_large_bodies) {
-        --large_bodies;
-        ++refused_large;
-        throw ApiError(503, "server_error",
-                       "busy: " + std::to_string(opt.max_large_bodies) + " requests with a body over " +
-                           std::to_string(opt.large_body_bytes >> 20) +
-                           " MiB are being handled (--max-large-bodies); retry",
-                       {}, "server_busy");
-      }
-      large.n = &large_bodies;
+  // Takes one of the --max-large-bodies slots into `large`; all taken: the 503 to answer.
+  std::optional<ApiError> take_large_slot(LargeBody& large) {
+    if (++large_bodies > opt.max_large_bodies) {
+      --large_bodies;
+      ++refused_large;
+      return ApiError(503, "server_error",
+                      "busy: " + std::to_string(opt.max_large_bodies) + " requests with a body over " +
+                          std::to_string(opt.large_body_bytes >> 20) +
+                          " MiB are being handled (--max-large-bodies); retry",
+                      {}, "server_busy");
     }
-    const ChatRequest r = parse_chat_request(req.body, opt.limits);
+    large.n = &large_bodies;
+    return std::nullopt;
+  }
+
+  // Reads the body itself (httplib's content reader), so a request is refused before its body is in memory: a
+  // non-JSON Content-Type, and a large body (by its Content-Length, or once a chunked one grows past
+  // large_body_bytes) while the --max-large-bodies slots are taken. A refused body is still read to its end,
+  // in httplib's buffer-sized pieces that are dropped, so the client (which sends it before reading the
+  // answer) gets the answer rather than a reset connection; bodies in memory are at most max_large_bodies
+  // large ones plus one small one per HTTP thread.
+  void chat_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    std::optional<ApiError> refused;
+    try {
+      check_content_type(req);
+    } catch (const ApiError& e) {
+      refused = e;
+    }
+    LargeBody large;
+    const uint64_t declared = req.get_header_value<uint64_t>("Content-Length");
+    if (!refused && declared > opt.large_body_bytes && declared <= opt.max_body_bytes)
+      refused = take_large_slot(large);
+    std::string body;
+    if (!refused && declared <= opt.max_body_bytes)
+      body.reserve(declared);  // one allocation, not a doubling series
+    bool too_large = false;
+    size_t seen = 0;
+    const bool read = reader([&](const char* data, size_t n) {
+      // A chunked body's size is checked here (httplib checks only a Content-Length): reading stops.
+      seen += n;
+      if (seen > opt.max_body_bytes) {
+        too_large = true;
+        return false;
+      }
+      if (refused) return true;  // dropped: read only to keep the connection in step
+      if (!large.n && body.size() + n > opt.large_body_bytes) {
+        refused = take_large_slot(large);
+        if (refused) {
+          std::string().swap(body);
+          return true;
+        }
+      }
+      body.append(data, n);
+      return true;
+    });
+    if (!read) {
+      if (too_large || res.status == 413)  // over the payload limit
+        throw ApiError(
+            413, "invalid_request_error",
+            "the body is over the server's limit of " + std::to_string(opt.max_body_bytes) + " bytes");
+      throw ApiError(400, "invalid_request_error", "the request body could not be read to its end");
+    }
+    if (refused) throw *refused;
+    chat(req, body, res);
+  }
+
+  void chat(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    const ChatRequest r = parse_chat_request(body, opt.limits);
     // Text that cannot fit is refused before the prompt is built (which tokenizes all of it): the bound reads at
     // most about the context's worth of each message.
     size_t text_bytes = 0;
@@ -255,17 +316,20 @@ struct HttpApi::Impl {
 
   // Runs a handler; any exception becomes a JSON error and the server carries on.
   template <class F>
+  void guard(httplib::Response& res, F f) {
+    ++http_requests;
+    try {
+      f();
+    } catch (const ApiError& e) {
+      error(res, e);
+    } catch (const std::exception& e) {
+      error(res, ApiError(500, "server_error", e.what()));
+    }
+  }
+  template <class F>
   httplib::Server::Handler guarded(F f) {
-    return [this, f](const httplib::Request& req, httplib::Response& res) {
-      ++http_requests;
-      try {
-        f(req, res);
-      } catch (const ApiError& e) {
-        error(res, e);
-      } catch (const std::exception& e) {
-        error(res, ApiError(500, "server_error", e.what()));
-      }
-    };
+    return
+        [this, f](const httplib::Request& req, httplib::Response& res) { guard(res, [&] { f(req, res); }); };
   }
 
   void routes() {
@@ -286,7 +350,10 @@ struct HttpApi::Impl {
       }
       return httplib::Server::HandlerResponse::Unhandled;
     });
-    server.Post("/v1/chat/completions", guarded([this](auto& q, auto& s) { chat(q, s); }));
+    server.Post("/v1/chat/completions",
+                [this](const httplib::Request& q, httplib::Response& s, const httplib::ContentReader& r) {
+                  guard(s, [&] { chat_post(q, s, r); });
+                });
     server.Get(
         "/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
           json m = {

@@ -3,7 +3,7 @@ not JSON or not the benchmark's shape, invalid UTF-8, a POPE label file with the
 that does not exist, an empty MMBench table, VQA annotations without 10 answers, a question image that does not
 decode (a file, or MMBench's base64), a chunk beyond the chunk count, an MME question file line without its
 tab and one without its image, MMMU options that are not a Python list, and `gmod report` suites with an
-unknown key or scorer. Interface: tests/badinput/run_corpus.py."""
+unknown key or scorer; a malformed answer line listed before the missing answers. Interface: tests/badinput/run_corpus.py."""
 import json
 import os
 
@@ -62,6 +62,14 @@ def cases(ctx):
                                                         w("bad_utf8.jsonl", b'{"question_id": "1", "text": "\xff\xfe"}\n'),
                                                         "--annotations", w("g.json", json.dumps({"1": {"answer": "a"}}))],
          "expect": r"bad_utf8\.jsonl:1: not JSON", "rc": 1},
+        # A malformed answer line among 23 unanswered questions: problems are listed in file and line order (the
+        # answers file, read first, then the annotations), so the malformed line is the first of the 20 shown even
+        # though the annotations' path sorts before the answers' (sorted by path it was hidden behind "no answer").
+        {"name": "score_malformed_line_before_missing", "argv": [
+            "score", "gqa", "--answers", w("z_answers.jsonl", json.dumps({"question_id": "q1", "text": "a"}) + "\n"
+                                          + "{not json\n" + json.dumps({"question_id": "q2", "text": "a"}) + "\n"),
+            "--annotations", w("a_gqa.json", json.dumps({f"q{i}": {"answer": "a"} for i in range(1, 26)}))],
+         "expect": r"24 problem\(s\)[^\n]*\n  [^\n]*z_answers\.jsonl:2: not JSON[^\n]*\n  [^\n]*a_gqa\.json\S*: no answer"},
         {"name": "score_mmmu_not_objects", "argv": ["score", "mmmu", "--answers", w("mmmu.json", "[1, \"x\"]")],
          "expect": r"mmmu\.json\[#1\]: not a JSON object", "rc": 1},
         {"name": "answer_questions_missing", "argv": ["answer"] + model + [

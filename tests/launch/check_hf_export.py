@@ -6,8 +6,12 @@ For each export directory given (written by `gmod export` from a training checkp
     LlavaProcessor settings) and builds, from a chat message holding an image and a question, exactly the prompt ids
     `gmod generate --print-ids` decodes (BOS, system prompt, the image expanded to its tokens, " ASSISTANT:");
   * --dense: LlavaForConditionalGeneration.generate (greedy, the export's generation_config) answers with the ids
-    gmod generate answers with. A γ-MoD export has no transformers model class: its prompt is checked, its answer is
-    gmod's own (stated in docs/models.md).
+    gmod generate answers with.
+  * --mod: an export transformers has no model class for (γ-MoD, p-MoD by `gmod convert`, LLaVA-HR): answered
+    through gmod's own modeling code instead. The processor's inputs are what gmod is fed: its prompt ids must equal
+    gmod's exactly (above), and `gmod generate --pixel-values` on its pixel_values (written as raw float32) must
+    answer with the ids gmod generate answers with from its own preprocessing of the image (docs/training.md).
+  * --prompt-only: an export trained too little to answer (its greedy answer is the stop token): the prompt only.
   * --serve: `transformers serve` starts on the dense export (loopback, bounded) and answers a chat request.
 Then the chat template of every gmod conversation template (`gmod data chat-template --template T`) is rendered by
 transformers' apply_chat_template on the records of the fixtures made by the original code (tests/fixtures/chat:
@@ -51,9 +55,9 @@ def run(cmd, **kw):
     return out.stdout
 
 
-def gmod_generate(gmod, model, image, max_new):
+def gmod_generate(gmod, model, image, max_new, extra=()):
     out = run([gmod, "generate", "--model", model, "--image", image, "--prompt", QUESTION, "--max-new-tokens",
-               str(max_new), "--print-ids"])
+               str(max_new), "--print-ids", *extra])
     ids = {}
     for line in out.splitlines():
         for key in ("prompt ids: ", "output ids: "):
@@ -75,7 +79,7 @@ def processor_inputs(model_dir, image):
     return inputs, direct
 
 
-def check_export(args, model_dir, dense):
+def check_export(args, model_dir, dense, answers=True):
     failures = []
     inputs, direct = processor_inputs(model_dir, args.image)
     prompt, answer = gmod_generate(args.gmod, model_dir, args.image, args.max_new_tokens)
@@ -87,6 +91,19 @@ def check_export(args, model_dir, dense):
                             f"{theirs}\n  gmod         {prompt}")
     if not torch.equal(inputs["pixel_values"], direct["pixel_values"]):
         failures.append(f"{model_dir}: the two processor paths give different pixel values")
+    if not answers:
+        return failures
+    if not answer:
+        failures.append(f"{model_dir}: gmod's greedy answer is empty: an untrained export checks nothing here")
+    if not dense:  # no transformers model class: the processor's pixels through gmod's own model
+        px = os.path.join(args.workdir, os.path.basename(os.path.normpath(model_dir)) + ".pixel_values.f32")
+        inputs["pixel_values"].to(torch.float32).contiguous().numpy().tofile(px)
+        fed_prompt, fed = gmod_generate(args.gmod, model_dir, args.image, args.max_new_tokens, ["--pixel-values", px])
+        print(f"{model_dir}: greedy answer from the processor's pixel_values {list(inputs['pixel_values'].shape)} "
+              f"{fed}, from gmod's preprocessing {answer}")
+        if fed_prompt != prompt or fed != answer:
+            failures.append(f"{model_dir}: gmod's greedy answer from the processor's inputs differs: {fed}, from its "
+                            f"own preprocessing {answer}")
     if dense:
         model = LlavaForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
         with torch.no_grad():
@@ -96,9 +113,7 @@ def check_export(args, model_dir, dense):
         if eos in new:
             new = new[:new.index(eos)]
         print(f"{model_dir}: greedy answer transformers {new}, gmod {answer}")
-        if not answer:
-            failures.append(f"{model_dir}: gmod's greedy answer is empty: an untrained export checks nothing here")
-        elif new != answer:
+        if answer and new != answer:
             failures.append(f"{model_dir}: greedy answers differ: transformers {new}, gmod {answer}")
     return failures
 
@@ -220,7 +235,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gmod", required=True)
     ap.add_argument("--dense", action="append", default=[], help="an export of a dense checkpoint (repeatable)")
-    ap.add_argument("--mod", action="append", default=[], help="an export of a γ-MoD checkpoint (repeatable)")
+    ap.add_argument("--mod", action="append", default=[],
+                    help="an export transformers has no model class for: γ-MoD, p-MoD, LLaVA-HR (repeatable)")
+    ap.add_argument("--prompt-only", action="append", default=[],
+                    help="an export too little trained to answer (2 steps): its processor prompt only (repeatable)")
     ap.add_argument("--image", required=True, help="a PNG/JPEG, or a folder (its first PNG by name)")
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--max-new-tokens", type=int, default=8)
@@ -240,8 +258,10 @@ def main():
         failures += check_export(args, d, dense=True)
     for d in args.mod:
         failures += check_export(args, d, dense=False)
+    for d in args.prompt_only:
+        failures += check_export(args, d, dense=False, answers=False)
     templates = chat_templates(args)
-    for d in args.dense + args.mod:  # the run's template (vicuna_v1 here) in the processor's form (no BOS), twice
+    for d in args.dense + args.mod + args.prompt_only:  # the run's template (vicuna_v1 here) in the processor's form (no BOS), twice
         want = run([args.gmod, "data", "chat-template", "--template", "vicuna_v1", "--for-processor"])[:-1]
         if open(os.path.join(d, "chat_template.jinja")).read() != want or \
                 json.load(open(os.path.join(d, "tokenizer_config.json")))["chat_template"] != want:
