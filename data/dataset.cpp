@@ -124,29 +124,50 @@ int64_t modality_length(const RecordFile& records, size_t i) {
 
 }  // namespace
 
+namespace {
+const char* const kLengthsTag = "modality_lengths.v1";
+}  // namespace
+
+std::vector<int64_t> Dataset::compute_modality_lengths(size_t begin, size_t end, unsigned threads) const {
+  if (begin > end || end > size())
+    throw std::out_of_range(config_.data_path + ": modality lengths of records [" + std::to_string(begin) + ", " +
+                            std::to_string(end) + ") asked, the file has " + std::to_string(size()));
+  const size_t n = end - begin;
+  std::vector<int64_t> out(n, -1);
+  const size_t workers = std::max<size_t>(1, std::min<size_t>(std::max(1u, threads), (n + 4095) / 4096));
+  std::vector<std::thread> pool;
+  for (size_t w = 0; w < workers; ++w)
+    pool.emplace_back([&, w] {
+      for (size_t i = n * w / workers; i < n * (w + 1) / workers; ++i) out[i] = modality_length(*records_, begin + i);
+    });
+  for (auto& t : pool) t.join();
+  lengths_parsed_ += n;
+  return out;
+}
+
+bool Dataset::load_cached_modality_lengths() const {
+  std::lock_guard<std::mutex> lock(lengths_mutex_);
+  if (!lengths_held_) lengths_held_ = records_->load_derived(kLengthsTag, lengths_);
+  return lengths_held_;
+}
+
+bool Dataset::adopt_modality_lengths(std::vector<int64_t> lengths, bool write_cache) const {
+  if (lengths.size() != size())
+    throw std::invalid_argument(config_.data_path + ": " + std::to_string(lengths.size()) +
+                                " modality lengths given for " + std::to_string(size()) + " records");
+  std::lock_guard<std::mutex> lock(lengths_mutex_);
+  if (lengths_held_) return false;
+  const bool written = write_cache && records_->write_derived(kLengthsTag, lengths);
+  lengths_ = std::move(lengths);
+  lengths_held_ = true;
+  return written;
+}
+
 // The lengths come from `<file>.gmodidx.modality_lengths.v1` when it matches the file (records.h: invalidated with
 // the index); otherwise every record is parsed once, on all cores, and the cache written for the next start.
 const std::vector<int64_t>& Dataset::modality_lengths() const {
-  std::call_once(lengths_once_, [this] {
-    static const std::string tag = "modality_lengths.v1";
-    std::vector<int64_t> out;
-    if (records_->load_derived(tag, out)) {
-      lengths_ = std::move(out);
-      return;
-    }
-    out.assign(records_->size(), -1);
-    const size_t n = out.size();
-    const size_t cores = std::max(1u, std::thread::hardware_concurrency());
-    const size_t workers = std::max<size_t>(1, std::min<size_t>(cores, (n + 4095) / 4096));
-    std::vector<std::thread> pool;
-    for (size_t w = 0; w < workers; ++w)
-      pool.emplace_back([&, w] {
-        for (size_t i = n * w / workers; i < n * (w + 1) / workers; ++i) out[i] = modality_length(*records_, i);
-      });
-    for (auto& t : pool) t.join();
-    records_->write_derived(tag, out);
-    lengths_ = std::move(out);
-  });
+  if (load_cached_modality_lengths()) return lengths_;
+  adopt_modality_lengths(compute_modality_lengths(0, size(), std::thread::hardware_concurrency()), true);
   return lengths_;
 }
 

@@ -4,6 +4,7 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -60,7 +61,17 @@ class Dataset {
   // LLaVA's modality lengths for group_by_modality_length: word count (+128 with an image), negative for
   // text-only; malformed records get -1. Read from the index's side cache (`<file>.gmodidx.modality_lengths.v1`)
   // when it matches the file, else every record is parsed once on all cores and the cache written; kept after that.
+  // (Several ranks share the work with trainer/shared_lengths.h instead, through the three calls below.)
   const std::vector<int64_t>& modality_lengths() const;
+  // True when the lengths are held, read from the side cache now if they were not.
+  bool load_cached_modality_lengths() const;
+  // The lengths of records [begin, end), parsed on `threads` threads (none held or cached by this call).
+  std::vector<int64_t> compute_modality_lengths(size_t begin, size_t end, unsigned threads) const;
+  // Holds `lengths` (one per record, else std::invalid_argument) as modality_lengths(), writing the side cache when
+  // `write_cache` (returns whether it was written); lengths held already are kept (they come from the same file).
+  bool adopt_modality_lengths(std::vector<int64_t> lengths, bool write_cache) const;
+  // Records parsed for their modality length by this Dataset so far (0 when they came from the cache).
+  size_t modality_lengths_parsed() const { return lengths_parsed_.load(); }
 
   const RecordFile& records() const { return *records_; }
   const ConversationEncoder& encoder() const { return *encoder_; }
@@ -74,8 +85,10 @@ class Dataset {
   DatasetConfig config_;
   std::unique_ptr<RecordFile> records_;
   std::unique_ptr<ConversationEncoder> encoder_;
-  mutable std::once_flag lengths_once_;
+  mutable std::mutex lengths_mutex_;
+  mutable bool lengths_held_ = false;
   mutable std::vector<int64_t> lengths_;
+  mutable std::atomic<size_t> lengths_parsed_{0};
 };
 
 }  // namespace gmod

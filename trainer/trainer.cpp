@@ -27,6 +27,7 @@
 #include "trainer/fault_injection.h"
 #include "trainer/model_setup.h"
 #include "trainer/param_freeze.h"
+#include "trainer/shared_lengths.h"
 #include "model/trace_range.h"
 #include "trainer/peak_flops.h"
 #include "trainer/zero3_driver.h"
@@ -53,6 +54,9 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Taken while the process starts (static initialisation, before main and MPI): the origin of "first step at".
+const Clock::time_point process_start = Clock::now();
 
 void on_stop_signal(int) { stop_signal_flag().store(true); }
 
@@ -188,8 +192,10 @@ void Trainer::print(const std::string& msg) const {
 }
 
 void Trainer::load_model() {
+  const auto t0 = Clock::now();
   model_ = load_run_model(cfg_.model, dtype_);
   model_->to(device_, dtype_);
+  model_load_s_ = seconds_since(t0);
 }
 
 void Trainer::convert_model() {
@@ -342,7 +348,17 @@ void Trainer::setup_data() {
   // LLaVA-HR preprocesses at input_image_size with CLIP's mean/std (its ConvNeXt tower's CLIPImageProcessor), MGM
   // at image_size_aux (CLIP's processor with its size and crop set to it; the tower cuts the CLIP crops itself).
   if (model_->config.multipath || model_->config.mgm) dc.image.size = dc.image.crop = model_->config.image_input_size();
+  auto t0 = Clock::now();
   train_set_ = std::make_unique<Dataset>(dc, tokenizer_);
+  data_index_s_ = seconds_since(t0);
+  // Grouping by modality length: the lengths once for the whole job (parsed split over the ranks, or read from the
+  // cache), before the guard and the loader ask for them.
+  if (cfg_.data.group_by_modality_length) {
+    t0 = Clock::now();
+    const SharedLengthsReport rep = share_modality_lengths(*train_set_, *comm_);
+    lengths_s_ = seconds_since(t0);
+    print("data: " + rep.summary());
+  }
   if (!cfg_.eval.data.empty()) {
     DatasetConfig ec = dc;
     ec.data_path = cfg_.eval.data;
@@ -544,6 +560,14 @@ TrainResult Trainer::run() {
   while (step_ < std::min(total_steps_, exit_at) && !stop_requested_) {
     if (profiler_) profiler_->before_step(step_ + 1);
     StepMetrics m = train_step();
+    if (step_ == first_step + 1) {
+      char line[200];
+      std::snprintf(line, sizeof line,
+                    "startup: model load %.2f s, data index %.2f s, lengths %.2f s, first step at %.2f s (since the "
+                    "process started)",
+                    model_load_s_, data_index_s_, lengths_s_, seconds_since(process_start));
+      print(line);
+    }
     if (m.skipped)
       print("warning: step " + std::to_string(m.step) + " skipped: non-finite gradient (" +
             std::to_string(consecutive_skipped_) + " in a row, " + std::to_string(skipped_total_) + " in total)");

@@ -143,6 +143,8 @@ class Trainer {
   std::unique_ptr<AsyncCheckpointSave> pending_save_;
   SnapshotArena snapshot_arena_;  // host memory of asynchronous saves, reused (trainer/checkpoint/async_save.h)
   std::unique_ptr<StepProfiler> profiler_;  // metrics.profile_steps
+  // Start-up phases (seconds), printed with the time to the first step ("startup: ..." after it).
+  double model_load_s_ = 0, data_index_s_ = 0, lengths_s_ = 0;
   // Collective: commits the save in flight once every rank has written it (waiting for that with `wait`); a failed
   // background write on any rank is a named error here.
   void poll_async_save(bool wait);
