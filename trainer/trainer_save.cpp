@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -99,9 +100,11 @@ std::string Trainer::save_checkpoint(bool allow_async) {
 void Trainer::poll_async_save(bool wait) {
   if (!pending_save_) return;
   AsyncCheckpointSave& s = *pending_save_;
+  // Waiting, the phase covers the collectives below too: a rank done with its own write waits in them for a rank
+  // whose write takes longer, under parallel.save_timeout_s, not parallel.timeout_s.
+  std::optional<PhaseDeadline> phase;
   if (wait) {
-    const PhaseDeadline phase("waiting for the checkpoint save in flight", "parallel.save_timeout_s",
-                              cfg_.parallel.save_timeout_s);
+    phase.emplace("waiting for the checkpoint save in flight", "parallel.save_timeout_s", cfg_.parallel.save_timeout_s);
     s.wait();
   }
   // Collective, the same number of calls on every rank: all done? any failed (the lowest failed rank, + 1)?

@@ -5,6 +5,7 @@
 //   - SIGTERM to launch/run_single_node.sh and to launch/run_multi_node.sh (as `kill`, Ctrl-C or `timeout` would):
 //     the launcher turns it into the save signal for its ranks, a checkpoint is written, and the launcher and every
 //     rank are gone within kBound seconds.
+// SIGUSR1 to mpirun while an asynchronous checkpoint is being written in the background: the stop waits for it.
 // And the rank-0 phases' own deadlines, on the ARank phase (GMOD_FAULT_INJECT slow_arank makes rank 0's ARank 8 s
 // longer than parallel.timeout_s = 5 while rank 1 waits for its result; mod.rule keep_top:2 needs ARank): within
 // parallel.arank_timeout_s the job trains; past it the watchdog names the phase and its key.
@@ -202,6 +203,60 @@ TEST(TrainSignals, TermToRunMultiNodeSavesAndEndsTheJob) {
   ASSERT_EQ(kill(j.pid, SIGTERM), 0);
   expect_saved_and_gone(j, t0, run, log, "run_multi_node.sh");
   EXPECT_NE(slurp(log).find("run_multi_node: SIGTERM -> SIGUSR1 to the ranks"), std::string::npos) << slurp(log);
+}
+
+// SIGUSR1 to mpirun while an asynchronous save is being written (issue 30): GMOD_FAULT_INJECT slow_save makes rank
+// 1's background write of step 2 take 8 s longer, past parallel.timeout_s = 5, so the signal, sent as soon as rank 0
+// prints "writing in the background", lands inside it. The stop must wait for that save (committed in full, then
+// the stop step saved synchronously), exit 0, and a resume must end bitwise where an uninterrupted run ends.
+TEST(TrainSignals, StopDuringAsyncSaveWaitsForItAndResumesBitwise) {
+  TempDir t;
+  const json extra = {{"schedule", {{"max_steps", 6}}}, {"checkpoint", {{"every", 2}, {"keep_last", 0}}}};
+  json async_extra = extra;
+  async_extra["checkpoint"]["async"] = true;
+  const std::string run = t.str("async_stop"), cfg = write_config(run, async_extra), log = cfg + ".log";
+  const pid_t pid =
+      spawn_shell("exec env GMOD_FAULT_INJECT=slow_save:step=2,rank=1,seconds=8 " + train_command(2, cfg));
+  ASSERT_TRUE(wait_until([&] { return slurp(log).find("writing in the background") != std::string::npos; }, 180))
+      << slurp(log);
+  const auto t0 = Clock::now();
+  const std::map<int, pid_t> ranks = rank_pids(pid);
+  ASSERT_EQ(kill(pid, SIGUSR1), 0);
+  const int status = wait_for(pid, kBound, ranks);
+  const double waited = since(t0);
+  const std::string out = slurp(log);
+  ASSERT_NE(status, -1) << "job still running " << kBound << " s after SIGUSR1:\n" << out;
+  EXPECT_EQ(exit_code(status), 0) << out;
+  EXPECT_NE(out.find("checkpoint: step 2 copied to host"), std::string::npos) << out;
+  EXPECT_NE(out.find("the save of step 2 on rank 1 takes 8 s longer"), std::string::npos) << out;
+  EXPECT_EQ(out.find("watchdog:"), std::string::npos) << "a rank waiting for the slow one timed out:\n" << out;
+  // The save in flight was finished and committed before the stop's own save.
+  const auto metrics = step_metrics(run);
+  ASSERT_FALSE(metrics.empty()) << out;
+  const int64_t last = metrics.rbegin()->first;
+  ASSERT_GT(last, 2) << out;
+  ASSERT_LT(last, 6) << "the signal did not stop the run:\n" << out;
+  const size_t background = out.find(ckpt(run, 2) + " (written in the background in ");
+  const size_t final_save = out.find("checkpoint: " + ckpt(run, last) + " (");
+  const size_t stopped = out.find("stopped by signal at step " + std::to_string(last));
+  ASSERT_NE(background, std::string::npos) << out;
+  EXPECT_NE(final_save, std::string::npos) << out;
+  EXPECT_NE(stopped, std::string::npos) << out;
+  EXPECT_LT(background, final_save) << out;
+  EXPECT_LT(final_save, stopped) << out;
+  // Rank 1's write still had about 8 s to go when the signal came: the job cannot have ended sooner.
+  EXPECT_GT(waited, 5.0) << "the stop did not wait for the save in flight:\n" << out;
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 2)), "") << out;
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, last)), "") << out;
+  std::printf("SIGUSR1 during the async save of step 2: stopped at step %lld after %.1f s, both checkpoints valid\n",
+              static_cast<long long>(last), waited);
+
+  ASSERT_EQ(gmod_train(2, cfg), 0) << slurp(log);
+  EXPECT_NE(slurp(log).find("resume: " + ckpt(run, last)), std::string::npos) << slurp(log);
+  const std::string ref = t.str("async_stop_ref"), ref_cfg = write_config(ref, extra);
+  ASSERT_EQ(gmod_train(2, ref_cfg), 0) << slurp(ref_cfg + ".log");
+  expect_same_model(ckpt(run, 6), ckpt(ref, 6));
+  EXPECT_EQ(step_metrics(run).at(6)["loss"].dump(), step_metrics(ref).at(6)["loss"].dump());
 }
 
 TEST(TrainSignals, ArankLongerThanTimeoutButWithinItsDeadlineTrains) {
