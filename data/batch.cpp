@@ -62,9 +62,15 @@ ModelInputs to_model_inputs(const Batch& batch, at::Device device) {
   in.attention_mask = move(batch.attention_mask);
   in.token_roles = move(batch.token_roles);
   // MoD capacities come from these host-side counts, so no MoD layer waits for the device (model/decoder_layer.h).
-  if (batch.input_ids.defined())
+  if (batch.input_ids.defined() && batch.segments) {
+    in.segments = batch.segments;
+    in.positions = move(batch.positions);
+    in.host_role_counts = count_segment_roles(batch.token_roles, batch.attention_mask, batch.input_ids.size(0),
+                                              batch.input_ids.size(1), *batch.segments);
+  } else if (batch.input_ids.defined()) {
     in.host_role_counts = count_routing_roles(batch.token_roles, batch.attention_mask, batch.input_ids.size(0),
                                               batch.input_ids.size(1));
+  }
   if (batch.pixel_values.defined()) in.pixel_values = move(batch.pixel_values);
   return in;
 }

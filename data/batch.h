@@ -17,14 +17,18 @@ struct Batch {
   at::Tensor attention_mask;    // [B, L] bool, true = real token
   at::Tensor token_roles;       // [B, L] int8 TokenRole, kPad on padding
   at::Tensor pixel_values;      // [N_images, 3, S, S] float32; undefined when the batch has no image
-  std::vector<size_t> indices;  // global record index of each row
+  // Packed batches (data/pack.h) only: the samples each row holds, and positions [B, L] restarting per sample.
+  std::shared_ptr<const SegmentLayout> segments;
+  at::Tensor positions;
+  std::vector<size_t> indices;  // global record index of each sample (packed: in row-major segment order)
   std::vector<std::string> ids;
   std::vector<BadRecord> skipped;  // records of this micro-batch's slice that were skipped
   int64_t sequence = 0;            // micro-batch number since the loader started
   int64_t tokens = 0;              // real (non-pad) tokens
   int64_t truncated = 0;           // rows whose sample was cut to max_len
 
-  // Rows. Can be 0 when every record of the slice was bad: the trainer must still take part in the step.
+  // Samples (= rows unless packed). Can be 0 when every record of the slice was bad: the trainer must still take
+  // part in the step.
   int64_t size() const { return static_cast<int64_t>(indices.size()); }
   bool empty() const { return indices.empty(); }
 };

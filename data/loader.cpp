@@ -1,6 +1,8 @@
 // Prefetching micro-batch loader with sequence-numbered slots.
 #include "data/loader.h"
 
+#include "data/pack.h"
+
 #include <chrono>
 #include <iostream>
 
@@ -78,10 +80,12 @@ Batch DataLoader::build(int64_t seq) {
       bad.push_back(std::move(b));
     }
   }
-  Batch batch = collate(samples, dataset_.encoder().pad_id(), dataset_.config().image.crop);
+  Batch batch = config_.pack_to > 0
+                    ? collate_packed(samples, dataset_.encoder().pad_id(), dataset_.config().image.crop, config_.pack_to)
+                    : collate(samples, dataset_.encoder().pad_id(), dataset_.config().image.crop);
   if (config_.pin_memory)
-    for (at::Tensor* t :
-         {&batch.input_ids, &batch.labels, &batch.attention_mask, &batch.token_roles, &batch.pixel_values})
+    for (at::Tensor* t : {&batch.input_ids, &batch.labels, &batch.attention_mask, &batch.token_roles,
+                          &batch.pixel_values, &batch.positions})
       if (t->defined() && !t->is_pinned()) *t = t->pin_memory();
   batch.skipped = std::move(bad);
   batch.sequence = seq;

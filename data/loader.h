@@ -35,6 +35,8 @@ struct LoaderConfig {
   // copies them to the device asynchronously instead of through a synchronous pageable copy on the training
   // thread.
   bool pin_memory = false;
+  // > 0: each micro-batch's samples packed into rows of at most this many tokens (data/pack.h); 0: padded rows.
+  int64_t pack_to = 0;
 };
 
 struct LoaderStats {

@@ -102,7 +102,13 @@ int run_plan(const PlanOptions& o) {
                           " of the tokens")
             << ", grad accumulation " << in.grad_accum
             << (in.stage == 3 ? ", prefetch " + std::to_string(in.zero3_prefetch) : "")
-            << (in.offload != "none" ? ", optimizer offload " + in.offload : "") << "\n\n"
+            << (in.offload != "none" ? ", optimizer offload " + in.offload : "") << "\n"
+            << (cfg.data.pack_to > 0
+                    ? "packing: rows of at most " + std::to_string(cfg.data.pack_to) +
+                          " tokens (data.pack_to), planned as the padded worst case above: a packed micro-batch never "
+                          "computes more positions than its padded one (data/pack.h)\n"
+                    : std::string())
+            << "\n"
             << format_plan(p);
   if (groups) {
     std::cout << "\n" << format_param_groups(groups->groups);
@@ -117,6 +123,7 @@ int run_plan(const PlanOptions& o) {
                      {"zero_stage", in.stage},
                      {"dtype", in.dtype},
                      {"micro_batch", in.micro_batch},
+                     {"pack_to", cfg.data.pack_to},
                      {"seq_len", in.seq_len},
                      {"images_per_sample", in.images_per_sample},
                      {"checkpointing", in.checkpointing},

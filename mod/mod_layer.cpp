@@ -1,5 +1,6 @@
 #include "mod/mod_layer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -198,7 +199,7 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   const int64_t B = h.size(0), L = h.size(1);
   KVCache* cache = st.caches ? &(*st.caches)[layer_idx] : nullptr;
   if (cache && cache->k.defined()) return decode_step(h, st, layer_idx, *cache);
-  check_within_window(self_attn->sliding_window, L, layer_idx);
+  check_within_window(self_attn->sliding_window, st.segments ? st.segments->longest_segment() : L, layer_idx);
 
   const bool amod = cfg.router == RouterKind::kAttention;
   const bool all_routable = amod && cfg.amod_routable == AmodRoutable::kAll;
@@ -209,6 +210,20 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     masks.routable = masks.valid & (st.token_roles == static_cast<int64_t>(TokenRole::kImage));
     masks.forced = masks.valid & masks.routable.logical_not();
   }
+  // Packed rows: every segment is routed as the sample it is, through a segment-major view of the masks and scores
+  // (model/segments.h); attention over the kept tokens stays per segment.
+  const bool packed = static_cast<bool>(st.segments);
+  RoutingMasks seg_masks;
+  if (packed) {
+    check_packed_routing(layer_idx);
+    if (!st.segment_index.defined()) std::tie(st.segment_index, st.segment_slots) = st.segments->view_index(L, h.device());
+    const auto& ok = st.segment_slots;
+    seg_masks.valid = to_segment_view(masks.valid, st.segment_index) & ok;
+    seg_masks.routable = to_segment_view(masks.routable, st.segment_index) & ok;
+    seg_masks.forced = to_segment_view(masks.forced, st.segment_index) & ok;
+  }
+  const RoutingMasks& cap_masks = packed ? seg_masks : masks;  // per sample: rows or segments
+  const int64_t n_samples = packed ? st.segments->num_segments() : B;
   TraceRange routing("gmod::mod_routing");  // router scores, selection, compaction
   auto sc = score(h);
   const bool topk = (uses_topk() || pmod) && !fastv;  // p-MoD: the same top-k in training and at inference
@@ -219,18 +234,19 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   HostCapacity plan;
   at::Tensor k_dev;
   if (by_capacity) {
-    if (st.host_role_counts.defined() && st.host_role_counts.size(0) != B)
+    if (st.host_role_counts.defined() && st.host_role_counts.size(0) != n_samples)
       throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) + ": host_role_counts has " +
-                                  std::to_string(st.host_role_counts.size(0)) + " rows for a batch of " +
-                                  std::to_string(B));
+                                  std::to_string(st.host_role_counts.size(0)) + " rows for " +
+                                  std::to_string(n_samples) + (packed ? " packed segments" : " samples"));
     if (!st.host_role_counts.defined())  // callers other than MultimodalLM::forward: count once, for every layer
-      st.host_role_counts = count_routing_roles(st.token_roles, st.key_valid, B, L);
+      st.host_role_counts = packed ? count_segment_roles(st.token_roles, st.key_valid, B, L, *st.segments)
+                                   : count_routing_roles(st.token_roles, st.key_valid, B, L);
     if (pmod) {  // per-layer ratio of the image tokens: counts read back once (mod/pmod.h)
-      plan = pmod_capacity(masks, pmod_ratio);
+      plan = pmod_capacity(cap_masks, pmod_ratio);
       k_dev = at::tensor(plan.k, long_opts(at::kCPU)).to(h.device());
     } else {
       plan = host_capacity(st.host_role_counts, cfg.skip_frac, cfg.forced_keep, all_routable);
-      k_dev = topk_capacity(masks, cfg.skip_frac);  // the same values on the device, without a copy
+      k_dev = topk_capacity(cap_masks, cfg.skip_frac);  // the same values on the device, without a copy
     }
   }
   at::Tensor sel;
@@ -252,8 +268,12 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     if (!st.routing_scores.defined())
       throw std::logic_error("A-MoD layer " + std::to_string(layer_idx) +
                              ": no routing scores from the previous layer (convert_to_mod sets that layer up)");
-    sel = select_topk(st.routing_scores, masks, k_dev, plan.kmax);
+    sel = packed ? select_per_segment(st.routing_scores, seg_masks, k_dev, plan.kmax, st)
+                 : select_topk(st.routing_scores, masks, k_dev, plan.kmax);
     if (record_selection) recorded_keys.push_back(topk_key(st.routing_scores, masks));
+  } else if (topk && packed) {  // each segment's top k_s among its own tokens
+    sel = select_per_segment(sc.keep_prob, seg_masks, k_dev, plan.kmax, st);
+    if (record_selection) recorded_keys.push_back(topk_key(sc.keep_prob, masks));
   } else if (topk) {
     sel = select_topk(sc.keep_prob, masks, k_dev, plan.kmax);
     if (record_selection) recorded_keys.push_back(topk_key(sc.keep_prob, masks));
@@ -272,9 +292,38 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     st.aux_losses.push_back(routing_loss(sc.logits, sel, masks.valid));
 
   Compaction c;
+  std::shared_ptr<const SegmentLayout> kept_layout;  // packed: the kept tokens' segments in the compacted rows
+  if (packed) {
+    std::vector<int64_t> kept = by_capacity ? plan.k : std::vector<int64_t>();
+    if (!by_capacity) {  // data-dependent selection (inference): per-segment counts read back
+      const auto n = (to_segment_view(sel, st.segment_index) & st.segment_slots).sum(1).cpu();
+      kept.assign(n.data_ptr<int64_t>(), n.data_ptr<int64_t>() + n.numel());
+    }
+    auto lay = std::make_shared<SegmentLayout>();
+    std::vector<int64_t> row_k;
+    size_t s = 0;
+    for (const auto& row : st.segments->rows) {
+      lay->rows.emplace_back();
+      int64_t sum = 0;
+      for (size_t j = 0; j < row.size(); ++j, ++s) {
+        if (kept[s] > 0) lay->rows.back().push_back(kept[s]);
+        sum += kept[s];
+      }
+      row_k.push_back(sum);
+    }
+    const int64_t kmax = row_k.empty() ? 0 : *std::max_element(row_k.begin(), row_k.end());
+    c = compact(sel, at::tensor(row_k, long_opts(at::kCPU)).to(h.device()), kmax);
+    kept_layout = lay;
+  }
   if (by_capacity) {
-    c = compact(sel, k_dev, plan.kmax);
+    if (!packed) c = compact(sel, k_dev, plan.kmax);
     st.tokens.push_back(plan.tokens(layer_idx));
+  } else if (packed) {
+    auto stats = at::stack({c.counts.sum(), masks.valid.sum(), masks.routable.sum()}).cpu();
+    auto sa = stats.accessor<int64_t, 1>();
+    int64_t pairs = 0;
+    for (int64_t k : kept_layout->flat_lengths()) pairs += k * (k + 1) / 2;
+    st.tokens.push_back({layer_idx, sa[0], sa[1], pairs, sa[2]});
   } else {
     c = compact(sel);
     auto stats = at::stack({c.counts.sum(), masks.valid.sum(), at::floor_divide(c.counts * (c.counts + 1), 2).sum(),
@@ -307,12 +356,16 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   auto x = gather_tokens(h, c.index);  // [B, K, D]
   auto n = sc.normed.defined() ? gather_tokens(sc.normed, c.index) : input_layernorm->forward(x);
   at::Tensor pos;  // [B|1, K]
-  if (cfg.rope_positions == RopePositions::kCompacted) pos = at::arange(K, long_opts(h.device())).unsqueeze(0);
-  else pos = st.positions.expand({B, L}).gather(1, c.index);
+  if (cfg.rope_positions == RopePositions::kCompacted)
+    pos = packed ? kept_layout->positions(K).to(h.device()) : at::arange(K, long_opts(h.device())).unsqueeze(0);
+  else
+    pos = st.positions.expand({B, L}).gather(1, c.index);
   auto [cos, sin] = st.rope->cos_sin(pos, h.scalar_type());
   // Plain causal attention over the compacted rows (kept tokens first, see the header): the fused kernel, no mask.
   // Attention maps for analysis are those of the masked path, so padded rows read as "sees only itself".
-  auto mask = st.want_attn_probs ? AttentionMask::causal(c.valid, K, K, 0) : AttentionMask{};
+  // Packed: per kept segment (the explicit path, for maps, takes their block-diagonal mask).
+  auto mask = packed ? AttentionMask{at::Tensor(), kept_layout}
+                     : st.want_attn_probs ? AttentionMask::causal(c.valid, K, K, 0) : AttentionMask{};
   at::Tensor probs;
   AttentionSide side;
   auto a = x + self_attn->forward(n, cos, sin, mask, st.want_attn_probs ? &probs : nullptr, cache,
@@ -324,13 +377,37 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
 
   if (emit_scores) {  // consecutive A-MoD layers (adaptation): scores of the processed tokens, others per amod_skipped
     at::NoGradGuard no_grad;
-    auto s = attention_column_scores(side.q, side.k, c.valid, cfg.amod_causal_normalise, 128, side.lse);  // [B, K]
+    at::Tensor s;  // [B, K]
+    if (packed) {
+      const auto [ki, ks] = kept_layout->view_index(K, h.device());
+      s = segment_column_scores(side.q, side.k, ki, ks, cfg.amod_causal_normalise);
+    } else {
+      s = attention_column_scores(side.q, side.k, c.valid, cfg.amod_causal_normalise, 128, side.lse);
+    }
     auto base = (cfg.amod_skipped == AmodSkippedScore::kCarry && st.routing_scores.defined())
                     ? st.routing_scores.to(at::kFloat)
                     : at::full({B, L}, kInf, h.options().dtype(at::kFloat));
     st.routing_scores = base.scatter(1, c.index, at::where(c.valid, s, base.gather(1, c.index)));
   }
   return scatter_tokens(base, c, y);
+}
+
+at::Tensor MoDDecoderLayer::select_per_segment(const at::Tensor& score, const RoutingMasks& seg_masks,
+                                               const at::Tensor& k, int64_t kmax, const ForwardState& st) {
+  const auto sel = select_topk(to_segment_view(score, st.segment_index), seg_masks, k, kmax);  // [S, M]
+  return from_segment_view(sel, st.segment_index, st.segment_slots,
+                           at::zeros({score.size(0), score.size(1)}, sel.options()));
+}
+
+void MoDDecoderLayer::check_packed_routing(int layer_idx) const {
+  const bool per_sample_router = cfg.router == RouterKind::kGammaShared || cfg.router == RouterKind::kPerLayer ||
+                                 cfg.router == RouterKind::kPMoD || cfg.router == RouterKind::kAttention;
+  if (!per_sample_router || forced_selection.defined())
+    throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) +
+                                ": packed rows (data.pack_to) are routed per segment for the γ-MoD, per-layer, "
+                                "p-MoD and A-MoD routers; this layer's router (" + std::string(to_string(cfg.router)) +
+                                (forced_selection.defined() ? ", with a forced selection" : "") +
+                                ") needs unpacked batches (data.pack_to: 0)");
 }
 
 // decode_step: mod/mod_decode.cpp.

@@ -114,6 +114,11 @@ class MoDDecoderLayer : public DecoderBlock {
 
  private:
   at::Tensor decode_step(const at::Tensor& h, ForwardState& st, int layer_idx, KVCache& cache);
+  // Named error unless this layer can route packed rows per segment (γ-MoD, per-layer, p-MoD routers).
+  void check_packed_routing(int layer_idx) const;
+  // Packed rows: select_topk per segment (score [B, L], seg_masks and k per segment) written back to [B, L].
+  static at::Tensor select_per_segment(const at::Tensor& score, const RoutingMasks& seg_masks, const at::Tensor& k,
+                                       int64_t kmax, const ForwardState& st);
   // keep probability (γ: p, Raposo: sigmoid(r)), block weight and routing logits for h [B, L, D].
   struct Scores {
     at::Tensor keep_prob, weight, logits, normed;

@@ -127,6 +127,16 @@ at::Tensor attention_column_scores(const at::Tensor& q, const at::Tensor& k, con
   return at::where(vb, score, at::zeros_like(score)).to(at::kFloat);
 }
 
+at::Tensor segment_column_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& index,
+                                 const at::Tensor& slots, bool causal_normalise) {
+  at::NoGradGuard no_grad;
+  auto per_segment = [&](const at::Tensor& x) {  // [B, H, L, Dh] -> [S, H, M, Dh]
+    return to_segment_view(x.transpose(1, 2), index).transpose(1, 2);
+  };
+  const auto s = attention_column_scores(per_segment(q), per_segment(k), slots, causal_normalise);  // [S, M]
+  return from_segment_view(s, index, slots, at::zeros({q.size(0), q.size(2)}, s.options()));
+}
+
 at::Tensor attention_column_scores_from_probs(const at::Tensor& probs, const at::Tensor& valid, bool causal_normalise) {
   const int64_t B = probs.size(0), L = probs.size(2);
   const auto ct = router_compute_dtype(probs);
@@ -158,7 +168,7 @@ at::Tensor AttentionScoringLayer::forward(const at::Tensor& h, ForwardState& st,
   KVCache* cache = st.caches ? &(*st.caches)[layer_idx] : nullptr;
   const bool decode = cache && cache->k.defined();
   // The column scores assume plain causal attention over the whole sequence.
-  if (!decode) check_within_window(self_attn->sliding_window, h.size(1), layer_idx);
+  if (!decode) check_within_window(self_attn->sliding_window, st.segments ? st.segments->longest_segment() : h.size(1), layer_idx);
   at::Tensor probs;
   AttentionSide side;
   auto n = input_layernorm->forward(h);
@@ -166,7 +176,10 @@ at::Tensor AttentionScoringLayer::forward(const at::Tensor& h, ForwardState& st,
   auto a = self_attn->forward(n, st.cos, st.sin, st.mask, st.want_attn_probs ? &probs : nullptr, cache,
                               decode ? nullptr : &side);
   if (st.want_attn_probs) st.attn_probs.push_back(probs);
-  if (!decode) st.routing_scores = attention_column_scores(side.q, side.k, st.key_valid, causal_normalise, 128, side.lse);
+  if (!decode)
+    st.routing_scores = st.segments ? segment_column_scores(side.q, side.k, st.segment_index, st.segment_slots,
+                                                            causal_normalise)
+                                    : attention_column_scores(side.q, side.k, st.key_valid, causal_normalise, 128, side.lse);
   auto x = h + a;
   st.tokens.push_back({layer_idx, st.valid_tokens, st.valid_tokens});
   return x + mlp->forward(post_attention_layernorm->forward(x));

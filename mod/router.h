@@ -47,6 +47,11 @@ class ScalarRouterImpl : public torch::nn::Module {
 // per head. Returns [B, L] fp32.
 at::Tensor attention_column_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid,
                                    bool causal_normalise, int64_t tile = 128, const at::Tensor& lse = at::Tensor());
+// The same for packed rows (model/segments.h): each segment's columns scored over its own queries, as the sample
+// would be alone. index / slots: SegmentLayout::view_index of the [B, L] rows q and k cover. Returns [B, L] fp32
+// (0 past the segments).
+at::Tensor segment_column_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& index,
+                                 const at::Tensor& slots, bool causal_normalise);
 // The same from explicit probabilities [B, H, L, L] (reference for tests).
 at::Tensor attention_column_scores_from_probs(const at::Tensor& probs, const at::Tensor& valid,
                                               bool causal_normalise);

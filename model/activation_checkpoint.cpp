@@ -56,6 +56,9 @@ ForwardState block_inputs(const ForwardState& st) {
   s.cos = st.cos;
   s.sin = st.sin;
   s.mask = st.mask;
+  s.segments = st.segments;
+  s.segment_index = st.segment_index;
+  s.segment_slots = st.segment_slots;
   s.valid_tokens = st.valid_tokens;
   if (st.routing_scores.defined())
     s.routing_scores = st.routing_scores.detach();  // only ever used to select tokens

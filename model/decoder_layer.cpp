@@ -19,6 +19,16 @@ at::Tensor count_routing_roles(const at::Tensor& token_roles, const at::Tensor& 
   return at::stack({valid.sum(1), img_sys, answer}, 1).to(at::kCPU);  // [B, 3]
 }
 
+at::Tensor count_segment_roles(const at::Tensor& token_roles, const at::Tensor& key_valid, int64_t B, int64_t L,
+                               const SegmentLayout& layout) {
+  layout.check(B, L, "count_segment_roles");
+  const auto dev = token_roles.defined() ? token_roles.device() : key_valid.defined() ? key_valid.device() : at::Device(at::kCPU);
+  auto [index, slots] = layout.view_index(L, dev);
+  auto valid = key_valid.defined() ? key_valid.to(at::kBool) : at::ones({B, L}, at::TensorOptions().dtype(at::kBool).device(dev));
+  auto roles = token_roles.defined() ? to_segment_view(token_roles, index) : at::Tensor();
+  return count_routing_roles(roles, to_segment_view(valid, index) & slots, index.size(0), index.size(1));
+}
+
 DenseDecoderLayer::DenseDecoderLayer(const LlamaConfig& c) {
   self_attn = register_module("self_attn", std::make_shared<AttentionImpl>(c));
   mlp = register_module("mlp", std::make_shared<MLPImpl>(c));

@@ -27,6 +27,9 @@ struct LayerTokens {
 // accelerator (none on the CPU); the data pipeline can hand it over precomputed (ModelInputs::host_role_counts).
 enum HostCountColumn : int64_t { kCountValid = 0, kCountImageSystem = 1, kCountAnswer = 2 };
 at::Tensor count_routing_roles(const at::Tensor& token_roles, const at::Tensor& key_valid, int64_t B, int64_t L);
+// The same per segment of packed rows: [S, 3] (token_roles and key_valid [B, L] as above; layout model/segments.h).
+at::Tensor count_segment_roles(const at::Tensor& token_roles, const at::Tensor& key_valid, int64_t B, int64_t L,
+                               const SegmentLayout& layout);
 
 // How a routing block treats its data-dependent token selection in this pass (activation checkpointing,
 // model/activation_checkpoint.h): kRecord stores it in ForwardState::routing_selection, kReplay takes it from there
@@ -38,9 +41,13 @@ struct ForwardState {
   at::Tensor positions;    // [B, L] int64 absolute positions of the current tokens
   at::Tensor key_valid;    // [B, L] bool, true = real token; undefined = no padding
   at::Tensor token_roles;  // [B, L] int8 TokenRole; undefined when unknown (MoD then routes nothing)
-  at::Tensor host_role_counts;  // [B, 3] int64 CPU (count_routing_roles); undefined = MoD layers count themselves
+  at::Tensor host_role_counts;  // [B|S, 3] int64 CPU (count_routing_roles); undefined = MoD layers count themselves
   at::Tensor cos, sin;     // [B|1, L, Dh] rotary tables for `positions`
-  AttentionMask mask;      // full-sequence mask (undefined `allowed` = plain causal)
+  AttentionMask mask;      // full-sequence mask (undefined `allowed` = plain causal; `segments` for packed rows)
+  // Packed rows (model/segments.h; also in `mask`): then host_role_counts has one row per segment, and MoD layers
+  // route each segment as its own sample. segment_index / segment_slots: its view_index on the batch's device.
+  std::shared_ptr<const SegmentLayout> segments;
+  at::Tensor segment_index, segment_slots;
   std::vector<KVCache>* caches = nullptr;  // one per layer during generation
 
   bool want_attn_probs = false;

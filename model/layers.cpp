@@ -134,6 +134,36 @@ std::pair<at::Tensor, at::Tensor> causal_attention_with_lse(const at::Tensor& q,
   return {};
 }
 
+// Packed rows: each segment's causal attention through the fused kernel (a sliding window applies within the
+// segment), one call per segment; a row's trailing padding gets zeros (nothing reads it). q [B,H,L,Dh],
+// k/v [B,Hkv,L,Dh] -> [B,H,L,Dh].
+at::Tensor segmented_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const SegmentLayout& layout, double scale, int64_t rep, int64_t window) {
+  const int64_t B = q.size(0), L = q.size(2);
+  layout.check(B, L, "attention");
+  std::vector<at::Tensor> rows;
+  rows.reserve(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<at::Tensor> parts;
+    int64_t start = 0;
+    for (int64_t len : layout.rows[static_cast<size_t>(b)]) {
+      auto qs = q.narrow(0, b, 1).narrow(2, start, len);
+      auto ks = k.narrow(0, b, 1).narrow(2, start, len);
+      auto vs = v.narrow(0, b, 1).narrow(2, start, len);
+      if (window > 0 && len > window) {
+        auto band = AttentionMask{}.within_window(window, len, len, q.device()).allowed;
+        parts.push_back(grouped_sdpa(qs, ks, vs, band, false, scale, rep));
+      } else {
+        parts.push_back(grouped_sdpa(qs, ks, vs, std::nullopt, true, scale, rep));
+      }
+      start += len;
+    }
+    if (start < L) parts.push_back(at::zeros({1, q.size(1), L - start, q.size(3)}, q.options()));
+    rows.push_back(parts.size() == 1 ? parts[0] : at::cat(parts, 2));
+  }
+  return B == 1 ? rows[0] : at::cat(rows, 0);
+}
+
 }  // namespace
 
 std::pair<at::Tensor, at::Tensor> explicit_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -182,16 +212,30 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
     k = cache->k;
     v = cache->v;
   }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const int64_t rep = n_heads / n_kv_heads;
+  if (given_mask.segments && !given_mask.allowed.defined()) {
+    if (cache) throw std::logic_error("attention: packed rows (segments) cannot use a KV cache");
+    if (side) *side = AttentionSide{q.detach(), k.detach(), at::Tensor()};
+    at::Tensor out;
+    if (probs) {  // attention maps: the explicit path over the block-diagonal causal mask
+      auto r = explicit_attention(q, repeat_kv(k, rep), repeat_kv(v, rep),
+                                  given_mask.segments->block_causal_mask(L, x.device()), false, scale);
+      out = r.first;
+      *probs = r.second;
+    } else {
+      out = segmented_attention(q, k, v, *given_mask.segments, scale, rep, sliding_window);
+    }
+    return lora_linear(*o_proj, out.transpose(1, 2).reshape({B, L, n_heads * head_dim}));
+  }
   // A window shorter than the keys turns the plain causal fast path into an explicit mask.
   const AttentionMask mask = sliding_window > 0 && k.size(2) > sliding_window
                                  ? given_mask.within_window(sliding_window, L, k.size(2), x.device())
                                  : given_mask;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   const bool causal = !mask.allowed.defined();
   if (causal && k.size(2) != L)
     throw std::logic_error("attention: a KV cache needs an explicit mask (AttentionMask::causal)");
   at::Tensor out;
-  const int64_t rep = n_heads / n_kv_heads;
   if (side) {
     side->q = q.detach();
     side->k = k.detach();

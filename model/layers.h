@@ -7,6 +7,7 @@
 #include <torch/nn/module.h>
 
 #include "model/config.h"
+#include "model/segments.h"
 
 namespace gmod {
 
@@ -51,6 +52,10 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 // fresh sequence (the fast path); otherwise a bool tensor [B, 1, Lq, Lk], true = attend.
 struct AttentionMask {
   at::Tensor allowed;
+  // Packed rows (model/segments.h): each segment attends causally to itself only. Without `allowed` the
+  // attention runs per segment through the fused causal kernel (no [L, L] mask; trailing padding gets zeros); with
+  // attention maps requested the explicit path takes the block-diagonal mask. Not with a KV cache.
+  std::shared_ptr<const SegmentLayout> segments;
   // Causal mask combined with key padding; key_valid [B, Lk] bool (true = real token).
   // `q_offset` is the position of the first query among the keys (KV-cache decode).
   static AttentionMask causal(const at::Tensor& key_valid, int64_t lq, int64_t lk, int64_t q_offset);

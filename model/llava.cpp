@@ -117,17 +117,39 @@ void prepare_forward_state(ForwardState& st, const at::Tensor& input_ids, const 
   st.valid_tokens = attention_mask.defined() ? attention_mask.sum().item<int64_t>() : B * L;
 }
 
+void prepare_forward_state(ForwardState& st, const ModelInputs& in) {
+  const int64_t B = in.input_ids.size(0), L = in.input_ids.size(1);
+  if (!in.segments) {
+    prepare_forward_state(st, in.input_ids, in.attention_mask, in.positions);
+    st.token_roles = in.token_roles;
+    // Once per forward, on the host: MoD layers take their capacities from these counts (no per-layer sync).
+    st.host_role_counts = in.host_role_counts.defined() ? in.host_role_counts
+                                                        : count_routing_roles(in.token_roles, st.key_valid, B, L);
+    return;
+  }
+  in.segments->check(B, L, "packed batch");
+  const auto dev = in.input_ids.device();
+  st.positions = in.positions.defined() ? in.positions : in.segments->positions(L).to(dev);
+  st.key_valid = in.attention_mask.defined() ? in.attention_mask.to(at::kBool) : at::Tensor();
+  st.mask = AttentionMask{at::Tensor(), in.segments};
+  st.segments = in.segments;
+  std::tie(st.segment_index, st.segment_slots) = in.segments->view_index(L, dev);
+  st.valid_tokens = st.key_valid.defined() ? st.key_valid.sum().item<int64_t>() : B * L;
+  st.token_roles = in.token_roles;
+  st.host_role_counts = in.host_role_counts.defined()
+                            ? in.host_role_counts
+                            : count_segment_roles(in.token_roles, st.key_valid, B, L, *in.segments);
+  if (st.host_role_counts.size(0) != in.segments->num_segments())
+    throw std::invalid_argument("packed batch: host_role_counts has " + std::to_string(st.host_role_counts.size(0)) +
+                                " rows for " + std::to_string(in.segments->num_segments()) + " segments");
+}
+
 at::Tensor MultimodalLM::logits(const at::Tensor& hidden) const {
   return at::linear(hidden, lm_head_weight()).to(at::kFloat);
 }
 
 ModelOutput MultimodalLM::forward(const ModelInputs& in, ForwardState& st) {
-  prepare_forward_state(st, in.input_ids, in.attention_mask, in.positions);
-  st.token_roles = in.token_roles;
-  // Once per forward, on the host: MoD layers take their capacities from these counts (no per-layer sync).
-  st.host_role_counts = in.host_role_counts.defined()
-                            ? in.host_role_counts
-                            : count_routing_roles(in.token_roles, st.key_valid, in.input_ids.size(0), in.input_ids.size(1));
+  prepare_forward_state(st, in);
   auto h = llm->forward(embed_inputs(in.input_ids, in.pixel_values), st);
   ModelOutput out;
   out.logits = logits(h);

@@ -25,6 +25,11 @@ struct ModelInputs {
   at::Tensor positions;       // [B, L] int64; undefined = 0..L-1
   at::Tensor token_roles;     // [B, L] int8 TokenRole (for MoD routing); optional
   at::Tensor host_role_counts;  // [B, 3] int64 CPU count_routing_roles(token_roles, attention_mask); optional
+                                // (packed rows: [S, 3] count_segment_roles)
+  // Packed rows (data.pack_to): the samples each row holds (model/segments.h); null = one sample per row. With it,
+  // `positions` restart per segment (SegmentLayout::positions) and every segment's first label is -100, so no
+  // position predicts the next segment's first token.
+  std::shared_ptr<const SegmentLayout> segments;
 };
 
 struct ModelOutput {
@@ -72,5 +77,8 @@ std::pair<at::Tensor, int64_t> causal_lm_loss_sum(const at::Tensor& logits, cons
 // Fills ForwardState's positions and masks for a fresh (non-cached) forward pass.
 void prepare_forward_state(ForwardState& st, const at::Tensor& input_ids, const at::Tensor& attention_mask,
                            const at::Tensor& positions);
+// The same for a full forward of `in`, with what routing layers read: token roles, host role counts (counted here
+// when `in` has none) and the packed-row layout.
+void prepare_forward_state(ForwardState& st, const ModelInputs& in);
 
 }  // namespace gmod

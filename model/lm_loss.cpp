@@ -121,12 +121,7 @@ ModelOutput forward_label_loss(MultimodalLM& model, const ModelInputs& in, Forwa
                                int64_t chunk_rows) {
   if (!in.labels.defined()) throw std::invalid_argument("lm_loss: forward_label_loss needs labels");
   // The decoder part of MultimodalLM::forward (model/llava.cpp), unchanged.
-  prepare_forward_state(st, in.input_ids, in.attention_mask, in.positions);
-  st.token_roles = in.token_roles;
-  st.host_role_counts =
-      in.host_role_counts.defined()
-          ? in.host_role_counts
-          : count_routing_roles(in.token_roles, st.key_valid, in.input_ids.size(0), in.input_ids.size(1));
+  prepare_forward_state(st, in);
   at::Tensor h = model.llm->forward(model.embed_inputs(in.input_ids, in.pixel_values), st);  // [B, L, D]
   ModelOutput out;
   auto [sum, count] = label_only_lm_loss_sum(h, model.lm_head_weight(), in.labels, chunk_rows);

@@ -144,13 +144,11 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
   }
   setup_optimizer();
   resume_if_requested();
-  loader_ = std::make_unique<DataLoader>(*train_set_,
-                                         LoaderConfig{cfg_.batch.micro_batch, rank_, world_,
-                                                      SamplerConfig{cfg_.seed, global_batch_,
-                                                                    cfg_.data.group_by_modality_length, 0},
-                                                      cfg_.data.workers, cfg_.data.prefetch, -1,
-                                                      cfg_.data.max_bad_fraction, 200, true, device_.is_cuda()},
-                                         start_position_);
+  LoaderConfig lc{cfg_.batch.micro_batch, rank_, world_,
+                  SamplerConfig{cfg_.seed, global_batch_, cfg_.data.group_by_modality_length, 0},
+                  cfg_.data.workers, cfg_.data.prefetch, -1, cfg_.data.max_bad_fraction, 200, true, device_.is_cuda()};
+  lc.pack_to = cfg_.data.pack_to;
+  loader_ = std::make_unique<DataLoader>(*train_set_, lc, start_position_);
   const int64_t steps_per_epoch = loader_->micro_steps_per_epoch() / accum_;
   if (steps_per_epoch < 1)
     throw std::invalid_argument("data.train: " + std::to_string(train_set_->size()) +
@@ -453,8 +451,11 @@ StepMetrics Trainer::train_step() {
     backward.end();
     lm_sum += out.lm_loss_sum.detach().to(at::kDouble);
     const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
-    ForwardShape shape = ForwardShape::full(sample_lengths(b.attention_mask), images);
-    shape.mod_kmax = capacity_kmax(*model_, in.host_role_counts);  // MoD layers ran B x k_max rows
+    // Packed rows: one sample per segment, and the MoD layers ran rows x (their longest kept row), so their kept
+    // tokens are counted instead of a capacity plan.
+    ForwardShape shape =
+        ForwardShape::full(b.segments ? b.segments->flat_lengths() : sample_lengths(b.attention_mask), images);
+    shape.mod_kmax = b.segments ? -1 : capacity_kmax(*model_, in.host_role_counts);  // MoD layers ran B x k_max rows
     step_flops += train_flops(account_forward(st.tokens, model_->config, shape), flop_parts_);
     for (const LayerTokens& lt : st.tokens)
       for (size_t i = 0; i < n_mod; ++i)

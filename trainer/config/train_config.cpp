@@ -63,7 +63,7 @@ json to_json(const TrainConfig& c) {
         {"init_seed", c.model.init_seed}, {"activation_checkpointing", c.model.activation_checkpointing}}},
       {"data",
        {{"train", c.data.train}, {"image_folder", c.data.image_folder}, {"tokenizer", c.data.tokenizer},
-        {"template", c.data.template_name}, {"max_len", c.data.max_len}, {"truncation", c.data.truncation},
+        {"template", c.data.template_name}, {"max_len", c.data.max_len}, {"truncation", c.data.truncation}, {"pack_to", c.data.pack_to},
         {"workers", c.data.workers}, {"prefetch", c.data.prefetch}, {"max_bad_fraction", c.data.max_bad_fraction},
         {"preflight_records", c.data.preflight_records}, {"max_image_pixels", c.data.max_image_pixels},
         {"group_by_modality_length", c.data.group_by_modality_length}, {"demo_records", c.data.demo_records}}},
@@ -146,7 +146,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(d, "prefetch", c.data.prefetch), get(d, "max_bad_fraction", c.data.max_bad_fraction);
       get(d, "preflight_records", c.data.preflight_records), get(d, "max_image_pixels", c.data.max_image_pixels);
       get(d, "group_by_modality_length", c.data.group_by_modality_length);
-      get(d, "demo_records", c.data.demo_records);
+      get(d, "demo_records", c.data.demo_records), get(d, "pack_to", c.data.pack_to);
       get(e, "data", c.eval.data), get(e, "image_folder", c.eval.image_folder), get(e, "every", c.eval.every);
       get(e, "max_batches", c.eval.max_batches), get(e, "exact_match", c.eval.exact_match);
       get(o, "lr", c.optimizer.lr), get(o, "beta1", c.optimizer.beta1), get(o, "beta2", c.optimizer.beta2);
@@ -429,6 +429,9 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
   if (c.data.truncation != "turn" && c.data.truncation != "skip")
     e.push_back("data.truncation: \"" + c.data.truncation + "\", expected turn or skip");
   if (c.data.max_len < 8) e.push_back("data.max_len: " + std::to_string(c.data.max_len) + ", expected >= 8");
+  if (c.data.pack_to != 0 && c.data.pack_to < c.data.max_len)
+    e.push_back("data.pack_to: " + std::to_string(c.data.pack_to) + ", expected 0 (no packing) or >= data.max_len (" +
+                std::to_string(c.data.max_len) + "), so that every sample fits a row");
   if (c.data.workers < 0 || c.data.workers > 256)
     e.push_back("data.workers: " + std::to_string(c.data.workers) + ", expected 0 to 256 (threads per rank)");
   if (c.data.prefetch < 1 || c.data.prefetch > 4096)

@@ -63,6 +63,9 @@ struct DataSection {
   std::string template_name = "auto";  // conversation template (data/conversation.h); auto: the LLM family's
   int max_len = 2048;            // tokens per sample after image expansion (image tokens per image: model config)
   std::string truncation = "turn";  // "turn": keep whole leading rounds that fit; "skip": drop long samples
+  // > 0: pack each micro-batch's samples into rows of at most this many tokens (>= max_len, so every sample fits;
+  // data/pack.h): no compute on padding, the same loss and gradients. 0: rows padded to the longest sample.
+  int64_t pack_to = 0;
   int workers = 2;               // loader threads per rank (0 = prepare inside the training thread)
   int prefetch = 4;              // micro-batches prepared ahead per rank
   // Unusable records (malformed, no answer, too long, bad image, ...) are skipped. The run stops before training when
