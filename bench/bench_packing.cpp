@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -167,7 +168,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n; ++i) {
       samples.push_back(make_sample(i, rng, a));
       const auto len = static_cast<int64_t>(samples.back().sample.ids.size());
-      const bool img = samples.back().sample.roles.size() > 1 && samples.back().sample.roles[1] == TokenRole::kImage;
+      const auto& roles = samples.back().sample.roles;
+      const bool img = std::find(roles.begin(), roles.end(), TokenRole::kImage) != roles.end();
       modality.push_back(img ? len : -len);
       text_only += img ? 0 : 1;
       total += len;

@@ -136,32 +136,36 @@ std::pair<at::Tensor, at::Tensor> causal_attention_with_lse(const at::Tensor& q,
 
 // Packed rows: each segment's causal attention through the fused kernel (a sliding window applies within the
 // segment), one call per segment; a row's trailing padding gets zeros (nothing reads it). q [B,H,L,Dh],
-// k/v [B,Hkv,L,Dh] -> [B,H,L,Dh].
+// k/v [B,Hkv,L,Dh] -> [B,H,L,Dh]. The slices come from one unbind and one split per row, whose backward is one
+// stack / cat (a narrow per segment would zero-fill a full-size gradient per segment).
 at::Tensor segmented_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const SegmentLayout& layout, double scale, int64_t rep, int64_t window) {
   const int64_t B = q.size(0), L = q.size(2);
   layout.check(B, L, "attention");
+  const auto qr = q.unbind(0), kr = k.unbind(0), vr = v.unbind(0);  // [H, L, Dh] per row
   std::vector<at::Tensor> rows;
   rows.reserve(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
+    std::vector<int64_t> sizes = layout.rows[static_cast<size_t>(b)];
+    const int64_t covered = layout.row_length(b);
+    if (covered < L) sizes.push_back(L - covered);
+    const auto qs = qr[size_t(b)].split_with_sizes(sizes, 1), ks = kr[size_t(b)].split_with_sizes(sizes, 1),
+               vs = vr[size_t(b)].split_with_sizes(sizes, 1);
     std::vector<at::Tensor> parts;
-    int64_t start = 0;
-    for (int64_t len : layout.rows[static_cast<size_t>(b)]) {
-      auto qs = q.narrow(0, b, 1).narrow(2, start, len);
-      auto ks = k.narrow(0, b, 1).narrow(2, start, len);
-      auto vs = v.narrow(0, b, 1).narrow(2, start, len);
+    for (size_t j = 0; j < layout.rows[size_t(b)].size(); ++j) {
+      const int64_t len = sizes[j];
+      auto qj = qs[j].unsqueeze(0), kj = ks[j].unsqueeze(0), vj = vs[j].unsqueeze(0);
       if (window > 0 && len > window) {
         auto band = AttentionMask{}.within_window(window, len, len, q.device()).allowed;
-        parts.push_back(grouped_sdpa(qs, ks, vs, band, false, scale, rep));
+        parts.push_back(grouped_sdpa(qj, kj, vj, band, false, scale, rep).squeeze(0));
       } else {
-        parts.push_back(grouped_sdpa(qs, ks, vs, std::nullopt, true, scale, rep));
+        parts.push_back(grouped_sdpa(qj, kj, vj, std::nullopt, true, scale, rep).squeeze(0));
       }
-      start += len;
     }
-    if (start < L) parts.push_back(at::zeros({1, q.size(1), L - start, q.size(3)}, q.options()));
-    rows.push_back(parts.size() == 1 ? parts[0] : at::cat(parts, 2));
+    if (covered < L) parts.push_back(at::zeros({q.size(1), L - covered, q.size(3)}, q.options()));
+    rows.push_back(parts.size() == 1 ? parts[0] : at::cat(parts, 1));
   }
-  return B == 1 ? rows[0] : at::cat(rows, 0);
+  return at::stack(rows, 0);
 }
 
 }  // namespace
