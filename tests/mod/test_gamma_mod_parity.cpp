@@ -1,8 +1,12 @@
-// gmod's γ-MoD against the ORIGINAL γ-MoD modules (tests/fixtures/make_gamma_mod_fixtures.py imports
-// MoDLLaVALlamaForCausalLM from a Gamma-MOD checkout and runs it at random tiny weights): a directory as the
-// original saves it (model_type mod_llava_llama, config.mod, one router copy per MoD layer, the CLIP named by a
-// relative path) loaded unedited by load_mod_pretrained (no image_token_id in the config: gmod's placeholder is then
-// vocab_size), the same batch in training mode, and
+// gmod's γ-MoD against the ORIGINAL γ-MoD modules (MoDLLaVALlamaForCausalLM imported from a Gamma-MOD checkout and
+// run at random tiny weights), on two fixtures:
+//   llava_clip_mod12 (tests/fixtures/make_gamma_mod_fixtures.py): LLaVA-1.5 style, one CLIP, MoD layers 1 and 2;
+//   llava_hr_arank (tests/fixtures/make_gamma_mod_hr_fixtures.py): the layout of the released γ-MoD-LLaVA-HR models
+//     (fine_tune_mod.sh: arank_mod on 6 layers -> 3 and 4, the multipath CLIP + ConvNeXt tower at 1024 px with
+//     its stitches trained, the ConvNeXt named by a relative path in timm's layout).
+// Each is a directory as the original saves it (model_type mod_llava_llama, config.mod, one router copy per MoD
+// layer, the towers named by relative paths) loaded unedited by load_mod_pretrained (no image_token_id in the
+// config: gmod's placeholder is then vocab_size), the same batch in training mode, and
 //   logits within 1e-5 of the largest reference logit (every token is real: no padding; the committed reference
 //   holds the generating CPU's fp32 rounding through a CLIP tower and 4 layers, and another CPU's kernels, AVX2 or
 //   AVX-512, sum in another order: 4.2e-6 where it was made, 1.15e-5 on an AVX-512 CI machine, |logit| <= 4), LM loss and routing loss within 1e-5 / 1e-7,
@@ -45,15 +49,18 @@ double logit_tolerance(const at::Tensor& ref) {
 
 constexpr int64_t kImageMarker = -200;  // the original's IMAGE_TOKEN_INDEX, kept in the stored expanded ids
 
-std::string fixture_dir() { return test::fixture("gamma_mod/llava_clip_mod12"); }
-
-nlohmann::json meta() {
-  std::ifstream f(fixture_dir() + "/reference.json");
-  if (!f) throw std::runtime_error(fixture_dir() + "/reference.json: missing (re-run make_gamma_mod_fixtures.py)");
-  nlohmann::json j;
-  f >> j;
-  return j;
-}
+class GammaModParity : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string fixture_dir() const { return test::fixture("gamma_mod/" + GetParam()); }
+  nlohmann::json read(const std::string& file) const {
+    std::ifstream f(fixture_dir() + "/" + file);
+    if (!f) throw std::runtime_error(fixture_dir() + "/" + file + ": missing (re-run its generator)");
+    nlohmann::json j;
+    f >> j;
+    return j;
+  }
+  nlohmann::json meta() const { return read("reference.json"); }
+};
 
 ModelInputs fixture_inputs(const SafetensorsFile& ref, int64_t image_id, int repeat, int64_t rows = -1) {
   ModelInputs in;
@@ -82,8 +89,9 @@ double rel_l2(const at::Tensor& a, const at::Tensor& ref) {
 }
 
 // The MoD config the original's config.json gives, and the switches that reproduce the official code.
-void expect_official_options(const MoDConfig& c, const nlohmann::json& m) {
+void expect_official_options(const MoDConfig& c, const nlohmann::json& m, const nlohmann::json& config) {
   EXPECT_EQ(c.mod_layers, m.at("mod_layers").get<std::vector<int>>());
+  EXPECT_EQ(c.selection, config.at("mod").at("mod_mode").get<std::string>());
   EXPECT_EQ(c.router, RouterKind::kGammaShared);
   EXPECT_EQ(c.skip_frac, 0.5);
   EXPECT_EQ(c.forced_keep, ForcedKeep::kQuestionsAnswers);
@@ -94,14 +102,17 @@ void expect_official_options(const MoDConfig& c, const nlohmann::json& m) {
   EXPECT_EQ(c.mode, RoutingMode::kAuto);
 }
 
-TEST(GammaModParity, TrainingLogitsLossesRoutingAndEveryGradientMatchTheOriginal) {
+TEST_P(GammaModParity, TrainingLogitsLossesRoutingAndEveryGradientMatchTheOriginal) {
   const auto dir = fixture_dir();
   const auto m = meta();
+  const auto config = read("config.json");
   const auto mc = read_mod_config(dir);
   ASSERT_TRUE(mc);
-  expect_official_options(*mc, m);
+  expect_official_options(*mc, m, config);
   auto model = load_mod_pretrained(dir);
   ASSERT_TRUE(model->vision);
+  // The tower the directory names: LLaVA-HR's multipath (CLIP + ConvNeXt) where config.json says so.
+  EXPECT_EQ(model->config.multipath.has_value(), config.value("is_multipath_encoder", false));
   ASSERT_TRUE(shared_router(*model));
   SafetensorsFile ref(dir + "/reference.safetensors");
   auto in = fixture_inputs(ref, model->config.image_token_id, m.at("pixel_repeat").get<int>());
@@ -191,6 +202,11 @@ TEST(GammaModParity, TrainingLogitsLossesRoutingAndEveryGradientMatchTheOriginal
     ++compared;
   }
   for (const auto& hf : m.at("no_grad")) {
+    if (hf_unused(hf.get<std::string>())) {  // the ConvNeXt's classifier head: unused, gmod does not hold it
+      const auto g = hf_to_gmod(hf.get<std::string>());
+      EXPECT_FALSE(g && params.contains(*g)) << hf;
+      continue;
+    }
     const auto g = hf_to_gmod(hf.get<std::string>());
     ASSERT_TRUE(g && params.contains(*g)) << hf;
     covered[*g] = true;
@@ -201,13 +217,13 @@ TEST(GammaModParity, TrainingLogitsLossesRoutingAndEveryGradientMatchTheOriginal
   for (const auto& [g, seen] : covered) EXPECT_TRUE(seen) << "gmod parameter " << g << " has no reference";
   EXPECT_EQ(compared, m.at("gradients").get<int>());
   EXPECT_GT(router->weight.grad().norm().item<double>(), 0.0);
-  std::cout << "γ-MoD training parity: max logit diff " << logit_err << ", LM loss diff " << lm_err
+  std::cout << "γ-MoD training parity (" << GetParam() << "): max logit diff " << logit_err << ", LM loss diff " << lm_err
             << ", routing loss diff " << rl_err << " (per layer " << layer_loss_err << "), selection differences "
             << selection_diffs << ", worst relative gradient diff " << worst << " (" << worst_name << ") over "
             << compared << " tensors\n";
 }
 
-TEST(GammaModParity, InferenceDecisionsAndLogitsMatchTheOriginalUpToForcedTokens) {
+TEST_P(GammaModParity, InferenceDecisionsAndLogitsMatchTheOriginalUpToForcedTokens) {
   const auto dir = fixture_dir();
   const auto m = meta();
   const auto mc = read_mod_config(dir);
@@ -241,7 +257,12 @@ TEST(GammaModParity, InferenceDecisionsAndLogitsMatchTheOriginalUpToForcedTokens
   auto out = model->forward(in);
   const double err = (out.logits - ref.tensor("eval.logits")).abs().max().item<double>();
   EXPECT_LT(err, logit_tolerance(ref.tensor("eval.logits"))) << "inference logits with the original's kept tokens";
-  std::cout << "γ-MoD inference parity (original's decisions replayed): max logit diff " << err << "\n";
+  std::cout << "γ-MoD inference parity (" << GetParam() << ", original's decisions replayed): max logit diff " << err
+            << "\n";
 }
+
+INSTANTIATE_TEST_SUITE_P(OriginalModules, GammaModParity,
+                         ::testing::Values(std::string("llava_clip_mod12"), std::string("llava_hr_arank")),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
