@@ -21,6 +21,8 @@
 // and answers included; gmod forces the non-routable tokens (docs/mod.md). The test checks that the routable part
 // of the decisions is the same, that the only difference is the text tokens the original skips, and, with the
 // original's kept set replayed (forced_selection), the inference logits.
+// llava_hr_arank also holds a padded batch with a text-only sample (GammaModParityHr, below): where the original's
+// hard-coded routable prefix makes it route that sample's questions, answers and padding, and parity otherwise.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
