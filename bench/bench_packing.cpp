@@ -160,7 +160,11 @@ int main(int argc, char** argv) {
   try {
     const Args a = parse(argc, argv);
     if (a.threads > 0) at::set_num_threads(a.threads);
-    const size_t n = size_t(a.mb) * size_t(a.batches) * size_t(a.world);  // enough for the grouped megabatches
+    // A pool of micro-batch x micro-batches x world samples: the grouped order sorts it in megabatches of world x
+    // micro-batch samples (LLaVA's), of which micro-batch b takes rank (b mod world)'s slice of megabatch b, so the
+    // grouped batches span long to short as a rank's do; the other strategies take the first micro-batches of one
+    // seeded random order (the same samples for padded and packed).
+    const size_t n = size_t(a.mb) * size_t(a.batches) * size_t(a.world);
     std::mt19937_64 rng(a.seed);
     std::vector<PreparedSample> samples;
     std::vector<int64_t> modality;  // LLaVA's modality lengths: + with an image, - text-only
@@ -197,7 +201,7 @@ int main(int argc, char** argv) {
       const size_t from = size_t(b) * size_t(a.mb);
       auto r = take(samples, random, from, size_t(a.mb));
       strategies[0].batches.push_back(collate(r, 0, 0));
-      auto g = take(samples, grouped, from, size_t(a.mb));
+      auto g = take(samples, grouped, (size_t(b) * size_t(a.world) + size_t(b % a.world)) * size_t(a.mb), size_t(a.mb));
       strategies[1].batches.push_back(collate(g, 0, 0));
       auto p = take(samples, random, from, size_t(a.mb));
       strategies[2].batches.push_back(collate_packed(p, 0, 0, pack_to));
