@@ -90,7 +90,7 @@ double rel_l2(const at::Tensor& a, const at::Tensor& r) {
 }
 
 struct Diffs {
-  double logits = 0, loss = 0, grad = 0;
+  double logits = 0, loss = 0, grad = 0, grad_rel = 0;  // grad: in units of each tensor's tolerance x kTol
   int64_t kept_diffs = 0;                 // tokens kept differently, over every stage
   std::vector<int64_t> kept_by_sample;   // the same per sample
   int compared = 0;
@@ -154,6 +154,7 @@ Diffs train_compare(MultimodalLM& model, const ModelInputs& in, bool grads) {
     const auto& grad = params[*g].grad();
     const double rel = grad.defined() ? rel_l2(grad, ref().tensor(name)) : 1.0;
     const double tol = std::max(kTol, 4 * meta().at("fp32_rounding").value(hf, 0.0));
+    d.grad_rel = std::max(d.grad_rel, rel);
     if (rel * kTol / tol > d.grad) {  // in units of each tensor's own tolerance, times kTol
       d.grad = rel * kTol / tol;
       d.worst = *g + " (relative L2 " + std::to_string(rel) + ", tolerance " + std::to_string(tol) + ")";
@@ -177,11 +178,16 @@ Diffs train_compare(MultimodalLM& model, const ModelInputs& in, bool grads) {
 void report(const std::string& what, const Diffs& d) {
   std::cout << "PyramidDrop parity " << what << ": max logit diff " << d.logits << ", LM loss diff " << d.loss
             << ", kept-token differences " << d.kept_diffs << ", worst gradient diff (in units of its tolerance x "
-            << kTol << ") " << d.grad << " (" << d.worst << ") over " << d.compared << " tensors\n";
+            << kTol << ") " << d.grad << " (" << d.worst << "), largest relative L2 " << d.grad_rel << " over "
+            << d.compared << " tensors\n";
 }
 
 void expect_match(const Diffs& d, bool grads) {
-  EXPECT_LT(d.logits, logit_tol(ref().tensor("train.logits"))) << "max abs logit difference (kept tokens)";
+  // 1e-5 of the largest logit, or 4x the original's own fp32 error on its logits (against its float64 copy, 5.3e-5
+  // here: the sharp random attention amplifies rounding), whichever is larger.
+  const double own = meta().at("fp32_rounding").value("logits", 0.0);
+  EXPECT_LT(d.logits, std::max(logit_tol(ref().tensor("train.logits")), 4 * own))
+      << "max abs logit difference (kept tokens); the original's own fp32 error " << own;
   EXPECT_LT(d.loss, kTol) << "LM loss";
   EXPECT_EQ(d.kept_diffs, 0) << "tokens kept differently";
   if (grads) {
