@@ -282,7 +282,8 @@ TEST(PDropParity, PlantedBugsTurnTheComparisonRed) {
     const auto answer = in.token_roles == static_cast<int64_t>(TokenRole::kAnswer);
     auto prev = at::zeros_like(answer);
     prev.narrow(1, 1, answer.size(1) - 1).copy_(answer.narrow(1, 0, answer.size(1) - 1));
-    in.token_roles = in.token_roles.masked_fill(answer & prev.logical_not(), static_cast<int64_t>(TokenRole::kQuestion));
+    const auto first_answer = answer & prev.logical_not();
+    in.token_roles = in.token_roles.masked_fill(first_answer, static_cast<int64_t>(TokenRole::kQuestion));
     const auto d = train_compare(*model, in, true);
     report("PLANTED ranking query one token late", d);
     EXPECT_GT(d.kept_diffs, 0);
