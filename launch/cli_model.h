@@ -18,6 +18,7 @@
 #include "launch/args.h"
 #include "mod/conversion.h"
 #include "mod/fastv.h"
+#include "mod/pdrop.h"
 #include "mod/mod_checkpoint.h"
 #include "mod/mod_config.h"
 #include "model/config.h"
@@ -36,6 +37,7 @@ struct ModelOptions {
   std::optional<uint64_t> random_init;
   std::string mod;
   std::string fastv;  // "K:R": FastV at inference (mod/fastv.h)
+  std::string pdrop;  // "LAYERS:RATIOS": PyramidDrop at inference (mod/pdrop.h)
   TowerOverrides towers;
 };
 
@@ -72,6 +74,11 @@ inline void add_model_options(CLI::App& app, ModelOptions& o) {
       "last "
       "prompt token attends to least at layer K-1 (e.g. 2:0.5)")
       ->type_name("K:R");
+  add(app, "--pdrop", o.pdrop,
+      "PyramidDrop on a dense model (training-free): stage s from layer LAYERS[s] on keeps RATIOS[s] of each "
+      "sample's image tokens, those the last prompt token attends to most at the stage's first layer (e.g. "
+      "8,16,24:0.5,0.25,0.125)")
+      ->type_name("LAYERS:RATIOS");
   const char* g = "Options for demos and tests";
   add(app, "--random-init", o.random_init,
       "build the model from DIR/config.json with random weights of this seed")
@@ -162,15 +169,18 @@ inline CliModel load_cli_model(const ModelOptions& o) {
     validate(mc, n, "--mod");
     convert_to_mod(*m.model, mc);
   }
-  if (!o.fastv.empty()) {
+  if (!o.fastv.empty() && !o.pdrop.empty()) throw UsageError("--fastv and --pdrop: choose one");
+  if (!o.fastv.empty() || !o.pdrop.empty()) {
+    const std::string opt = o.fastv.empty() ? "--pdrop" : "--fastv", spec = o.fastv.empty() ? o.pdrop : o.fastv;
     if (!mod_layers(*m.model).empty())
-      throw UsageError("--fastv " + o.fastv + ": the model at " + m.dir +
-                       " already has MoD layers (FastV needs a dense one)");
+      throw UsageError(opt + " " + spec + ": the model at " + m.dir + " already has MoD layers (" + opt +
+                       " needs a dense one)");
     MoDConfig mc;
     try {
-      mc = parse_fastv(o.fastv, m.model->config.text.num_hidden_layers);
+      const int n = m.model->config.text.num_hidden_layers;
+      mc = o.fastv.empty() ? parse_pdrop(spec, n) : parse_fastv(spec, n);
     } catch (const std::exception& e) {
-      throw UsageError(std::string("--fastv: ") + e.what());
+      throw UsageError(opt + ": " + e.what());
     }
     convert_to_mod(*m.model, mc);
   }

@@ -16,6 +16,7 @@
 #include "model/pretrained.h"
 #include "mod/conversion.h"
 #include "mod/fastv.h"
+#include "mod/pdrop.h"
 #include "mod/mod_checkpoint.h"
 #include "mod/pmod.h"
 
@@ -124,10 +125,13 @@ int run_convert(const ConvertOptions& o) {
     j["amod_routable"] = "roles";
     j["amod_skipped"] = "carry";
   }
-  // FastV (mod/fastv.h): --rule fastv:K:R, every layer from K on, no router.
-  const bool fastv = o.rule.rfind("fastv:", 0) == 0;
+  // FastV (mod/fastv.h): --rule fastv:K:R, every layer from K on, no router. PyramidDrop (mod/pdrop.h):
+  // --rule pdrop:LAYERS:RATIOS, every layer from its first stage on, no router. Both are parameter-free rules.
+  const bool pdrop = is_pdrop_rule(o.rule);
+  const bool fastv = o.rule.rfind("fastv:", 0) == 0 || pdrop;
   if (fastv && (o.direct || o.adaptive != "none"))
-    throw UsageError("--rule " + o.rule + ": FastV has no router, so no --direct or --adaptive-threshold");
+    throw UsageError("--rule " + o.rule + ": " + (pdrop ? "PyramidDrop" : "FastV") +
+                     " has no router, so no --direct or --adaptive-threshold");
   // p-MoD (mod/pmod.h): --rule pmod[:official_31], the layers its ratio schedule routes, with its router and defaults
   // (zero-initialised routers, no routing loss); official_31 is the original code's hard-coded denominator.
   const bool pmod = o.rule == "pmod" || o.rule.rfind("pmod:", 0) == 0;
@@ -168,7 +172,8 @@ int run_convert(const ConvertOptions& o) {
   MoDConfig fastv_mc;
   if (fastv) {  // checked before the weights are read
     try {
-      fastv_mc = parse_fastv(o.rule.substr(6), load_model_config(o.model).text.num_hidden_layers);
+      const int layers = load_model_config(o.model).text.num_hidden_layers;
+      fastv_mc = pdrop ? parse_pdrop(o.rule.substr(6), layers) : parse_fastv(o.rule.substr(6), layers);
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("--rule ") + e.what());
     }
@@ -221,9 +226,9 @@ int run_convert(const ConvertOptions& o) {
   for (int l : mc.mod_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
   std::cout << "wrote " << o.out << ": " << n << " layers, MoD layers [" << layers << "] (" << mc.selection
             << "), router " << to_string(mc.router);
-  if (pmod) {  // the share of each sample's image tokens each MoD layer keeps
+  if (pmod || pdrop) {  // the share of each sample's image tokens each MoD layer keeps
     std::cout << ", image tokens kept:";
-    for (int l : mc.mod_layers) std::printf(" %d %.3f", l, pmod_ratio(mc, l, n));
+    for (int l : mc.mod_layers) std::printf(" %d %.3f", l, pmod ? pmod_ratio(mc, l, n) : pdrop_ratio(mc, l));
     std::cout << "\n";
   } else {
     std::cout << ", skip_frac " << mc.skip_frac << ", forced " << to_string(mc.forced_keep) << "\n";
@@ -238,7 +243,9 @@ Runner setup(CLI::App& app) {
   add(app, "--out", o->out, "the γ-MoD model dir to write")->type_name("DIR")->required();
   add(app, "--rule", o->rule,
       "which layers become MoD: keep_top:N (all but the N highest-ARank layers), threshold:T (ARank < T), "
-      "layers:a,b, arank_mod, fastv:K:R (FastV: from layer K on drop the fraction R of the image tokens), or pmod "
+      "layers:a,b, arank_mod, fastv:K:R (FastV: from layer K on drop the fraction R of the image tokens), "
+      "pdrop:LAYERS:RATIOS (PyramidDrop: stage s from layer LAYERS[s] on keeps RATIOS[s] of the image tokens, e.g. "
+      "pdrop:8,16,24:0.5,0.25,0.125), or pmod "
       "(p-MoD: the layers its ratio schedule routes; pmod:official_31 with the original code's denominator 31)")
       ->type_name("RULE")
       ->required();

@@ -98,7 +98,7 @@ int run_plan(const PlanOptions& o) {
                           (in.mod_kept_by_layer.empty()
                                ? std::to_string(in.mod_kept_fraction).substr(0, 5)
                                : std::to_string(in.mod_kept_by_layer.front()).substr(0, 5) + " down to " +
-                                     std::to_string(in.mod_kept_by_layer.back()).substr(0, 5) + " (p-MoD, by depth)") +
+                                     std::to_string(in.mod_kept_by_layer.back()).substr(0, 5) + " (by depth)") +
                           " of the tokens")
             << ", grad accumulation " << in.grad_accum
             << (in.stage == 3 ? ", prefetch " + std::to_string(in.zero3_prefetch) : "")

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "mod/fastv.h"
+#include "mod/pdrop.h"
 #include "mod/pmod.h"
 
 namespace gmod {
@@ -54,14 +55,15 @@ ConversionRule parse_conversion_rule(const std::string& s) {
     }
   } catch (const std::logic_error&) {
     throw std::invalid_argument("conversion rule \"" + s +
-                                "\": expected arank_mod, threshold:<tau>, keep_top:<k>, layers:<i,j,...>, pmod or "
-                                "pmod:official_31");
+                                "\": expected arank_mod, threshold:<tau>, keep_top:<k>, layers:<i,j,...>, pmod, "
+                                "pmod:official_31 or pdrop:<layers>:<ratios>");
   }
   return r;
 }
 
 bool rule_needs_arank(const std::string& rule) {
   if (is_pmod_rule(rule)) return false;
+  if (is_pdrop_rule(rule)) return false;
   const ConversionRule r = parse_conversion_rule(rule);
   return r.kind == ConversionRule::Kind::kThreshold || r.kind == ConversionRule::Kind::kKeepTop;
 }
@@ -70,6 +72,18 @@ MoDConfig config_for_rule(const std::string& rule, const MoDConfig& base, int nu
                           const std::vector<double>& arank) {
   if (!base.mod_layers.empty()) return base;
   if (is_pmod_rule(rule)) return pmod_rule_config(rule, base, num_layers);
+  if (is_pdrop_rule(rule)) {  // PyramidDrop's stages and ratios, with base's other PyramidDrop fields
+    MoDConfig c = parse_pdrop(rule.substr(6), num_layers);
+    if (base.router == RouterKind::kPDrop) c.pdrop_unanswered = base.pdrop_unanswered;
+    return c;
+  }
+  if (base.router == RouterKind::kPDrop) {  // mod.config names its stages: every layer from the first on
+    MoDConfig c = base;
+    if (!c.pdrop_layers.empty())
+      for (int i = std::max(c.pdrop_layers.front(), 0); i < num_layers; ++i) c.mod_layers.push_back(i);
+    validate(c, num_layers, "mod.config (router pdrop)");
+    return c;
+  }
   const ConversionRule r = parse_conversion_rule(rule);
   MoDConfig c = base;
   c.mod_layers = select_mod_layers(r, num_layers, arank);
@@ -80,8 +94,9 @@ MoDConfig config_for_rule(const std::string& rule, const MoDConfig& base, int nu
 std::vector<double> planned_kept_fractions(const MoDConfig& c, int num_layers, double routable) {
   std::vector<double> out;
   for (int l : c.mod_layers)
-    out.push_back(c.router == RouterKind::kPMoD ? 1.0 - (1.0 - pmod_ratio(c, l, num_layers)) * routable
-                                                : 1.0 - c.skip_frac * routable);
+    out.push_back(c.router == RouterKind::kPMoD    ? 1.0 - (1.0 - pmod_ratio(c, l, num_layers)) * routable
+                  : c.router == RouterKind::kPDrop ? 1.0 - (1.0 - pdrop_ratio(c, l)) * routable
+                                                   : 1.0 - c.skip_frac * routable);
   return out;
 }
 

@@ -34,8 +34,9 @@ ConversionRule parse_conversion_rule(const std::string& s);
 // needed by kThreshold and kKeepTop; ties in kKeepTop keep the lower layer index dense.
 std::vector<int> select_mod_layers(const ConversionRule& rule, int num_layers, const std::vector<double>& arank = {});
 
-// mod.rule as the trainer and `gmod plan` read it: the rules above, or p-MoD's "pmod" / "pmod:official_31" (the layers
-// its ratio schedule routes, mod/pmod.h). One place, so that a method's rule touches no caller.
+// mod.rule as the trainer and `gmod plan` read it: the rules above, p-MoD's "pmod" / "pmod:official_31" (the layers
+// its ratio schedule routes, mod/pmod.h), or PyramidDrop's "pdrop:<layers>:<ratios>" (mod/pdrop.h). One place, so
+// that a method's rule touches no caller.
 // Whether `rule` selects layers by per-layer ARank (threshold, keep_top); a syntax error throws, naming the rule.
 bool rule_needs_arank(const std::string& rule);
 // The MoDConfig `rule` gives an LLM of `num_layers` layers from `base` (a run's mod.config): `base` itself when it

@@ -1,5 +1,6 @@
 #include "mod/mod_config.h"
 
+#include "mod/pdrop.h"
 #include "mod/pmod.h"
 
 #include <algorithm>
@@ -19,7 +20,7 @@ struct EnumNames<RouterKind> {
   static std::vector<std::pair<RouterKind, const char*>> all() {
     return {{RouterKind::kGammaShared, "gamma_shared"}, {RouterKind::kPerLayer, "per_layer"},
             {RouterKind::kAttention, "attention"}, {RouterKind::kFastV, "fastv"},
-            {RouterKind::kPMoD, "pmod"}};
+            {RouterKind::kPMoD, "pmod"}, {RouterKind::kPDrop, "pdrop"}};
   }
 };
 template <>
@@ -90,6 +91,14 @@ struct EnumNames<PModWeightNorm> {
   }
 };
 
+template <>
+struct EnumNames<PDropUnanswered> {
+  static constexpr const char* what = "pdrop_unanswered";
+  static std::vector<std::pair<PDropUnanswered, const char*>> all() {
+    return {{PDropUnanswered::kLastToken, "last_token"}, {PDropUnanswered::kKeepAll, "keep_all"}};
+  }
+};
+
 template <typename E>
 std::string name_of(E e) {
   for (auto& [v, n] : EnumNames<E>::all())
@@ -119,6 +128,7 @@ std::string to_string(AdaptiveThreshold k) { return name_of(k); }
 std::string to_string(PModSchedule k) { return name_of(k); }
 std::string to_string(PModDenominator k) { return name_of(k); }
 std::string to_string(PModWeightNorm k) { return name_of(k); }
+std::string to_string(PDropUnanswered k) { return name_of(k); }
 
 bool MoDConfig::is_mod_layer(int i) const {
   return std::find(mod_layers.begin(), mod_layers.end(), i) != mod_layers.end();
@@ -160,8 +170,10 @@ void validate(const MoDConfig& c, int num_layers, const std::string& source) {
       err << "\n  router fastv: rope_positions must be \"original\" (FastV keeps the tokens' positions)";
   }
   if (c.router == RouterKind::kPMoD) validate_pmod(c, num_layers, err);
+  if (c.router == RouterKind::kPDrop) validate_pdrop(c, num_layers, err);
   if (c.adaptive_threshold != AdaptiveThreshold::kNone &&
-      (c.router == RouterKind::kAttention || c.router == RouterKind::kFastV || c.router == RouterKind::kPMoD))
+      (c.router == RouterKind::kAttention || c.router == RouterKind::kFastV || c.router == RouterKind::kPMoD ||
+       c.router == RouterKind::kPDrop))
     err << "\n  adaptive_threshold = \"" << to_string(c.adaptive_threshold) << "\" adapts the router thresholds; router "
         << to_string(c.router) << " has none";
   if (c.adaptive_threshold == AdaptiveThreshold::kSeqLen && !(c.avg_seqlen > 0.0))
@@ -211,7 +223,10 @@ nlohmann::json to_json(const MoDConfig& c) {
                         {"pmod_weight_norm", to_string(c.pmod_weight_norm)},
                         {"pmod_tanh_scale", c.pmod_tanh_scale},
                         {"pmod_tanh_bias", c.pmod_tanh_bias},
-                        {"pmod_router_bias", c.pmod_router_bias}};
+                        {"pmod_router_bias", c.pmod_router_bias},
+                        {"pdrop_layers", c.pdrop_layers},
+                        {"pdrop_ratios", c.pdrop_ratios},
+                        {"pdrop_unanswered", to_string(c.pdrop_unanswered)}};
 }
 
 MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& source) {
@@ -222,7 +237,8 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
       "router_init", "router_init_seed", "amod_causal_normalise", "amod_skipped", "amod_routable", "mode",
       "selection", "fastv_k", "fastv_r", "adaptive_threshold", "avg_seqlen", "layer_arank",
       "avg_seqlen_source", "pmod_schedule", "pmod_denominator", "pmod_factor", "pmod_max_ratio", "pmod_min_ratio",
-      "pmod_weight_norm", "pmod_tanh_scale", "pmod_tanh_bias", "pmod_router_bias",
+      "pmod_weight_norm", "pmod_tanh_scale", "pmod_tanh_bias", "pmod_router_bias", "pdrop_layers", "pdrop_ratios",
+      "pdrop_unanswered",
       // γ-MoD's own config.mod (its MoDLLaVALlamaConfig): mod_mode is the layer rule it chose the layers by
       // (kept as `selection`); capacity_factor is stored but its routing formula does not read it (mod-spec.md:
       // the 0.5 is hard-coded), so it is accepted and does not change skip_frac.
@@ -277,6 +293,12 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
     if (j.contains("pmod_tanh_scale")) c.pmod_tanh_scale = j.at("pmod_tanh_scale").get<double>();
     if (j.contains("pmod_tanh_bias")) c.pmod_tanh_bias = j.at("pmod_tanh_bias").get<double>();
     if (j.contains("pmod_router_bias")) c.pmod_router_bias = j.at("pmod_router_bias").get<bool>();
+    if (j.contains("pdrop_layers")) c.pdrop_layers = j.at("pdrop_layers").get<std::vector<int>>();
+    if (j.contains("pdrop_ratios")) c.pdrop_ratios = j.at("pdrop_ratios").get<std::vector<double>>();
+    if (j.contains("pdrop_unanswered"))
+      c.pdrop_unanswered = parse_enum<PDropUnanswered>(j.at("pdrop_unanswered").get<std::string>(), source);
+    if (c.router == RouterKind::kPDrop && !j.contains("router_aux_loss_coef"))
+      c.router_aux_loss_coef = 0.0;  // PyramidDrop: parameter-free, no routing loss
     if (c.router == RouterKind::kPMoD) {  // p-MoD's own defaults where the object does not say otherwise
       if (!j.contains("rope_positions")) c.rope_positions = RopePositions::kOriginal;
       if (!j.contains("router_init")) c.router_init = "zero";  // the official script's mod_special_init

@@ -17,6 +17,14 @@ enum class RouterKind {
                  // token attends to least at layer fastv_k - 1; inference baseline
   kPMoD,         // p-MoD (mod/pmod.h): Linear(D->1, bias) per MoD layer; keeps a decaying ratio of the image
                  // tokens per layer; TanhNorm weight on kept (MLP delta) and skipped (x) image tokens
+  kPDrop,        // PyramidDrop (mod/pdrop.h): parameter-free; stages of layers keep shrinking shares of the image
+                 // tokens, ranked at each stage boundary by the last instruction token's attention
+};
+
+// PyramidDrop in training: what a sample without an answer (nothing to take the instruction token from) does.
+enum class PDropUnanswered {
+  kLastToken,  // ranks by its last token, as at inference (default)
+  kKeepAll,    // the original's training code: the sample keeps every token at every stage
 };
 
 // p-MoD's ratio schedule over depth (mod/pmod.h) and the denominator N of l/N in it.
@@ -108,6 +116,12 @@ struct MoDConfig {
   double pmod_tanh_scale = 0.2;
   double pmod_tanh_bias = 1.0;
   bool pmod_router_bias = true;
+  // PyramidDrop (router "pdrop", mod/pdrop.h): stage s starts at layer pdrop_layers[s] (strictly increasing, >= 1)
+  // and keeps trunc(n_img·pdrop_ratios[s]) of a sample's n_img image tokens (non-increasing); mod_layers_idx is
+  // every layer from pdrop_layers[0] on; rope_positions "compacted" (the original renumbers after each drop).
+  std::vector<int> pdrop_layers;
+  std::vector<double> pdrop_ratios;
+  PDropUnanswered pdrop_unanswered = PDropUnanswered::kLastToken;
 
   bool is_mod_layer(int i) const;
 };
@@ -127,5 +141,6 @@ std::string to_string(AdaptiveThreshold k);
 std::string to_string(PModSchedule k);
 std::string to_string(PModDenominator k);
 std::string to_string(PModWeightNorm k);
+std::string to_string(PDropUnanswered k);
 
 }  // namespace gmod

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "mod/fastv.h"
+#include "mod/pdrop.h"
 #include "mod/pmod.h"
 #include "mod/routing_rule.h"
 #include "model/trace_range.h"
@@ -164,6 +165,8 @@ std::vector<at::Tensor> MoDDecoderLayer::external_parameters() const {
 }
 
 bool MoDDecoderLayer::uses_topk() const {
+  // FastV and PyramidDrop select by their own attention rankings, never by the capacity top-k.
+  if (cfg.router == RouterKind::kFastV || cfg.router == RouterKind::kPDrop) return false;
   return cfg.mode == RoutingMode::kTopK || (cfg.mode == RoutingMode::kAuto && is_training());
 }
 
@@ -206,7 +209,8 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   auto masks = routing_masks(st.token_roles, st.key_valid, B, L, cfg.forced_keep, h.device(), all_routable);
   const bool fastv = cfg.router == RouterKind::kFastV;
   const bool pmod = cfg.router == RouterKind::kPMoD;
-  if ((fastv || pmod) && st.token_roles.defined()) {  // FastV and p-MoD route image tokens only
+  const bool pdrop = cfg.router == RouterKind::kPDrop;
+  if ((fastv || pmod || pdrop) && st.token_roles.defined()) {  // FastV, p-MoD and PyramidDrop route image tokens only
     masks.routable = masks.valid & (st.token_roles == static_cast<int64_t>(TokenRole::kImage));
     masks.forced = masks.valid & masks.routable.logical_not();
   }
@@ -226,7 +230,7 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   const int64_t n_samples = packed ? st.segments->num_segments() : B;
   TraceRange routing("gmod::mod_routing");  // router scores, selection, compaction
   auto sc = score(h);
-  const bool topk = (uses_topk() || pmod) && !fastv;  // p-MoD: the same top-k in training and at inference
+  const bool topk = (uses_topk() || pmod) && !fastv && !pdrop;  // p-MoD: the same top-k in training and at inference
   // Capacity-driven selections (training top-k, A-MoD, and the replay of either) have counts that follow from the
   // roles alone: take them from the host and never wait for the device. Thresholds and forced selections are
   // data-dependent and read their counts back (inference and analysis only).
@@ -264,6 +268,12 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
       throw std::logic_error("FastV layer " + std::to_string(layer_idx) +
                              ": no scores from layer fastv_k - 1 (convert_to_mod sets that layer up)");
     sel = fastv_selection(st.routing_scores, st.token_roles, masks.valid, cfg.fastv_r);
+  } else if (pdrop) {  // mod/pdrop.h: the tokens still in the sequence; a stage boundary ranks and narrows them
+    const auto present = st.routing_scores.defined() ? masks.valid & at::isfinite(st.routing_scores) : masks.valid;
+    if (!st.routing_scores.defined() && !pdrop_boundary(cfg, layer_idx))
+      throw std::logic_error("PyramidDrop layer " + std::to_string(layer_idx) +
+                             ": no stage state from the layers before (the first MoD layer must be pdrop_layers[0])");
+    sel = pdrop_boundary(cfg, layer_idx) ? pdrop_rank(*this, h, st, present, layer_idx) : present;
   } else if (amod) {
     if (!st.routing_scores.defined())
       throw std::logic_error("A-MoD layer " + std::to_string(layer_idx) +
@@ -286,6 +296,9 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
       sel = masks.forced | (masks.routable & (sc.keep_prob > thr_b.to(sc.keep_prob.scalar_type())));
     }
   }
+  if (pdrop)  // the stage state for the next layers: 0 on the tokens still in the sequence, -inf on dropped ones
+    st.routing_scores = at::where(sel, at::zeros({}, h.options().dtype(at::kFloat)),
+                                  at::full({}, -kInf, h.options().dtype(at::kFloat)));
   if (st.routing_pass == RoutingPass::kRecord) st.routing_selection = sel;
   if (record_selection && st.routing_pass != RoutingPass::kReplay) recorded.push_back(sel);
   if (sc.logits.defined() && topk && !forced_selection.defined())

@@ -12,6 +12,7 @@
 #include "mod/fastv.h"
 #include "mod/generate.h"
 #include "mod/mod_layer.h"
+#include "mod/pdrop.h"
 #include "mod/pmod.h"
 #include "model/safetensors.h"
 #include "tests/mod/mod_test_util.h"
@@ -301,6 +302,25 @@ TEST(DecodeBatch, FastVJoinerEqualsItselfAlone) {
   std::vector<Request> reqs = {{inputs("k2_r50"), 0, 6}, {inputs("k1_r75"), 2, 4}};
   auto d = drive(*m, reqs, false);
   for (size_t i = 0; i < reqs.size(); ++i) expect_as_alone(*m, reqs[i], d[i], "FastV request " + std::to_string(i));
+}
+
+TEST(DecodeBatch, PDropJoinersEqualThemselvesAlone) {
+  // PyramidDrop (mod/pdrop.h, stages from layers 1 and 3 keeping 50% and 25% of the image tokens, each stage's layers
+  // caching only those): image prompts and a text prompt joining a running batch decode as they do alone.
+  auto m = test::random_llava(4, 3);
+  convert_to_mod(*m, parse_pdrop("1,3:0.5,0.25", 4));
+  m->eval();
+  auto& f = models();
+  std::vector<Request> reqs = {{sample(f.in, 0, f.image_id, f.image_tokens), 0, 6},
+                               {sample(f.in, 1, f.image_id, f.image_tokens), 2, 4},
+                               {text_prompt(9, 5, f.image_id), 3, 3}};
+  auto d = drive(*m, reqs, false);
+  for (size_t i = 0; i < reqs.size(); ++i) expect_as_alone(*m, reqs[i], d[i], "PyramidDrop request " + std::to_string(i));
+  GenerateOptions o;  // the image prompt really drops tokens
+  o.max_new_tokens = 2;
+  o.eos_token_id = -1;
+  const auto r = generate(*m, reqs[0].prompt, o);
+  EXPECT_GT(r.compute.mod_skip_ratio(), 0.1);
 }
 
 TEST(DecodeBatch, PModJoinersEqualThemselvesAlone) {

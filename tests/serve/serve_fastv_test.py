@@ -10,6 +10,7 @@ skip report (FastV's skips count as MoD skips), the dense model's different answ
 metric.
 
 Usage: serve_fastv_test.py --gmod BIN --dense DIR --images DIR --workdir DIR [--rule fastv:2:0.5]
+(also run with --rule pdrop:LAYERS:RATIOS: a PyramidDrop dir, mod/pdrop.h, is served the same way)
 """
 import argparse
 import concurrent.futures as cf
@@ -52,7 +53,7 @@ def main():
     os.makedirs(w)
     fastv = os.path.join(w, "fastv")
     out = run([args.gmod, "convert", "--model", args.dense, "--out", fastv, "--rule", args.rule])
-    check("router fastv" in out, f"converted: {out.strip()}")
+    check("router " + args.rule.split(":")[0] in out, f"converted: {out.strip()}")  # fastv, or pdrop (PyramidDrop)
     args.model_args = ["--model", fastv, "--threads", "1"]
 
     images = [os.path.join(args.images, f) for f, _ in QUESTIONS]
