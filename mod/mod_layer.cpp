@@ -273,7 +273,21 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     if (!st.routing_scores.defined() && !pdrop_boundary(cfg, layer_idx))
       throw std::logic_error("PyramidDrop layer " + std::to_string(layer_idx) +
                              ": no stage state from the layers before (the first MoD layer must be pdrop_layers[0])");
-    sel = pdrop_boundary(cfg, layer_idx) ? pdrop_rank(*this, h, st, present, layer_idx) : present;
+    if (!pdrop_boundary(cfg, layer_idx)) {
+      sel = present;
+    } else if (!packed) {
+      sel = pdrop_rank(*this, h, st, present, layer_idx);
+    } else {  // each sample ranked alone: the ranking on the segment-major view, written back to the rows
+      const auto& vi = st.segment_index;
+      ForwardState sv;
+      sv.rope = st.rope;
+      sv.token_roles = st.token_roles.defined() ? to_segment_view(st.token_roles, vi) : at::Tensor();
+      sv.key_valid = seg_masks.valid;
+      sv.positions = to_segment_view(st.positions.expand({B, L}), vi);
+      const auto kept = pdrop_rank(*this, to_segment_view(h, vi), sv, to_segment_view(present, vi) & st.segment_slots,
+                                   layer_idx);
+      sel = from_segment_view(kept, vi, st.segment_slots, at::zeros_like(masks.valid));
+    }
   } else if (amod) {
     if (!st.routing_scores.defined())
       throw std::logic_error("A-MoD layer " + std::to_string(layer_idx) +
@@ -414,11 +428,12 @@ at::Tensor MoDDecoderLayer::select_per_segment(const at::Tensor& score, const Ro
 
 void MoDDecoderLayer::check_packed_routing(int layer_idx) const {
   const bool per_sample_router = cfg.router == RouterKind::kGammaShared || cfg.router == RouterKind::kPerLayer ||
-                                 cfg.router == RouterKind::kPMoD || cfg.router == RouterKind::kAttention;
+                                 cfg.router == RouterKind::kPMoD || cfg.router == RouterKind::kAttention ||
+                                 cfg.router == RouterKind::kPDrop;
   if (!per_sample_router || forced_selection.defined())
     throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) +
                                 ": packed rows (data.pack_to) are routed per segment for the γ-MoD, per-layer, "
-                                "p-MoD and A-MoD routers; this layer's router (" + std::string(to_string(cfg.router)) +
+                                "p-MoD, A-MoD and PyramidDrop routers; this layer's router (" + std::string(to_string(cfg.router)) +
                                 (forced_selection.defined() ? ", with a forced selection" : "") +
                                 ") needs unpacked batches (data.pack_to: 0)");
 }

@@ -1,7 +1,7 @@
 // Packed rows (data.pack_to; model/segments.h) against the same samples unpacked, on the tiny LLaVA fixture's batch
 // (a one-image sample, a two-image sample, a text-only sample, right padding) at random fp32 weights: the LM loss
 // sum, the routing loss, each MoD layer's selection per sample and the gradient of every parameter agree, dense,
-// γ-MoD, p-MoD, A-MoD and γ-MoD with activation checkpointing; FastV (inference only) refuses packed rows. Planted
+// γ-MoD, p-MoD, A-MoD, PyramidDrop and γ-MoD with activation checkpointing; FastV (inference only) refuses packed rows. Planted
 // leaks turn the comparison red: one segment attending to the previous one, MoD capacity and top-k from the row's
 // counts (positions not restarting are pinned in tests/data/test_pack.cpp: rotary attention cannot see a constant
 // shift).
@@ -10,6 +10,7 @@
 #include "data/pack.h"
 #include "mod/conversion.h"
 #include "mod/fastv.h"
+#include "mod/pdrop.h"
 #include "mod/pmod.h"
 #include "model/activation_checkpoint.h"
 #include "model/lm_loss.h"
@@ -97,9 +98,6 @@ Result run(MultimodalLM& m, const ModelInputs& in) {
   return r;
 }
 
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item<double>();
-}
 
 // Largest relative difference between the unpacked and the packed run over loss, routing loss and gradients; the
 // selections compared sample by sample (false when any differs).
@@ -212,6 +210,13 @@ TEST(Packing, AModScoresAndRoutesEachSegmentAsItsSample) {
   convert_to_mod(*s.model, c);
   s.model->train();
   expect_packed_equals_unpacked(s, "A-MoD");
+}
+
+TEST(Packing, PyramidDropRanksEachSegmentAsItsSample) {
+  auto s = setup(4);
+  convert_to_mod(*s.model, pdrop_config({1, 2, 3}, {0.5, 0.25, 0.125}, 4));
+  s.model->train();
+  expect_packed_equals_unpacked(s, "PyramidDrop");
 }
 
 TEST(Packing, FastVOnPackedRowsIsANamedError) {
