@@ -159,6 +159,19 @@ void randomise_routers(MultimodalLM& m) {
       item.value().copy_(at::randn(item.value().sizes(), gen, item.value().scalar_type()) * 0.5);
 }
 
+// The 4-layer model with γ-MoD on layers 1-3 (skip 0.5), routers at random values.
+Setup gamma_mod_setup() {
+  auto s = setup(4);
+  MoDConfig c;
+  c.router = RouterKind::kGammaShared;
+  c.mod_layers = {1, 2, 3};
+  c.skip_frac = 0.5;
+  convert_to_mod(*s.model, c);
+  s.model->train();
+  randomise_routers(*s.model);
+  return s;
+}
+
 void expect_packed_equals_unpacked(Setup& s, const char* what) {
   const Result u = run(*s.model, s.unpacked);
   for (int64_t budget : {64, 128}) {
@@ -178,14 +191,7 @@ TEST(Packing, DenseLossAndEveryGradientMatchUnpacked) {
 }
 
 TEST(Packing, GammaModRoutesEachSegmentAsItsSample) {
-  auto s = setup(4);
-  MoDConfig c;
-  c.router = RouterKind::kGammaShared;
-  c.mod_layers = {1, 2, 3};
-  c.skip_frac = 0.5;
-  convert_to_mod(*s.model, c);
-  s.model->train();
-  randomise_routers(*s.model);
+  auto s = gamma_mod_setup();
   expect_packed_equals_unpacked(s, "γ-MoD");
   // With activation checkpointing (the recompute replays the first pass's per-segment selection).
   s.model->llm->activation_checkpointing = parse_activation_checkpointing("full");
@@ -234,14 +240,7 @@ TEST(Packing, FastVOnPackedRowsIsANamedError) {
 
 // Each planted leak must turn the comparison red: the same check as above, on a deliberately wrong packed input.
 TEST(Packing, PlantedLeaksTurnTheComparisonRed) {
-  auto s = setup(4);
-  MoDConfig c;
-  c.router = RouterKind::kGammaShared;
-  c.mod_layers = {1, 2, 3};
-  c.skip_frac = 0.5;
-  convert_to_mod(*s.model, c);
-  s.model->train();
-  randomise_routers(*s.model);
+  auto s = gamma_mod_setup();
   const Result u = run(*s.model, s.unpacked);
   const Packed good = pack_inputs(s.unpacked, 128, s.image_id, s.image_seq);
   ASSERT_EQ(good.in.segments->num_rows(), 1);

@@ -76,8 +76,10 @@ def main():
         pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
         text = "".join(pieces)
         check(text == want[prompts[0]], f"stream=True gives the same text ({text!r})")
-        # Token by token: as many content chunks as pieces of final text, several for an 8-token answer.
-        check(len(pieces) >= 3, f"streamed in {len(pieces)} content chunks ({pieces})")
+        # Streamed as decoded, not at the end: the HTTP thread writes whatever text the decoder produced since its last
+        # write, so on a loaded machine neighbouring tokens share a chunk (2 chunks for this 8-token answer were seen
+        # under a full ctest run); a single chunk would mean the text waited for the finish.
+        check(len(pieces) >= 2, f"streamed in {len(pieces)} content chunks ({pieces})")
         check(chunks[0].choices[0].delta.role == "assistant", "the first chunk carries the role")
         check([c.choices[0].finish_reason for c in chunks if c.choices][-1] in ("stop", "length"), "finish chunk")
         check(not chunks[-1].choices and chunks[-1].usage.completion_tokens >= len(pieces),
