@@ -13,6 +13,8 @@ def cases(ctx):
 
     def train(name, groups, expect, dry=True, **optimizer):
         cfg = base_config(ctx, optimizer=dict(groups=groups, **optimizer))
+        # Its own run_dir: the runner runs cases at once, and a case that gets past --dry-run takes the run_dir's lock.
+        cfg["run_dir"] = os.path.join(ctx.tmp, "run_" + name)
         path = ctx.write(name + ".json", json.dumps(cfg))
         c.append(dict(name=name, argv=["train", "--config", path] + (["--dry-run"] if dry else []), expect=expect))
 
