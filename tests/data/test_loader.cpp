@@ -14,6 +14,7 @@
 #include "data/demo_dataset.h"
 #include "data/loader.h"
 #include "tests/common/paths.h"
+#include "tests/data/demo_config.h"
 
 using namespace gmod;
 
@@ -30,15 +31,7 @@ struct Demo {
     make_demo_dataset(dir.str(), o);
   }
   DatasetConfig config(const std::string& file = "train.json") const {
-    DatasetConfig c;
-    c.data_path = dir.str(file);
-    c.image_folder = dir.str();
-    c.conversation.image_seq_length = 4;
-    c.conversation.image_token_id = 800;
-    c.image.size = 28;
-    c.image.crop = 28;
-    c.sample.max_len = 512;
-    return c;
+    return gmod::test::demo_dataset_config(dir, file);
   }
 };
 

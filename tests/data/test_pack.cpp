@@ -13,6 +13,7 @@
 #include "data/pack.h"
 #include "model/token_roles.h"
 #include "tests/common/paths.h"
+#include "tests/data/demo_config.h"
 
 using namespace gmod;
 
@@ -28,17 +29,7 @@ struct Demo {
     o.image_size = 32;
     make_demo_dataset(dir.str(), o);
   }
-  DatasetConfig config() const {
-    DatasetConfig c;
-    c.data_path = dir.str("train.json");
-    c.image_folder = dir.str();
-    c.conversation.image_seq_length = 4;
-    c.conversation.image_token_id = 800;
-    c.image.size = 28;
-    c.image.crop = 28;
-    c.sample.max_len = 512;
-    return c;
-  }
+  DatasetConfig config() const { return gmod::test::demo_dataset_config(dir, "train.json"); }
 };
 
 LoaderConfig loader_config(int mb, int workers, int64_t pack_to) {
@@ -62,8 +53,9 @@ void expect_same_sample(const Batch& unpacked, int64_t s, const Batch& packed, i
   EXPECT_TRUE(sl(packed.attention_mask, row, start).all().item<bool>());
   // Labels equal except the first, which packing always ignores (no token predicts the next sample's first).
   EXPECT_EQ(packed.labels[row][start].item<int64_t>(), -100);
-  if (len > 1)
+  if (len > 1) {
     EXPECT_TRUE(unpacked.labels[s].narrow(0, 1, len - 1).equal(packed.labels[row].narrow(0, start + 1, len - 1)));
+  }
   EXPECT_TRUE(packed.positions[row].narrow(0, start, len).equal(at::arange(len, at::kLong)));
 }
 

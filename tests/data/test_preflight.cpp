@@ -14,6 +14,7 @@
 #include "data/demo_dataset.h"
 #include "data/preflight.h"
 #include "tests/common/paths.h"
+#include "tests/data/demo_config.h"
 
 using namespace gmod;
 
@@ -31,15 +32,7 @@ struct Demo {
     make_demo_dataset(dir.str(), o);
   }
   DatasetConfig config(const std::string& file) const {
-    DatasetConfig c;
-    c.data_path = dir.str(file);
-    c.image_folder = dir.str();
-    c.conversation.image_seq_length = 4;
-    c.conversation.image_token_id = 800;
-    c.image.size = 28;
-    c.image.crop = 28;
-    c.sample.max_len = 512;
-    return c;
+    return gmod::test::demo_dataset_config(dir, file);
   }
   // Writes records (JSON objects, one per string) as a JSON list.
   std::string write(const std::string& file, const std::vector<std::string>& records) const {
