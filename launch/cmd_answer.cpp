@@ -43,15 +43,17 @@ struct Question {
 
 // Prefill and decode time of the generate calls (GenerateResult's timing, mod/generate.h), summed over the
 // batches: the next-token time is decode_seconds / decode_steps (one decode step gives each unfinished sample of
-// its batch its next token).
+// its batch its next token). kv_bytes: the K/V bytes held after each prefill (GenerateResult::prefill_kv_bytes),
+// summed over the batches.
 struct GenerateTiming {
   std::optional<double> prefill_seconds, decode_seconds;
-  std::optional<int64_t> decode_steps;
+  std::optional<int64_t> decode_steps, kv_bytes;
 };
 void add_timing(const GenerateResult& r, GenerateTiming* t) {
   t->prefill_seconds = t->prefill_seconds.value_or(0) + r.prefill_seconds;
   t->decode_seconds = t->decode_seconds.value_or(0) + r.decode_seconds;
   t->decode_steps = t->decode_steps.value_or(0) + r.decode_steps;
+  t->kv_bytes = t->kv_bytes.value_or(0) + r.prefill_kv_bytes;
 }
 
 struct AnswerCliOptions {
@@ -66,6 +68,7 @@ struct AnswerCliOptions {
   bool allow_problems = false;
   std::string format = "auto";
   bool single_pred_prompt = false;
+  bool ignore_eos = false;  // every answer max_new_tokens long (timing runs: the same work for every model)
   std::string stats;  // "" = beside the answers; "-" = none
 };
 
@@ -143,7 +146,9 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     qs.push_back(std::move(q));
   }
 
-  const GenerateOptions g = cli::sampling_options(o, enc.end_of_turn_id(), enc.pad_id());
+  GenerateOptions g = cli::sampling_options(o, enc.end_of_turn_id(), enc.pad_id());
+  const int64_t eos = g.eos_token_id;  // the answer text ends there, also when generation goes on past it
+  if (o.ignore_eos) g.eos_token_id = -1;
 
   ComputeReport& compute = res.compute;
   int64_t& generated = res.generated;
@@ -190,7 +195,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
       generated += len;
       for (int64_t t = 0; t < len; ++t) {
         const auto id = static_cast<int32_t>(tokens[row][t].item<int64_t>());
-        if (g.eos_token_id >= 0 && id == g.eos_token_id) break;
+        if (eos >= 0 && id == eos) break;
         ids.push_back(id);
       }
       qs[asked[b0 + static_cast<size_t>(row)]].answer = eval::py::strip(tok->decode(ids));
@@ -210,24 +215,25 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
 std::string counts_text(const Answered& a) {
   const ComputeReport& c = a.compute;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%zu %zu %lld %lld %lld %lld %lld %lld %.17g %.17g %.17g %.17g %lld",
+  std::snprintf(buf, sizeof buf, "%zu %zu %lld %lld %lld %lld %lld %lld %.17g %.17g %.17g %.17g %lld %lld",
                 a.answered, a.asked, static_cast<long long>(a.generated),
                 static_cast<long long>(a.prompt_tokens), static_cast<long long>(c.processed),
                 static_cast<long long>(c.total), static_cast<long long>(c.mod_processed),
                 static_cast<long long>(c.mod_total), c.flops, c.dense_flops,
                 a.timing.prefill_seconds.value_or(NAN), a.timing.decode_seconds.value_or(NAN),
-                static_cast<long long>(a.timing.decode_steps.value_or(-1)));
+                static_cast<long long>(a.timing.decode_steps.value_or(-1)),
+                static_cast<long long>(a.timing.kv_bytes.value_or(-1)));
   return buf;
 }
 
 // Adds another rank's counts_text to `a` (a timing absent on any rank is absent in the sum).
 void add_counts(const std::string& text, bool first, Answered* a) {
   size_t answered = 0, asked = 0;
-  long long gen = 0, prompt = 0, proc = 0, total = 0, mproc = 0, mtotal = 0, dtok = -1;
+  long long gen = 0, prompt = 0, proc = 0, total = 0, mproc = 0, mtotal = 0, dtok = -1, kv = -1;
   double flops = 0, dense = 0, pre = NAN, dec = NAN;
-  if (std::sscanf(text.c_str(), "%zu %zu %lld %lld %lld %lld %lld %lld %lg %lg %lg %lg %lld", &answered,
-                  &asked, &gen, &prompt, &proc, &total, &mproc, &mtotal, &flops, &dense, &pre, &dec,
-                  &dtok) != 13)
+  if (std::sscanf(text.c_str(), "%zu %zu %lld %lld %lld %lld %lld %lld %lg %lg %lg %lg %lld %lld", &answered,
+                  &asked, &gen, &prompt, &proc, &total, &mproc, &mtotal, &flops, &dense, &pre, &dec, &dtok,
+                  &kv) != 14)
     throw std::runtime_error("gmod answer: a rank sent unreadable counts '" + text + "'");
   a->answered += answered, a->asked += asked, a->generated += gen, a->prompt_tokens += prompt;
   ComputeReport& c = a->compute;
@@ -242,6 +248,7 @@ void add_counts(const std::string& text, bool first, Answered* a) {
   sum(t.prefill_seconds, pre, !std::isnan(pre));
   sum(t.decode_seconds, dec, !std::isnan(dec));
   sum(t.decode_steps, static_cast<int64_t>(dtok), dtok >= 0);
+  sum(t.kv_bytes, static_cast<int64_t>(kv), kv >= 0);
 }
 
 std::string stats_path(const AnswerCliOptions& o) {
@@ -285,7 +292,9 @@ eval::Json stats_json(const AnswerCliOptions& o, const Answered& res, eval::Ques
                   {"samples_per_second", seconds > 0 ? eval::Json(n / seconds) : eval::Json()},
                   {"prefill_seconds", opt(res.timing.prefill_seconds)},
                   {"decode_seconds", opt(res.timing.decode_seconds)},
-                  {"decode_steps", opt(res.timing.decode_steps)}};
+                  {"decode_steps", opt(res.timing.decode_steps)},
+                  {"ignore_eos", o.ignore_eos},
+                  {"kv_cache_bytes", opt(res.timing.kv_bytes)}};
   return j;
 }
 
@@ -402,6 +411,9 @@ Runner setup(CLI::App& app) {
       ->type_name("T")
       ->check(positive());
   add(app, "--seed", o->seed, "sampling seed");
+  add_flag(app, "--ignore-eos", o->ignore_eos,
+           "generate --max-new-tokens for every question, past EOS (timing runs: every model does the same "
+           "work; the answer text still ends at EOS)");
   add(app, "--num-chunks", o->num_chunks, "split the questions into this many contiguous chunks")
       ->check(positive());
   add(app, "--chunk-idx", o->chunk_idx, "the chunk this process answers (0-based)")->check(non_negative());

@@ -259,6 +259,26 @@ at::Tensor DecodeBatch::step(const at::Tensor& tokens) {
   return logits;
 }
 
+int64_t DecodeBatch::kv_bytes() const {
+  if (!opt_.use_cache || active_rows() == 0) return 0;
+  const auto act = active_mask();
+  int64_t bytes = 0, dense_entries = -1;  // the dense layers' count, computed once
+  for (const KVCache& c : caches_) {
+    if (!c.k.defined() || c.k.size(2) == 0) continue;
+    const int64_t per_entry = c.k.size(1) * c.k.size(3) * c.k.element_size() + c.v.size(1) * c.v.size(3) * c.v.element_size();
+    int64_t entries;
+    if (c.lengths.defined()) {
+      entries = c.lengths.masked_select(act).sum().item<int64_t>();
+    } else {
+      if (dense_entries < 0)
+        dense_entries = key_buf_.narrow(1, 0, column_).logical_and(act.unsqueeze(1)).sum().item<int64_t>();
+      entries = dense_entries;
+    }
+    bytes += entries * per_entry;
+  }
+  return bytes;
+}
+
 at::Tensor DecodeBatch::active_mask() const {
   std::vector<int64_t> a(active_.begin(), active_.end());
   return at::tensor(a, at::kLong).to(device_).to(at::kBool);

@@ -69,6 +69,11 @@ class DecodeBatch {
   // Everything computed so far (prefills and steps), accounted against the same work without MoD.
   const ComputeReport& compute() const { return compute_; }
   const std::vector<LayerTokens>& layer_tokens() const { return layer_tokens_; }
+  // Bytes of the K/V entries the active rows hold now, over every layer: a dense layer's valid keys of each row
+  // (padding and holes not counted), a MoD, FastV or PyramidDrop layer's per-row lengths (only the tokens it
+  // processed): what a cache that stores no gaps would hold. Not the buffers' size (those keep room for the tokens
+  // to come). One host synchronisation per layer; 0 without caches (use_cache = false).
+  int64_t kv_bytes() const;
 
  private:
   void reset();

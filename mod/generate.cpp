@@ -53,6 +53,7 @@ GenerateResult generate(MultimodalLM& model, const ModelInputs& prompt, const Ge
   GenerateResult res;
   sync_device(dev);
   res.prefill_seconds = seconds_since(t_start);
+  res.prefill_kv_bytes = batch.kv_bytes();
   const auto t_decode = std::chrono::steady_clock::now();
 
   std::vector<at::Tensor> out;

@@ -47,6 +47,9 @@ struct GenerateResult {
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   int64_t decode_steps = 0;
+  // K/V bytes the caches hold right after the prefill, over the batch (DecodeBatch::kv_bytes; 0 without caches);
+  // measured outside the prefill time.
+  int64_t prefill_kv_bytes = 0;
 };
 
 // Prompt: input_ids [B, L] with images expanded, pixel_values, attention_mask (right padding),
