@@ -7,6 +7,7 @@
 // time every model (`gmod answer --ignore-eos` at each batch size of "timing"); then the method table
 // (eval/method_table.h) follows the paper-style one. Trainings and conversions are reused like answers;
 // --retrain redoes them. docs/eval.md describes the suite file, docs/mod.md the method table.
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -274,6 +275,16 @@ void write_text(const std::string& path, const std::string& text) {
   if (!(f << text)) throw std::runtime_error(path + ": cannot write");
 }
 
+// Removes `path` and everything under it (nothing when it is absent). nftw, not std::filesystem::remove_all: that
+// one crashes next to libtorch.so (docs/engineering.md).
+void remove_tree(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return;
+  nftw(path.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
+       FTW_DEPTH | FTW_PHYS);
+  if (lstat(path.c_str(), &st) == 0) throw std::runtime_error(path + ": cannot remove it (to make it again)");
+}
+
 std::string command_line(const std::vector<std::string>& argv) {
   std::string cmd;
   for (const std::string& a : argv) cmd += (cmd.empty() ? "" : " ") + quote(a);
@@ -337,8 +348,8 @@ SuiteModel make_model(const ReportCliOptions& o, const Suite& s, const SuiteMode
     return r;
   }
   std::remove(cmd_file.c_str());
-  fs::remove_all(dir + "/run");
-  fs::remove_all(product);
+  remove_tree(dir + "/run");
+  remove_tree(product);
   for (const auto& [cmd, what] : steps) {
     std::cout << "  gmod " << what << ": " << m.name << " ... " << std::flush;
     const auto t0 = std::chrono::steady_clock::now();

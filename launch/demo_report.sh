@@ -16,10 +16,8 @@ mkdir -p "$out"
 for r in dense mod; do
   [ -f "$out/hf-$r/config.json" ] || build/bin/gmod export --checkpoint "runs/demo-$r" --out "$out/hf-$r" | tail -1
 done
-rm -rf "$out/data" && mkdir -p "$out/data"
-cp runs/demo-data/heldout.json "$out/data/" && cp -r runs/demo-data/images "$out/data/"
-"$PY" tests/cli/make_demo_questions.py "$out/data" >/dev/null
-d="$out/data"
+. launch/demo_benchmarks.sh
+benchmarks=$(demo_benchmarks "$out" "$PY")
 tok=tests/fixtures/tokenizer/sp/tokenizer.model
 cat > "$out/suite.json" <<JSON
 {
@@ -29,15 +27,7 @@ cat > "$out/suite.json" <<JSON
     {"name": "dense", "model": "$out/hf-dense"},
     {"name": "gamma-MoD", "model": "$out/hf-mod"}
   ],
-  "benchmarks": [
-    {"name": "GQA", "scorer": "gqa", "questions": "$d/questions.jsonl", "annotations": ["$d/gqa_questions.json"]},
-    {"name": "SQA-IMG", "scorer": "scienceqa", "questions": "$d/sqa_test.json", "format": "science",
-     "answer_args": ["--single-pred-prompt"], "annotations": ["$d/sqa"]},
-    {"name": "MMBench", "scorer": "mmbench", "questions": "$d/mmbench_dev.tsv", "answer_args": ["--single-pred-prompt"],
-     "annotations": ["$d/mmbench_dev.tsv"]},
-    {"name": "MME", "scorer": "mme", "questions": "$d/mme", "format": "mme", "annotations": ["$d/mme"]},
-    {"name": "MMMU", "scorer": "mmmu", "questions": "$d/mmmu.jsonl", "images": "$d", "format": "mmmu"}
-  ]
+  "benchmarks": $benchmarks
 }
 JSON
 build/bin/gmod report --config "$out/suite.json" "$@"
