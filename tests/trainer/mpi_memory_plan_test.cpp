@@ -16,6 +16,7 @@
 
 #include "parallel/mpi_comm.h"
 #include "tests/trainer/memory_plan_util.h"
+#include "trainer/config/train_config.h"
 #include "trainer/plan/memory_probe.h"
 #include "trainer/plan/memory_tracker.h"
 
@@ -112,6 +113,33 @@ TEST(MemoryPlanMeasured, GammaModZero1) {
   in.mod_layers = {1, 2};
   in.mod_kept_fraction = 1.0 - 0.5 * 16.0 / 128.0;  // half of the 16 image tokens skipped
   check(in, "γ-MoD");
+}
+
+// p-MoD (its default schedule on 4 layers: each layer's own kept share of the image tokens) and PyramidDrop (stages
+// at layers 1 and 2 keeping 1/2 and 1/4 of the image tokens; no router), planned from their mod.rule as gmod plan does.
+TEST(MemoryPlanMeasured, PModZero1) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
+  TrainConfig cfg;
+  cfg.mod.enabled = true;
+  cfg.mod.rule = "pmod";
+  const MemoryPlanInputs from_rule = plan_inputs_from_config(cfg, in.model, 1);
+  in.mod_layers = from_rule.mod_layers, in.mod_router = from_rule.mod_router, in.mod_rule = from_rule.mod_rule;
+  in.mod_kept_by_layer = from_rule.mod_kept_by_layer, in.mod_kept_fraction = from_rule.mod_kept_fraction;
+  ASSERT_EQ(in.mod_router, "pmod");
+  check(in, "p-MoD");
+}
+
+TEST(MemoryPlanMeasured, PDropZero1) {
+  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
+  TrainConfig cfg;
+  cfg.mod.enabled = true;
+  cfg.mod.rule = "pdrop:1,2:0.5,0.25";
+  const MemoryPlanInputs from_rule = plan_inputs_from_config(cfg, in.model, 1);
+  in.mod_layers = from_rule.mod_layers, in.mod_router = from_rule.mod_router, in.mod_rule = from_rule.mod_rule;
+  in.mod_kept_by_layer = from_rule.mod_kept_by_layer, in.mod_kept_fraction = from_rule.mod_kept_fraction;
+  ASSERT_EQ(in.mod_router, "pdrop");
+  ASSERT_EQ(in.mod_layers, (std::vector<int>{1, 2, 3}));
+  check(in, "PyramidDrop");
 }
 
 TEST(MemoryPlanMeasured, ProjectorOnlyZero2) {  // LLaVA pre-training stage: LLM and vision frozen

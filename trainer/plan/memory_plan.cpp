@@ -61,6 +61,9 @@ int64_t dense_layer_saved(const Shape& s, bool rg_in, bool tw) {
 // gathers run on all L tokens; attention + MLP on the K processed ones.
 int64_t mod_layer_saved(const Shape& s, int64_t K, bool rg_in, bool tw, const std::string& router) {
   const int64_t BL = s.B * s.L, BK = s.B * K;
+  // PyramidDrop has no router: its ranking (stage boundaries) runs without gradient and its stage state [B,L] is
+  // not kept for the backward; the layer combines without a router weight.
+  const bool pdrop = router == "pdrop";
   int64_t b = 0;
   if (router == "gamma_shared") {
     b += norm_saved(s, s.L, rg_in, tw);
@@ -68,10 +71,10 @@ int64_t mod_layer_saved(const Shape& s, int64_t K, bool rg_in, bool tw, const st
     if (!s.fp32 && tw) b += 4 * BL * s.D;  // normed.to(fp32) for the router linear
   } else {
     if (rg_in && s.fp32) b += s.e * BL * s.D;  // h (gather's self; router input)
-    if (!s.fp32 && tw) b += 4 * BL * s.D;      // h.to(fp32) for the router
+    if (!s.fp32 && tw && !pdrop) b += 4 * BL * s.D;  // h.to(fp32) for the router
     b += norm_saved(s, K, rg_in, tw);          // input_layernorm on the gathered tokens
   }
-  b += 32 * BL;             // router logits/softmax [B,L,2], routing-loss terms [B,L] (fp32)
+  if (!pdrop) b += 32 * BL;  // router logits/softmax [B,L,2], routing-loss terms [B,L] (fp32)
   b += 8 * BK;              // compaction index [B,K] int64 (gathers, scatter)
   b += 2 * s.e * K * s.Dh;  // cos/sin of the compacted positions [1,K,Dh]
   const bool rg = rg_in || tw;
@@ -85,7 +88,7 @@ int64_t mod_layer_saved(const Shape& s, int64_t K, bool rg_in, bool tw, const st
   } else {
     b += attn_mlp_saved(s, K, rg, tw);
   }
-  b += s.e * BK * s.D + 4 * BK;  // combine: m and the router weight (ws * m)
+  if (!pdrop) b += s.e * BK * s.D + 4 * BK;  // combine: m and the router weight (ws * m)
   return b;
 }
 

@@ -47,12 +47,15 @@ struct MemoryPlanInputs {
   std::string checkpointing = "none";
   int checkpoint_every = 2;                 // k of "every_k"
   std::vector<int> mod_layers;              // MoD decoder layers (empty = dense)
-  std::string mod_router = "gamma_shared";  // "gamma_shared" | "per_layer" | "attention" | "pmod"
+  std::string mod_router = "gamma_shared";  // "gamma_shared" | "per_layer" | "attention" | "pmod" | "pdrop"
   // Fraction of a sample's tokens a MoD layer processes in training (k_b / L): 1 - skip_frac * routable / L.
   double mod_kept_fraction = 1.0;
   // The same per MoD layer (in mod_layers' order) where the layers differ (p-MoD's decaying ratios); empty: every
   // MoD layer keeps mod_kept_fraction (then the largest of these).
   std::vector<double> mod_kept_by_layer;
+  // The mod.rule the layers came from, where it holds more than the layers and shares above (PyramidDrop's stages
+  // and ratios): the memory probe builds the same layers from it.
+  std::string mod_rule;
   bool accumulate_fp32 = false;       // fp32 gradient accumulation buffer for bf16 params
   std::string reduce_dtype = "fp32";  // gradient communication dtype
   int64_t bucket_bytes = int64_t(25) << 20;

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "mod/conversion.h"
+#include "mod/pdrop.h"
 #include "mod/pmod.h"
 #include "model/activation_checkpoint.h"
 #include "model/llava.h"
@@ -87,7 +88,9 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
     if (!in.mod_layers.empty()) {
       MoDConfig mc;
       mc.mod_layers = in.mod_layers;
-      mc.router = in.mod_router == "per_layer" ? RouterKind::kPerLayer : RouterKind::kGammaShared;
+      mc.router = in.mod_router == "per_layer"   ? RouterKind::kPerLayer
+                  : in.mod_router == "attention" ? RouterKind::kAttention
+                                                 : RouterKind::kGammaShared;
       // kept fraction = 1 - skip_frac * routable / L with routable = the image tokens (the probe's batches).
       const double routable = double(in.model.image_seq_length() * in.images_per_sample) / double(in.seq_len);
       mc.skip_frac = routable > 0 ? std::min(1.0, (1.0 - in.mod_kept_fraction) / routable) : 0.0;
@@ -96,6 +99,14 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
         if (mc.mod_layers != in.mod_layers)
           throw std::invalid_argument("memory probe: p-MoD's MoD layers come from its default schedule; the "
                                       "inputs name others");
+      }
+      if (in.mod_router == "pdrop") {  // its stages and ratios are in the rule
+        if (!is_pdrop_rule(in.mod_rule))
+          throw std::invalid_argument("memory probe: PyramidDrop layers need mod_rule \"pdrop:L1,..:R1,..\", not \"" +
+                                      in.mod_rule + "\"");
+        mc = parse_pdrop(in.mod_rule.substr(6), in.model.text.num_hidden_layers);
+        if (mc.mod_layers != in.mod_layers)
+          throw std::invalid_argument("memory probe: mod_rule " + in.mod_rule + " routes other layers than the inputs");
       }
       convert_to_mod(*model, mc);
       model->to(at::kCPU, dtype);
