@@ -135,6 +135,17 @@ TEST(TrainE2E, PModZero3CheckpointedExactResume) {
   expect_exact_resume({"mod.rule=pmod", "optimizer.zero_stage=3", "model.activation_checkpointing=full"});
 }
 
+// PyramidDrop as the trainer's rule (stages at layers 2 and 4 keeping 1/2 and 1/4 of the image tokens; no router):
+// resumes bitwise at ZeRO-1, and at ZeRO-3 with every layer checkpointed (the stage state replayed in the backward).
+TEST(TrainE2E, PDropExactResumeTwoRanks) {
+  const std::string log = expect_exact_resume({"mod.rule=pdrop:2,4:0.5,0.25"});
+  EXPECT_NE(log.find("pdrop"), std::string::npos) << log;
+}
+TEST(TrainE2E, PDropZero3CheckpointedExactResume) {
+  expect_exact_resume(
+      {"mod.rule=pdrop:2,4:0.5,0.25", "optimizer.zero_stage=3", "model.activation_checkpointing=full"});
+}
+
 // ZeRO-2 (gradient buckets released after each reduce-scatter and re-created by the next backward), weight decay
 // with the default exclusions (biases and norms), no overlap: still exact across stop/resume.
 TEST(TrainE2E, ExactResumeZero2WeightDecayGroups) {
