@@ -119,6 +119,9 @@ E parse_enum(const std::string& s, const std::string& source) {
 }  // namespace
 
 std::string to_string(RouterKind k) { return name_of(k); }
+RouterKind router_kind(const std::string& name, const std::string& source) {
+  return parse_enum<RouterKind>(name, source);
+}
 std::string to_string(ForcedKeep k) { return name_of(k); }
 std::string to_string(RopePositions k) { return name_of(k); }
 std::string to_string(RoutingMode k) { return name_of(k); }

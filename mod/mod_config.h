@@ -132,6 +132,9 @@ nlohmann::json to_json(const MoDConfig& c);
 MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& source = "mod config");
 
 std::string to_string(RouterKind k);
+// "gamma_shared", "per_layer", "attention", "fastv", "pmod", "pdrop" -> the kind; std::invalid_argument naming
+// `source` and the known names otherwise.
+RouterKind router_kind(const std::string& name, const std::string& source = "router");
 std::string to_string(ForcedKeep k);
 std::string to_string(RopePositions k);
 std::string to_string(RoutingMode k);

@@ -6,6 +6,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "mod/layer_costs.h"
 #include "model/lm_loss.h"
 #include "parallel/bucket_release.h"
 #include "trainer/plan/tower_activation_plan.h"
@@ -59,26 +60,25 @@ int64_t dense_layer_saved(const Shape& s, bool rg_in, bool tw) {
 
 // MoD layer (mod/mod_layer.cpp, γ-MoD shared router, top-k training): the input norm, the router and the
 // gathers run on all L tokens; attention + MLP on the K processed ones.
-int64_t mod_layer_saved(const Shape& s, int64_t K, bool rg_in, bool tw, const std::string& router) {
+// Other routers (mod/layer_costs.h) gather the layer input and norm the kept tokens; a router without parameters
+// (PyramidDrop, FastV) keeps no router terms and combines without a weight.
+int64_t mod_layer_saved(const Shape& s, int64_t K, bool rg_in, bool tw, const LayerCosts& rc) {
   const int64_t BL = s.B * s.L, BK = s.B * K;
-  // PyramidDrop has no router: its ranking (stage boundaries) runs without gradient and its stage state [B,L] is
-  // not kept for the backward; the layer combines without a router weight.
-  const bool pdrop = router == "pdrop";
   int64_t b = 0;
-  if (router == "gamma_shared") {
+  if (rc.router_reads_normed) {
     b += norm_saved(s, s.L, rg_in, tw);
     b += s.e * BL * s.D;                   // normed (gather_tokens' self)
     if (!s.fp32 && tw) b += 4 * BL * s.D;  // normed.to(fp32) for the router linear
   } else {
     if (rg_in && s.fp32) b += s.e * BL * s.D;  // h (gather's self; router input)
-    if (!s.fp32 && tw && !pdrop) b += 4 * BL * s.D;  // h.to(fp32) for the router
+    if (!s.fp32 && tw && rc.learned_router) b += 4 * BL * s.D;  // h.to(fp32) for the router
     b += norm_saved(s, K, rg_in, tw);          // input_layernorm on the gathered tokens
   }
-  if (!pdrop) b += 32 * BL;  // router logits/softmax [B,L,2], routing-loss terms [B,L] (fp32)
+  if (rc.learned_router) b += 32 * BL;  // router logits/softmax [B,L,2], routing-loss terms [B,L] (fp32)
   b += 8 * BK;              // compaction index [B,K] int64 (gathers, scatter)
   b += 2 * s.e * K * s.Dh;  // cos/sin of the compacted positions [1,K,Dh]
   const bool rg = rg_in || tw;
-  if (router == "gamma_shared") {
+  if (rc.router_reads_normed) {
     if (tw) b += s.e * BK * s.D;  // gathered normed tokens (q/k/v_proj input)
     if (rg) b += s.e * BK * (2 * s.H + 2 * s.Hkv) * s.Dh + 4 * s.B * s.H * K;
     b += norm_saved(s, K, rg, tw);
@@ -88,7 +88,7 @@ int64_t mod_layer_saved(const Shape& s, int64_t K, bool rg_in, bool tw, const st
   } else {
     b += attn_mlp_saved(s, K, rg, tw);
   }
-  if (!pdrop) b += s.e * BK * s.D + 4 * BK;  // combine: m and the router weight (ws * m)
+  if (rc.weighted_output) b += s.e * BK * s.D + 4 * BK;  // combine: m and the router weight (ws * m)
   return b;
 }
 
@@ -202,8 +202,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
     for (int l = 0; l < t.num_hidden_layers; ++l)
       if (!frozen_layers.count(l)) trainable += lc.params;
     trainable += pc.shared_router;
-    if (in.mod_router == "per_layer" || in.mod_router == "pmod")
-      trainable += int64_t(in.mod_layers.size()) * (t.hidden_size + (in.mod_router == "pmod" ? 1 : 0));
+    trainable += int64_t(in.mod_layers.size()) *
+                 layer_costs(router_kind(in.mod_router, "memory plan: mod_router"), t.hidden_size).layer_router_params;
   }
   trainable -= std::min(trainable, in.frozen_by_groups);  // optimizer.groups with freeze
   if (trainable == 0) throw std::invalid_argument("memory plan: no trainable parameter");
@@ -308,6 +308,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
     }
   }
   const std::set<int> mods = layer_set(in.mod_layers);
+  const LayerCosts router_costs = layer_costs(router_kind(in.mod_router, "memory plan: mod_router"), s.D);
   auto kept = [&](double f) { return std::max<int64_t>(1, int64_t(std::llround(f * double(s.L)))); };
   std::map<int, int64_t> K_of;  // MoD layer -> tokens per sample it processes
   for (size_t i = 0; i < in.mod_layers.size(); ++i)
@@ -322,7 +323,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
     const bool tw = in.train_llm && !frozen_layers.count(l);
     const bool is_mod = mods.count(l) > 0;
     const int64_t K = is_mod ? K_of.at(l) : s.L;
-    int64_t a = is_mod ? mod_layer_saved(s, K, rg || lora_layer, tw, in.mod_router)
+    int64_t a = is_mod ? mod_layer_saved(s, K, rg || lora_layer, tw, router_costs)
                        : dense_layer_saved(s, rg || lora_layer, tw);
     if (lora_layer) {
       const int64_t T = s.B * (is_mod ? K : s.L);

@@ -10,8 +10,6 @@
 #include <stdexcept>
 
 #include "mod/conversion.h"
-#include "mod/pdrop.h"
-#include "mod/pmod.h"
 #include "model/activation_checkpoint.h"
 #include "model/llava.h"
 #include "model/lora.h"
@@ -88,25 +86,22 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
     if (!in.mod_layers.empty()) {
       MoDConfig mc;
       mc.mod_layers = in.mod_layers;
-      mc.router = in.mod_router == "per_layer"   ? RouterKind::kPerLayer
-                  : in.mod_router == "attention" ? RouterKind::kAttention
-                                                 : RouterKind::kGammaShared;
+      const RouterKind kind = router_kind(in.mod_router, "memory probe: mod_router");
+      // The rules of p-MoD and PyramidDrop set their router (and its settings) themselves, as in training.
+      if (in.mod_rule.empty() || (kind != RouterKind::kPMoD && kind != RouterKind::kPDrop)) mc.router = kind;
       // kept fraction = 1 - skip_frac * routable / L with routable = the image tokens (the probe's batches).
       const double routable = double(in.model.image_seq_length() * in.images_per_sample) / double(in.seq_len);
       mc.skip_frac = routable > 0 ? std::min(1.0, (1.0 - in.mod_kept_fraction) / routable) : 0.0;
-      if (in.mod_router == "pmod") {  // p-MoD's default schedule decides the layers and their ratios
-        mc = pmod_config(in.model.text.num_hidden_layers);
+      if (!in.mod_rule.empty()) {  // the rule decides the layers and what they keep (p-MoD, PyramidDrop), as in training
+        const int n = in.model.text.num_hidden_layers;
+        std::vector<double> arank(static_cast<size_t>(n));
+        for (int l = 0; l < n; ++l) arank[size_t(l)] = double(n - l);  // plan_inputs_from_config's stand-in
+        mc.mod_layers.clear();  // config_for_rule takes given layers as they are
+        mc = config_for_rule(in.mod_rule, mc, n, arank);
         if (mc.mod_layers != in.mod_layers)
-          throw std::invalid_argument("memory probe: p-MoD's MoD layers come from its default schedule; the "
-                                      "inputs name others");
-      }
-      if (in.mod_router == "pdrop") {  // its stages and ratios are in the rule
-        if (!is_pdrop_rule(in.mod_rule))
-          throw std::invalid_argument("memory probe: PyramidDrop layers need mod_rule \"pdrop:L1,..:R1,..\", not \"" +
-                                      in.mod_rule + "\"");
-        mc = parse_pdrop(in.mod_rule.substr(6), in.model.text.num_hidden_layers);
-        if (mc.mod_layers != in.mod_layers)
-          throw std::invalid_argument("memory probe: mod_rule " + in.mod_rule + " routes other layers than the inputs");
+          throw std::invalid_argument("memory probe: mod_rule \"" + in.mod_rule + "\" routes other layers than the inputs");
+      } else if (kind == RouterKind::kPMoD || kind == RouterKind::kPDrop) {
+        throw std::invalid_argument("memory probe: " + in.mod_router + " layers need the mod_rule they came from");
       }
       convert_to_mod(*model, mc);
       model->to(at::kCPU, dtype);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 
+#include "mod/layer_costs.h"
 #include "trainer/plan/memory_plan.h"
 
 namespace gmod {
@@ -52,18 +53,18 @@ ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layer
   const int64_t attn = D * qd + 2 * D * kvd + qd * D + qkvb * (qd + 2 * kvd) + ob * D;
   const int64_t mlp = 3 * D * I + mb * (2 * I + D);
   const std::set<int> mods(mod_layers.begin(), mod_layers.end());
+  const LayerCosts costs = layer_costs(router_kind(mod_router, "memory plan: mod_router"), D);
   p.embed = int64_t(t.vocab_size) * D;
   p.lm_head = t.tie_word_embeddings ? 0 : int64_t(t.vocab_size) * D;
   p.llm = p.embed + p.lm_head + D;  // + final norm
   for (int l = 0; l < t.num_hidden_layers; ++l) {
     int64_t n = attn + mlp + 2 * D;
-    if (mods.count(l) && mod_router == "per_layer") n += D;  // llm.layers.{l}.router.weight [1, D]
-    if (mods.count(l) && mod_router == "pmod") n += D + 1;   // p-MoD's router weight [1, D] and bias [1]
+    if (mods.count(l)) n += costs.layer_router_params;  // a per-layer router (mod/layer_costs.h)
     p.llm_layer.push_back(n);
     p.llm += n;
   }
-  if (!mods.empty() && mod_router == "gamma_shared") {
-    p.shared_router = 2 * D;  // mod_router.weight [2, D]
+  if (!mods.empty() && costs.shared_router_params > 0) {
+    p.shared_router = costs.shared_router_params;  // γ-MoD's mod_router.weight [2, D]
     p.llm += p.shared_router;
   }
   if (c.vision) {

@@ -41,11 +41,7 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConf
     const MoDConfig mc = config_for_rule(rule, cfg.mod.config, n, arank);
     in.mod_layers = mc.mod_layers;
     in.mod_rule = cfg.mod.rule;
-    in.mod_router = mc.router == RouterKind::kGammaShared ? "gamma_shared"
-                    : mc.router == RouterKind::kPerLayer  ? "per_layer"
-                    : mc.router == RouterKind::kPMoD      ? "pmod"
-                    : mc.router == RouterKind::kPDrop     ? "pdrop"
-                                                          : "attention";
+    in.mod_router = to_string(mc.router);
     // Routable = image tokens (+ a short system prefix, ignored); what each MoD layer keeps of a sample is mod/'s
     // to say (planned_kept_fractions: skip_frac of the routable tokens skipped; p-MoD: its ratio of them kept).
     const double routable = std::min(1.0, double(model.image_seq_length()) / double(in.seq_len));
