@@ -141,12 +141,13 @@ at::Tensor pdrop_queries(const at::Tensor& roles_c, const at::Tensor& valid_c, b
   return q;
 }
 
-at::Tensor pdrop_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& queries, const at::Tensor& valid) {
+at::Tensor pdrop_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& queries, const at::Tensor& valid,
+                        int64_t qmax) {
   at::NoGradGuard no_grad;
   const int64_t B = q.size(0), H = q.size(1), K = q.size(2), Dh = q.size(3), Hkv = k.size(1);
   const auto lopts = at::TensorOptions().dtype(at::kLong).device(q.device());
   const auto nq = queries.sum(1);                                // [B]
-  const int64_t qmax = nq.numel() ? nq.max().item<int64_t>() : 0;  // host sync (a handful of turns)
+  if (qmax < 0) qmax = nq.numel() ? nq.max().item<int64_t>() : 0;  // host sync without the caller's count
   if (qmax == 0) return at::zeros({B, K}, q.options().dtype(at::kFloat));
   // Each sample's query slots first (ascending), as compact() orders a selection.
   const auto ar = at::arange(K, lopts).unsqueeze(0);
@@ -172,24 +173,27 @@ at::Tensor pdrop_rank(const MoDDecoderLayer& layer, const at::Tensor& h, const F
   const auto lopts = at::TensorOptions().dtype(at::kLong).device(h.device());
   if (!st.token_roles.defined()) return present;  // no roles: no image token known, nothing is dropped
   const auto image_full = st.token_roles == static_cast<int64_t>(TokenRole::kImage);
-  const auto n_img = (image_full & present).sum(1).cpu();  // present ⊇ every valid image token at stage 1
-  const auto n_all = (image_full & (st.key_valid.defined() ? st.key_valid.to(at::kBool) : at::ones_like(image_full)))
-                         .sum(1)
-                         .cpu();
+  // Two host synchronisations per stage boundary: these counts, then the queries' (below).
+  const auto valid_full = st.key_valid.defined() ? st.key_valid.to(at::kBool) : at::ones_like(image_full);
+  const auto n_present = present.sum(1);  // [B] on the device
+  // present ⊇ every valid image token at stage 1; n_all: the original image count the ratio is of.
+  const auto counts = at::stack({(image_full & present).sum(1), (image_full & valid_full).sum(1), n_present}).cpu();
+  const auto ca = counts.accessor<int64_t, 2>();
   const double ratio = pdrop_ratio(cfg, layer_idx);
-  std::vector<int64_t> keep(static_cast<size_t>(B));
-  int64_t kmax = 0;
+  std::vector<int64_t> keep(static_cast<size_t>(B)), ni(static_cast<size_t>(B));
+  int64_t kmax = 0, present_max = 0;
   bool any_drop = false;
-  auto na = n_all.accessor<int64_t, 1>(), ni = n_img.accessor<int64_t, 1>();
   for (int64_t b = 0; b < B; ++b) {
-    keep[size_t(b)] = std::min(ni[b], pdrop_kept_images(na[b], ratio));
+    ni[size_t(b)] = ca[0][b];
+    keep[size_t(b)] = std::min(ca[0][b], pdrop_kept_images(ca[1][b], ratio));
     kmax = std::max(kmax, keep[size_t(b)]);
-    any_drop = any_drop || keep[size_t(b)] < ni[b];
+    present_max = std::max(present_max, ca[2][b]);
+    any_drop = any_drop || keep[size_t(b)] < ca[0][b];
   }
   if (!any_drop) return present;
 
   // The tokens still in the sequence, compacted and renumbered as the original's re-padded sequence.
-  const Compaction c = compact(present);
+  const Compaction c = compact(present, n_present, present_max);
   const int64_t K = c.kmax;
   const auto x = gather_tokens(h.detach(), c.index);  // [B, K, D]
   const auto roles_c = st.token_roles.to(at::kLong).gather(1, c.index);
@@ -204,18 +208,22 @@ at::Tensor pdrop_rank(const MoDDecoderLayer& layer, const at::Tensor& h, const F
   const auto queries = pdrop_queries(roles_c, valid_c, keep_unanswered, &has_query);
   const auto image_c = valid_c & (roles_c == static_cast<int64_t>(TokenRole::kImage));
   // A query on an image token: a sample whose image tokens have no instruction after them to be ranked by.
-  const auto bad = (queries & image_c).any(1).cpu();
+  const auto qcounts =
+      at::stack({(queries & image_c).any(1).to(at::kLong), queries.sum(1), image_c.sum(1)}).cpu();  // [3, B]
+  const auto qa = qcounts.accessor<int64_t, 2>();
+  int64_t qmax = 0, image_max = 0;
+  for (int64_t b = 0; b < B; ++b) qmax = std::max(qmax, qa[1][b]), image_max = std::max(image_max, qa[2][b]);
   for (int64_t b = 0; b < B; ++b)
-    if (bad.accessor<bool, 1>()[b] && keep[size_t(b)] < ni[b])
+    if (qa[0][b] && keep[size_t(b)] < ni[size_t(b)])
       throw std::invalid_argument("PyramidDrop layer " + std::to_string(layer_idx) + ": sample " + std::to_string(b) +
                                   " has no instruction token to rank its image tokens by (its query token, the last "
                                   "token before an answer or the last prompt token, is an image token)");
-  const auto scores = pdrop_scores(qk.first, qk.second, queries, valid_c);  // [B, K]
+  const auto scores = pdrop_scores(qk.first, qk.second, queries, valid_c, qmax);  // [B, K]
 
   // Per ranked sample the top keep_b image tokens; a sample without a query (keep_all) keeps them all.
   auto keep_t = at::tensor(keep, lopts);
   keep_t = at::where(has_query, keep_t, image_c.sum(1));
-  const int64_t top_n = std::min<int64_t>(K, std::max<int64_t>(kmax, image_c.sum(1).max().item<int64_t>()));
+  const int64_t top_n = std::min<int64_t>(K, std::max<int64_t>(kmax, image_max));
   auto key = at::where(image_c, scores, at::full_like(scores, kNegInf));
   auto kept_c = image_c.logical_not() & valid_c;
   if (top_n > 0) {

@@ -54,7 +54,9 @@ at::Tensor pdrop_queries(const at::Tensor& roles_c, const at::Tensor& valid_c, b
 // Mean over heads and over a sample's query rows of the softmax attention of those rows (each sees the valid
 // keys up to itself): q [B, H, K, Dh], k [B, Hkv, K, Dh] (rotary applied), queries / valid [B, K] bool.
 // Returns [B, K] fp32 (0 for a sample without queries).
-at::Tensor pdrop_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& queries, const at::Tensor& valid);
+// qmax: the most query tokens of a sample (< 0: read from `queries`, a host sync).
+at::Tensor pdrop_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& queries, const at::Tensor& valid,
+                        int64_t qmax = -1);
 
 // The ranking at stage boundary `layer_idx` (layer: its modules): of `present` [B, L] bool (the tokens still in
 // the sequence, valid ones), every non-image token and each sample's top pdrop_kept_images(n_img, ratio) image

@@ -1,7 +1,8 @@
 // PyramidDrop (mod/pdrop.h) without the original: its config (parsing, validation errors naming the option and
 // value, the JSON round trip, the trainer's rule, the planned kept shares), the last-instruction-token queries, the
-// error for a sample with no instruction token, and training under activation checkpointing (the stage state
-// replayed) against the plain forward, bitwise, on the parity fixture's model (tests/fixtures/pdrop).
+// error for a sample with no instruction token, training under activation checkpointing (the stage state replayed)
+// against the plain forward, bitwise, and the host synchronisations a stage boundary costs, on the parity
+// fixture's model (tests/fixtures/pdrop).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,6 +15,7 @@
 #include "model/safetensors.h"
 #include "model/token_roles.h"
 #include "mod/conversion.h"
+#include "mod/host_sync_counter.h"
 #include "mod/pdrop.h"
 #include "tests/common/paths.h"
 
@@ -191,4 +193,21 @@ TEST(PDropModel, ActivationCheckpointingReplaysTheStagesExactly) {
     ++compared;
   }
   EXPECT_GT(compared, 50);
+}
+
+// A stage boundary ranks with two host synchronisations (the image and present counts, then the query counts): the
+// same four PyramidDrop layers (2-5) with three boundaries cost exactly 4 more than with one (counted as on a GPU,
+// mod/host_sync_counter.h). The selection is unchanged by the counting (the parity tests pin it).
+TEST(PDropModel, EachStageBoundaryCostsTwoHostSyncs) {
+  auto syncs = [](const std::string& spec) {
+    auto m = load_pretrained(test::fixture("pdrop"));
+    convert_to_mod(*m, parse_pdrop(spec, m->config.text.num_hidden_layers));
+    m->train();
+    const auto in = fixture_inputs("train", m->config.image_token_id);
+    HostSyncCounter counter;
+    m->forward(in);
+    return counter.counts();
+  };
+  const auto one = syncs("2:0.5"), three = syncs("2,4,5:0.5,0.25,0.125");
+  EXPECT_EQ(three.total() - one.total(), 2 * 2) << "3 boundaries: " << three.to_string() << "; 1: " << one.to_string();
 }
