@@ -117,26 +117,25 @@ TEST(MemoryPlanMeasured, GammaModZero1) {
 
 // p-MoD (its default schedule on 4 layers: each layer's own kept share of the image tokens) and PyramidDrop (stages
 // at layers 1 and 2 keeping 1/2 and 1/4 of the image tokens; no router), planned from their mod.rule as gmod plan does.
-TEST(MemoryPlanMeasured, PModZero1) {
+static MemoryPlanInputs from_rule(const std::string& rule) {
   MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
   TrainConfig cfg;
   cfg.mod.enabled = true;
-  cfg.mod.rule = "pmod";
-  const MemoryPlanInputs from_rule = plan_inputs_from_config(cfg, in.model, 1);
-  in.mod_layers = from_rule.mod_layers, in.mod_router = from_rule.mod_router, in.mod_rule = from_rule.mod_rule;
-  in.mod_kept_by_layer = from_rule.mod_kept_by_layer, in.mod_kept_fraction = from_rule.mod_kept_fraction;
+  cfg.mod.rule = rule;
+  const MemoryPlanInputs r = plan_inputs_from_config(cfg, in.model, 1);
+  in.mod_layers = r.mod_layers, in.mod_router = r.mod_router, in.mod_rule = r.mod_rule;
+  in.mod_kept_by_layer = r.mod_kept_by_layer, in.mod_kept_fraction = r.mod_kept_fraction;
+  return in;
+}
+
+TEST(MemoryPlanMeasured, PModZero1) {
+  const MemoryPlanInputs in = from_rule("pmod");
   ASSERT_EQ(in.mod_router, "pmod");
   check(in, "p-MoD");
 }
 
 TEST(MemoryPlanMeasured, PDropZero1) {
-  MemoryPlanInputs in = gmod::testing::small_plan_inputs(1, 1);
-  TrainConfig cfg;
-  cfg.mod.enabled = true;
-  cfg.mod.rule = "pdrop:1,2:0.5,0.25";
-  const MemoryPlanInputs from_rule = plan_inputs_from_config(cfg, in.model, 1);
-  in.mod_layers = from_rule.mod_layers, in.mod_router = from_rule.mod_router, in.mod_rule = from_rule.mod_rule;
-  in.mod_kept_by_layer = from_rule.mod_kept_by_layer, in.mod_kept_fraction = from_rule.mod_kept_fraction;
+  const MemoryPlanInputs in = from_rule("pdrop:1,2:0.5,0.25");
   ASSERT_EQ(in.mod_router, "pdrop");
   ASSERT_EQ(in.mod_layers, (std::vector<int>{1, 2, 3}));
   check(in, "PyramidDrop");
