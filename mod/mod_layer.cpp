@@ -46,8 +46,8 @@ at::Tensor topk_capacity(const RoutingMasks& m, double skip_frac) {
 }
 
 HostCapacity host_capacity(const at::Tensor& counts, double skip_frac, ForcedKeep forced_keep, bool all_routable) {
-  if (counts.dim() != 2 || counts.size(1) != 3 || !counts.device().is_cpu())
-    throw std::invalid_argument("MoD layer: host_role_counts must be a [B, 3] CPU tensor (count_routing_roles)");
+  if (counts.dim() != 2 || counts.size(1) != kHostCountColumns || !counts.device().is_cpu())
+    throw std::invalid_argument("MoD layer: host_role_counts must be a [B, 4] CPU tensor (count_routing_roles)");
   auto c = counts.to(at::kLong).contiguous();
   auto a = c.accessor<int64_t, 2>();
   HostCapacity h;
@@ -245,9 +245,9 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     if (!st.host_role_counts.defined())  // callers other than MultimodalLM::forward: count once, for every layer
       st.host_role_counts = packed ? count_segment_roles(st.token_roles, st.key_valid, B, L, *st.segments)
                                    : count_routing_roles(st.token_roles, st.key_valid, B, L);
-    if (pmod) {  // per-layer ratio of the image tokens: counts read back once (mod/pmod.h)
-      plan = pmod_capacity(cap_masks, pmod_ratio);
-      k_dev = at::tensor(plan.k, long_opts(at::kCPU)).to(h.device());
+    if (pmod) {  // per-layer ratio of the image tokens (mod/pmod.h), from the host counts as well
+      plan = pmod_capacity(st.host_role_counts, pmod_ratio);
+      k_dev = pmod_capacity(cap_masks, pmod_ratio);  // the same values on the device, without a copy
     } else {
       plan = host_capacity(st.host_role_counts, cfg.skip_frac, cfg.forced_keep, all_routable);
       k_dev = topk_capacity(cap_masks, cfg.skip_frac);  // the same values on the device, without a copy

@@ -44,7 +44,7 @@ RoutingMasks routing_masks(const at::Tensor& roles, const at::Tensor& key_valid,
 // Per-sample training capacity k_b = valid_b - floor(skip_frac * routable_b); [B] int64 (on the masks' device).
 at::Tensor topk_capacity(const RoutingMasks& m, double skip_frac);
 
-// The same capacities on the host, from count_routing_roles (model/decoder_layer.h) [B, 3]: no device sync.
+// The same capacities on the host, from count_routing_roles (model/decoder_layer.h) [B, 4]: no device sync.
 struct HostCapacity {
   std::vector<int64_t> k, valid, routable;  // per sample
   int64_t kmax = 0;

@@ -191,12 +191,14 @@ at::Tensor pmod_weight(const MoDConfig& c, const at::Tensor& r) {
   return act * c.pmod_tanh_scale + c.pmod_tanh_bias;
 }
 
-HostCapacity pmod_capacity(const RoutingMasks& m, double ratio) {
-  const auto counts = at::stack({m.valid.sum(1), m.routable.sum(1)}).to(at::kLong).cpu();
+HostCapacity pmod_capacity(const at::Tensor& host_counts, double ratio) {
+  if (host_counts.dim() != 2 || host_counts.size(1) != kHostCountColumns || !host_counts.device().is_cpu())
+    throw std::invalid_argument("p-MoD layer: host_role_counts must be a [B, 4] CPU tensor (count_routing_roles)");
+  const auto counts = host_counts.to(at::kLong).contiguous();
   const auto a = counts.accessor<int64_t, 2>();
   HostCapacity h;
-  for (int64_t b = 0; b < counts.size(1); ++b) {
-    const int64_t valid = a[0][b], n_img = a[1][b];
+  for (int64_t b = 0; b < counts.size(0); ++b) {
+    const int64_t valid = a[b][kCountValid], n_img = a[b][kCountImage];
     const int64_t k = valid - n_img + pmod_kept_images(n_img, ratio);
     h.valid.push_back(valid);
     h.routable.push_back(n_img);
@@ -204,6 +206,13 @@ HostCapacity pmod_capacity(const RoutingMasks& m, double ratio) {
     h.kmax = std::max(h.kmax, k);
   }
   return h;
+}
+
+at::Tensor pmod_capacity(const RoutingMasks& m, double ratio) {
+  const auto n_img = m.routable.sum(1);  // [B] int64
+  // torch.trunc(int32 lengths * python float) in float32, as pmod_kept_images on the host.
+  const auto kept = (n_img.to(at::kFloat) * static_cast<float>(ratio)).trunc().to(at::kLong);
+  return m.valid.sum(1) - n_img + kept;
 }
 
 }  // namespace gmod

@@ -71,8 +71,10 @@ class PModRouterImpl : public torch::nn::Module {
 // TanhNorm: s·tanh(r) + b in r's dtype (pmod_weight_norm "none": s·r + b, the original's "none").
 at::Tensor pmod_weight(const MoDConfig& c, const at::Tensor& r);
 
-// Capacity of a p-MoD layer for masks m (routable = the image tokens): k_b = valid_b - n_img_b + kept_b. One
-// device-to-host copy of the per-sample counts (image counts are not in host_role_counts).
-HostCapacity pmod_capacity(const RoutingMasks& m, double ratio);
+// Capacity of a p-MoD layer: k_b = valid_b - n_img_b + kept_b (kept_b = pmod_kept_images(n_img_b, ratio)), on the host
+// from count_routing_roles' [B, 4] counts (no device sync), and the same [B] int64 on the masks' device (routable =
+// the image tokens), computed there with the same float32 product, so both agree exactly.
+HostCapacity pmod_capacity(const at::Tensor& host_counts, double ratio);
+at::Tensor pmod_capacity(const RoutingMasks& m, double ratio);
 
 }  // namespace gmod

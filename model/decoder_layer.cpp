@@ -9,14 +9,15 @@ at::Tensor count_routing_roles(const at::Tensor& token_roles, const at::Tensor& 
   auto dev = token_roles.defined() ? token_roles.device() : key_valid.defined() ? key_valid.device() : at::Device(at::kCPU);
   auto valid = key_valid.defined() ? key_valid.to(at::kBool) : at::ones({B, L}, opts.dtype(at::kBool).device(dev));
   auto zero = at::zeros({B}, opts.device(dev));
-  at::Tensor img_sys = zero, answer = zero;
+  at::Tensor img_sys = zero, answer = zero, image = zero;
   if (token_roles.defined()) {
     auto is = [&](TokenRole r) { return token_roles == static_cast<int64_t>(r); };
     valid = valid & is(TokenRole::kPad).logical_not();
     img_sys = (valid & (is(TokenRole::kImage) | is(TokenRole::kSystem))).sum(1);
     answer = (valid & is(TokenRole::kAnswer)).sum(1);
+    image = (valid & is(TokenRole::kImage)).sum(1);
   }
-  return at::stack({valid.sum(1), img_sys, answer}, 1).to(at::kCPU);  // [B, 3]
+  return at::stack({valid.sum(1), img_sys, answer, image}, 1).to(at::kCPU);  // [B, 4]
 }
 
 at::Tensor count_segment_roles(const at::Tensor& token_roles, const at::Tensor& key_valid, int64_t B, int64_t L,

@@ -21,13 +21,14 @@ struct LayerTokens {
   int64_t routable = -1;    // valid tokens the layer was allowed to skip (MoD layers); -1 = not a routing layer
 };
 
-// Per-sample token counts that MoD capacities and accounting depend on, known on the host: [B, 3] int64 on the CPU,
-// columns kCountValid (real tokens: key_valid and role != pad), kCountImageSystem, kCountAnswer (real tokens of
-// those roles). Undefined roles: only kCountValid is filled. One device-to-host copy when the inputs live on an
+// Per-sample token counts that MoD capacities and accounting depend on, known on the host: [B, 4] int64 on the CPU,
+// columns kCountValid (real tokens: key_valid and role != pad), kCountImageSystem, kCountAnswer, kCountImage (real
+// tokens of those roles; the image count is what p-MoD's capacity needs). Undefined roles: only kCountValid is filled. One device-to-host copy when the inputs live on an
 // accelerator (none on the CPU); the data pipeline can hand it over precomputed (ModelInputs::host_role_counts).
-enum HostCountColumn : int64_t { kCountValid = 0, kCountImageSystem = 1, kCountAnswer = 2 };
+enum HostCountColumn : int64_t { kCountValid = 0, kCountImageSystem = 1, kCountAnswer = 2, kCountImage = 3 };
+constexpr int64_t kHostCountColumns = 4;
 at::Tensor count_routing_roles(const at::Tensor& token_roles, const at::Tensor& key_valid, int64_t B, int64_t L);
-// The same per segment of packed rows: [S, 3] (token_roles and key_valid [B, L] as above; layout model/segments.h).
+// The same per segment of packed rows: [S, 4] (token_roles and key_valid [B, L] as above; layout model/segments.h).
 at::Tensor count_segment_roles(const at::Tensor& token_roles, const at::Tensor& key_valid, int64_t B, int64_t L,
                                const SegmentLayout& layout);
 
@@ -41,7 +42,7 @@ struct ForwardState {
   at::Tensor positions;    // [B, L] int64 absolute positions of the current tokens
   at::Tensor key_valid;    // [B, L] bool, true = real token; undefined = no padding
   at::Tensor token_roles;  // [B, L] int8 TokenRole; undefined when unknown (MoD then routes nothing)
-  at::Tensor host_role_counts;  // [B|S, 3] int64 CPU (count_routing_roles); undefined = MoD layers count themselves
+  at::Tensor host_role_counts;  // [B|S, 4] int64 CPU (count_routing_roles); undefined = MoD layers count themselves
   at::Tensor cos, sin;     // [B|1, L, Dh] rotary tables for `positions`
   AttentionMask mask;      // full-sequence mask (undefined `allowed` = plain causal; `segments` for packed rows)
   // Packed rows (model/segments.h; also in `mask`): then host_role_counts has one row per segment, and MoD layers

@@ -24,8 +24,8 @@ struct ModelInputs {
   at::Tensor labels;          // [B, L] int64 with -100 = ignored; undefined = no loss
   at::Tensor positions;       // [B, L] int64; undefined = 0..L-1
   at::Tensor token_roles;     // [B, L] int8 TokenRole (for MoD routing); optional
-  at::Tensor host_role_counts;  // [B, 3] int64 CPU count_routing_roles(token_roles, attention_mask); optional
-                                // (packed rows: [S, 3] count_segment_roles)
+  at::Tensor host_role_counts;  // [B, 4] int64 CPU count_routing_roles(token_roles, attention_mask); optional
+                                // (packed rows: [S, 4] count_segment_roles)
   // Packed rows (data.pack_to): the samples each row holds (model/segments.h); null = one sample per row. With it,
   // `positions` restart per segment (SegmentLayout::positions) and every segment's first label is -100, so no
   // position predicts the next segment's first token.

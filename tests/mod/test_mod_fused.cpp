@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "mod/conversion.h"
+#include "model/token_roles.h"
 #include "mod/host_sync_counter.h"
+#include "mod/pmod.h"
 #include "tests/mod/mod_test_util.h"
 #include "trainer/plan/memory_tracker.h"
 
@@ -116,6 +118,19 @@ TEST(MoDFusedAttention, HostCapacitiesEqualDeviceCapacities) {
         }
         EXPECT_EQ(host.kmax, dev.max().item<int64_t>());
       }
+  // p-MoD: routable = the image tokens; its float32 kept share on the host and on the device, over ratios whose
+  // products with the image counts land on and next to integers.
+  auto pm = routing_masks(in.token_roles, in.attention_mask, B, L, ForcedKeep::kQuestions, at::kCPU, false);
+  pm.routable = pm.valid & (in.token_roles == static_cast<int64_t>(TokenRole::kImage));
+  for (double r : {0.0, 0.15, 0.2, 1.0 / 3.0, 0.5, 0.7, 0.85, 0.999, 1.0}) {
+    const auto dev = pmod_capacity(pm, r);
+    const auto host = pmod_capacity(counts, r);
+    for (int64_t b = 0; b < B; ++b) {
+      EXPECT_EQ(host.k[b], dev[b].item<int64_t>()) << "ratio " << r << " sample " << b;
+      EXPECT_EQ(host.routable[b], pm.routable[b].sum().item<int64_t>()) << "sample " << b;
+    }
+    EXPECT_EQ(host.kmax, dev.max().item<int64_t>()) << "ratio " << r;
+  }
   // Without roles nothing is routable (γ-MoD) or every real token is (A-MoD as the paper defines it).
   auto bare = count_routing_roles(at::Tensor(), in.attention_mask, B, L);
   EXPECT_EQ(host_capacity(bare, 0.5, ForcedKeep::kQuestions, false).k[0], 23);
@@ -138,9 +153,10 @@ TEST(MoDSyncs, TrainingModLayersNeverWaitForTheHost) {
   auto dense = test::random_text_lm(4, 3);
   dense->train();
   const auto base = step_syncs(*dense);
-  for (auto kind : {RouterKind::kGammaShared, RouterKind::kPerLayer, RouterKind::kAttention}) {
+  for (auto kind : {RouterKind::kGammaShared, RouterKind::kPerLayer, RouterKind::kAttention, RouterKind::kPMoD}) {
     auto m = test::random_text_lm(4, 3);
-    convert_to_mod(*m, config(kind, {1, 3}));
+    // p-MoD: its schedule's layers (1-3 of 4) and kept shares, capacities from the host counts' image column.
+    convert_to_mod(*m, kind == RouterKind::kPMoD ? pmod_config(4) : config(kind, {1, 3}));
     m->train();
     const auto got = step_syncs(*m);
     EXPECT_EQ(got.total(), base.total()) << to_string(kind) << ": " << got.to_string() << " vs dense "
