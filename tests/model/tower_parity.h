@@ -1,7 +1,8 @@
 // Test helper for the parity tests of the vision-tower families against their original code
 // (tests/model/test_llava_hr.cpp, test_mgm.cpp): the committed fixture's inputs, the towers frozen as the
 // originals freeze them, and the two checks each family runs on every fixture: logits, loss and every
-// parameter's gradient against the fp32 reference, and gmod's bf16 error against the original's bf16 error.
+// parameter's gradient against the fp32 reference, and gmod's bf16 error against the original's bf16 error; and
+// that checkpointing the tower's blocks gives bitwise the same tower gradients.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -131,6 +132,24 @@ inline void expect_bf16_tracks_original(const std::string& dir, int pixel_repeat
   EXPECT_LT(ours, 2.0 * theirs + 1e-3)
       << "gmod bf16 error " << ours << " vs the original's bf16 error " << theirs;
   std::cout << label << ": bf16 max logit error gmod " << ours << ", original " << theirs << "\n";
+}
+
+// The tower's activation checkpointing (recompute in the backward) gives bitwise the same gradient for every
+// vision parameter as the plain backward, on the fixture in `dir` (its pixels repeated `pixel_repeat` times).
+inline void expect_tower_checkpointing_bitwise(const std::string& dir, int pixel_repeat) {
+  SafetensorsFile ref(dir + "/reference.safetensors");
+  std::vector<at::Tensor> grads[2];
+  for (int ck = 0; ck < 2; ++ck) {
+    auto model = load_pretrained(dir);
+    model->vision->set_activation_checkpointing(ck == 1);
+    ModelInputs in = tower_fixture_inputs(ref, pixel_repeat);
+    model->forward(in).lm_loss.backward();
+    for (const auto& p : model->named_parameters())
+      if (p.key().rfind("vision.", 0) == 0 && p.value().grad().defined()) grads[ck].push_back(p.value().grad());
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  ASSERT_GT(grads[0].size(), 100u);
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_TRUE(grads[0][i].equal(grads[1][i])) << i;
 }
 
 }  // namespace gmod::test
