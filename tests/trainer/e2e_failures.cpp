@@ -111,6 +111,21 @@ TEST(TrainFailures, StoppedRankIsNamedByTheWatchdog) {
   std::printf("SIGSTOP of rank 1: job gone after %.1f s (timeout_s %.0f)\n", s, kTimeout);
 }
 
+// Runs `gmod train --config cfg` on 2 ranks whose writes past `ulimit -f 512` fail with EFBIG (256 KiB with dash's
+// 512-byte blocks, 512 KiB with bash's; the optimizer shards are ~1 MB each, the metrics and config files a few
+// KiB), output appended to cfg.log. Returns the wait status (-1: not started or not done in 180 s) and the job's
+// part of the log.
+static std::pair<int, std::string> train_with_small_file_limit(const std::string& cfg) {
+  const size_t before = slurp(cfg + ".log").size();
+  const std::string rank_cmd = "trap '' XFSZ; ulimit -f 512; exec " + std::string(GMOD_BIN) +
+                               " train --threads 1 --config " + cfg;
+  const std::string cmd = std::string("exec ") + GMOD_MPIEXEC + " " + GMOD_MPIEXEC_NP + " 2 " + GMOD_MPIRUN_FLAGS +
+                          " --mca btl self,tcp /bin/sh -c \"" + rank_cmd + "\" >> " + cfg + ".log 2>&1";
+  const pid_t pid = spawn_shell(cmd);
+  const int status = pid > 0 ? wait_for(pid, 180) : -1;
+  return {status, slurp(cfg + ".log").substr(before)};
+}
+
 // Writes past RLIMIT_FSIZE fail with EFBIG (SIGXFSZ ignored), a real failed write: the save of step 4 fails on a
 // named file, the job ends non-zero, step 2 stays valid and `resume auto` continues from it to the same weights as an
 // uninterrupted run. The limit is set for the ranks only (mpirun's PMIx store must not hit it), and they talk over
@@ -120,18 +135,7 @@ TEST(TrainFailures, FullDiskDuringSaveKeepsThePreviousCheckpoint) {
   const std::string run = t.str("full"), cfg = write_config(run, {{"schedule", {{"max_steps", 4}}}});
   ASSERT_EQ(gmod_train(2, cfg, {"schedule.exit_at_step=2"}), 0) << slurp(cfg + ".log");
   ASSERT_EQ(gmod::CheckpointManager::verify(ckpt(run, 2)), "");
-  const std::string log0 = slurp(cfg + ".log");
-
-  // ulimit -f 512: 256 KiB (dash, 512-byte blocks) or 512 KiB (bash); the optimizer shards are ~1 MB each, the
-  // metrics and config files a few KiB.
-  const std::string rank_cmd = "trap '' XFSZ; ulimit -f 512; exec " + std::string(GMOD_BIN) +
-                               " train --threads 1 --config " + cfg;
-  const std::string cmd = std::string("exec ") + GMOD_MPIEXEC + " " + GMOD_MPIEXEC_NP + " 2 " + GMOD_MPIRUN_FLAGS +
-                          " --mca btl self,tcp /bin/sh -c \"" + rank_cmd + "\" >> " + cfg + ".log 2>&1";
-  const pid_t pid = spawn_shell(cmd);
-  ASSERT_GT(pid, 0);
-  const int status = wait_for(pid, 180);
-  const std::string log = slurp(cfg + ".log").substr(log0.size());
+  const auto [status, log] = train_with_small_file_limit(cfg);
   ASSERT_NE(status, -1) << log;
   EXPECT_NE(exit_code(status), 0) << log;
   EXPECT_NE(log.find("error: "), std::string::npos) << log;
@@ -159,15 +163,7 @@ TEST(TrainFailures, FailedAsyncSaveIsNamedAndKeepsThePreviousCheckpoint) {
   const std::string run = t.str("full"), cfg = write_config(run, extra);
   ASSERT_EQ(gmod_train(2, cfg, {"schedule.exit_at_step=2"}), 0) << slurp(cfg + ".log");
   ASSERT_EQ(gmod::CheckpointManager::verify(ckpt(run, 2)), "");
-  const std::string log0 = slurp(cfg + ".log");
-  const std::string rank_cmd = "trap '' XFSZ; ulimit -f 512; exec " + std::string(GMOD_BIN) +
-                               " train --threads 1 --config " + cfg;
-  const std::string cmd = std::string("exec ") + GMOD_MPIEXEC + " " + GMOD_MPIEXEC_NP + " 2 " + GMOD_MPIRUN_FLAGS +
-                          " --mca btl self,tcp /bin/sh -c \"" + rank_cmd + "\" >> " + cfg + ".log 2>&1";
-  const pid_t pid = spawn_shell(cmd);
-  ASSERT_GT(pid, 0);
-  const int status = wait_for(pid, 180);
-  const std::string log = slurp(cfg + ".log").substr(log0.size());
+  const auto [status, log] = train_with_small_file_limit(cfg);
   ASSERT_NE(status, -1) << log;
   EXPECT_NE(exit_code(status), 0) << log;
   EXPECT_NE(log.find("the background save of step 3 failed on rank "), std::string::npos) << log;
@@ -242,7 +238,9 @@ static void kill_whole_job_during_saves(bool async) {
     }
     ASSERT_EQ(gmod_train(2, cfg), 0) << slurp(cfg + ".log");
     EXPECT_NE(slurp(cfg + ".log").find("resume: " + found->path), std::string::npos);
-    if (async) EXPECT_NE(slurp(cfg + ".log").find("writing in the background"), std::string::npos);
+    if (async) {
+      EXPECT_NE(slurp(cfg + ".log").find("writing in the background"), std::string::npos);
+    }
     expect_same_model(ckpt(run, 6), ckpt(ref, 6));
   }
 }
