@@ -2,8 +2,8 @@
 """Checks the stats files of `gmod answer` (--stats, docs/eval.md) for one question set answered several ways:
 one process at batch 1 (B1) and at batch 4 (B4), two chunks (C0, C1) and two MPI ranks (MPI), both at batch 2.
 The counts of work depend neither on the batch nor on splitting (a sample that ended is not run through further
-steps), so the batch-4, chunked (summed) and MPI (summed by gmod) stats must equal the batch-1 ones; FLOPs within
-1e-9 relative. The sample count equals the answer file's lines; the prefill and decode times are measured.
+steps; the K/V held after each prefill counts no padding), so the batch-4, chunked (summed) and MPI (summed by gmod)
+stats must equal the batch-1 ones; FLOPs within 1e-9 relative. The sample count equals the answer file's lines; the prefill and decode times are measured.
 Python standard library only. Usage: check_answer_stats.py PREFIX (files PREFIX_b1.stats.json, ...)"""
 import json
 import math
@@ -13,7 +13,7 @@ p = sys.argv[1]
 load = lambda k: json.load(open("%s_%s.stats.json" % (p, k)))
 b1, b4, c0, c1, mpi = load("b1"), load("b4"), load("c0"), load("c1"), load("mpi")
 INT = ["samples", "asked", "prompt_tokens", "generated_tokens", "layer_tokens", "processed_layer_tokens",
-       "mod_layer_tokens", "processed_mod_layer_tokens"]
+       "mod_layer_tokens", "processed_mod_layer_tokens", "kv_cache_bytes"]
 errors = []
 lines = len(open(p + "_b1.jsonl").read().splitlines())
 if b1["samples"] != lines or b1["samples"] <= 0:
