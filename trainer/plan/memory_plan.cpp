@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "mod/layer_costs.h"
+#include "trainer/plan/layer_activation_plan.h"
 #include "model/lm_loss.h"
 #include "parallel/bucket_release.h"
 #include "trainer/plan/tower_activation_plan.h"
@@ -19,90 +20,6 @@ int64_t elt(const std::string& dtype, const char* what) {
   if (dtype == "bf16" || dtype == "fp16") return 2;
   throw std::invalid_argument(std::string("memory plan: ") + what + " must be fp32, bf16 or fp16, got \"" +
                               dtype + "\"");
-}
-
-// Shapes of one step, shared by the activation terms.
-struct Shape {
-  int64_t B, L, D, I, V, H, Hkv, Dh, e;
-  bool fp32;
-};
-
-// RMSNorm (model/layers.cpp RMSNormImpl::forward) on T tokens per sample: xf = x.to(fp32) is x itself for
-// fp32 (pow and the product save it) and a fresh fp32 copy otherwise; rsqrt [B,T,1] fp32; weight * xn saves
-// xn (in the compute dtype) when the weight is trained.
-int64_t norm_saved(const Shape& s, int64_t T, bool rg_in, bool tw) {
-  int64_t b = 0;
-  if (rg_in) b += (s.fp32 ? s.e : 4) * s.B * T * s.D + 4 * s.B * T;
-  if (tw) b += s.e * s.B * T * s.D;
-  return b;
-}
-
-// Attention + MLP of a pre-norm LLaMA layer on T tokens (model/decoder_layer.cpp, model/layers.cpp),
-// excluding the input norm. The linears save their input only for the weight gradient; rotary saves only
-// cos/sin (counted once); SDPA (fused causal kernel) saves q, k, v, its output (which o_proj reads as a view)
-// and the fp32 logsumexp [B,H,T]; the MLP saves gate (silu), silu(gate) and up (product), and the product
-// (down_proj, when trained).
-int64_t attn_mlp_saved(const Shape& s, int64_t T, bool rg, bool tw) {
-  const int64_t BT = s.B * T;
-  int64_t b = 0;
-  if (tw) b += s.e * BT * s.D;                                               // q/k/v_proj input
-  if (rg) b += s.e * BT * (2 * s.H + 2 * s.Hkv) * s.Dh + 4 * s.B * s.H * T;  // SDPA q, k, v, out, lse
-  b += norm_saved(s, T, rg, tw);                                             // post_attention_layernorm(x)
-  if (tw) b += s.e * BT * s.D;                                               // gate/up_proj input
-  if (rg) b += 3 * s.e * BT * s.I;                                           // gate, silu(gate), up
-  if (tw) b += s.e * BT * s.I;                                               // down_proj input
-  return b;
-}
-
-int64_t dense_layer_saved(const Shape& s, bool rg_in, bool tw) {
-  return norm_saved(s, s.L, rg_in, tw) + attn_mlp_saved(s, s.L, rg_in || tw, tw);
-}
-
-// MoD layer (mod/mod_layer.cpp, γ-MoD shared router, top-k training): the input norm, the router and the
-// gathers run on all L tokens; attention + MLP on the K processed ones.
-// Other routers (mod/layer_costs.h) gather the layer input and norm the kept tokens; a router without parameters
-// (PyramidDrop, FastV) keeps no router terms and combines without a weight.
-int64_t mod_layer_saved(const Shape& s, int64_t K, bool rg_in, bool tw, const LayerCosts& rc) {
-  const int64_t BL = s.B * s.L, BK = s.B * K;
-  int64_t b = 0;
-  if (rc.router_reads_normed) {
-    b += norm_saved(s, s.L, rg_in, tw);
-    b += s.e * BL * s.D;                   // normed (gather_tokens' self)
-    if (!s.fp32 && tw) b += 4 * BL * s.D;  // normed.to(fp32) for the router linear
-  } else {
-    if (rg_in && s.fp32) b += s.e * BL * s.D;  // h (gather's self; router input)
-    if (!s.fp32 && tw && rc.learned_router) b += 4 * BL * s.D;  // h.to(fp32) for the router
-    b += norm_saved(s, K, rg_in, tw);          // input_layernorm on the gathered tokens
-  }
-  if (rc.learned_router) b += 32 * BL;  // router logits/softmax [B,L,2], routing-loss terms [B,L] (fp32)
-  b += 8 * BK;              // compaction index [B,K] int64 (gathers, scatter)
-  b += 2 * s.e * K * s.Dh;  // cos/sin of the compacted positions [1,K,Dh]
-  const bool rg = rg_in || tw;
-  if (rc.router_reads_normed) {
-    if (tw) b += s.e * BK * s.D;  // gathered normed tokens (q/k/v_proj input)
-    if (rg) b += s.e * BK * (2 * s.H + 2 * s.Hkv) * s.Dh + 4 * s.B * s.H * K;
-    b += norm_saved(s, K, rg, tw);
-    if (tw) b += s.e * BK * s.D;
-    if (rg) b += 3 * s.e * BK * s.I;
-    if (tw) b += s.e * BK * s.I;
-  } else {
-    b += attn_mlp_saved(s, K, rg, tw);
-  }
-  if (rc.weighted_output) b += s.e * BK * s.D + 4 * BK;  // combine: m and the router weight (ws * m)
-  return b;
-}
-
-// Transient of one decoder layer's backward beyond its saved tensors. The MLP's backward comes first: the
-// incoming gradient [B,T,D] stays alive (the residual branch still needs it); down_proj's backward makes the
-// product's gradient [B,T,I] and the weight gradient [D,I] (added in place by AccumulateGrad, then freed);
-// the product's backward makes the silu and up gradients while freeing the saved product, so 2 [B,T,I] on
-// top. The attention's backward comes after the MLP's saved tensors (4 [B,T,I] + 2 [B,T,D]) are gone and only
-// matters for narrow MLPs.
-int64_t layer_backward_transient(const Shape& s, int64_t T, bool tw) {
-  const int64_t BT = s.B * T;
-  const int64_t mlp = BT * s.D + std::max(BT * s.I + (tw ? s.D * s.I : 0), 2 * BT * s.I);
-  const int64_t attn = 5 * BT * s.H * s.Dh + (tw ? s.D * s.H * s.Dh : 0) - 4 * BT * s.I - 2 * BT * s.D;
-  return s.e * std::max(mlp, attn);
 }
 
 std::set<int> layer_set(const std::vector<int>& v) { return std::set<int>(v.begin(), v.end()); }
@@ -163,7 +80,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
   if (!in.mod_kept_by_layer.empty() && in.mod_kept_by_layer.size() != in.mod_layers.size())
     throw std::invalid_argument("memory plan: mod_kept_by_layer needs one fraction per MoD layer");
 
-  Shape s;
+  PlanShape s;
   s.e = elt(in.dtype, "dtype");
   s.fp32 = s.e == 4;
   s.B = in.micro_batch;
