@@ -184,7 +184,7 @@ std::vector<std::string> write_hf_processor_files(const std::string& dir_s, cons
   }
   // LLaVA-HR and MGM preprocess once, with CLIP's processor at their input size (input_image_size,
   // image_size_aux): the ConvNeXt path reads those pixels, the CLIP path resizes them inside the tower, so no
-  // second processor. A config copied from the CLIP tower's directory (its 336 px) is set to that size, as
+  // second processor. A config taken over from the CLIP tower's directory (its 336 px) is set to that size, as
   // gmod train sets it.
   if ((m.multipath || m.mgm) && fs::exists(dir / "preprocessor_config.json")) {
     json pc = read_or_empty(dir / "preprocessor_config.json");
