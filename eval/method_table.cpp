@@ -8,6 +8,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "eval/report.h"
+
 namespace gmod::eval {
 namespace {
 
@@ -32,15 +34,8 @@ std::string cell(const Json& v, const Json& ratio, const char* f) {
   return s;
 }
 
-const Json& at_path(const Json& j, std::initializer_list<const char*> keys) {
-  static const Json null_json;
-  const Json* p = &j;
-  for (const char* k : keys) {
-    if (!p->is_object() || !p->contains(k)) return null_json;
-    p = &(*p)[k];
-  }
-  return *p;
-}
+// A row's figure `key` of `j` (null when `j` has none: not trained, not timed), through the report's figure_at.
+Json field(const Json& j, const char* key) { return or_null(figure_at(j, key)); }
 
 }  // namespace
 
@@ -100,25 +95,25 @@ Json build_method_table(const std::vector<MethodRow>& rows, const std::vector<in
     std::function<Json(const MethodRow&)> get;
   };
   std::vector<Figure> figs = {
-      {"step_ms", [](const MethodRow& r) { return at_path(r.train, {"step_ms_median"}); }},
-      {"samples_per_s", [](const MethodRow& r) { return at_path(r.train, {"samples_per_s"}); }},
-      {"train_tflops_per_sample", [](const MethodRow& r) { return at_path(r.train, {"train_tflops_per_sample"}); }},
+      {"step_ms", [](const MethodRow& r) { return field(r.train, "step_ms_median"); }},
+      {"samples_per_s", [](const MethodRow& r) { return field(r.train, "samples_per_s"); }},
+      {"train_tflops_per_sample", [](const MethodRow& r) { return field(r.train, "train_tflops_per_sample"); }},
   };
   for (size_t i = 0; i < batches.size(); ++i) {
     const std::string b = std::to_string(batches[i]);
     figs.push_back({"prefill_ms_b" + b, [i](const MethodRow& r) {
-                      return i < r.timing.size() ? at_path(r.timing[i], {"prefill_ms"}) : Json();
+                      return i < r.timing.size() ? field(r.timing[i], "prefill_ms") : Json();
                     }});
     figs.push_back({"next_token_ms_b" + b, [i](const MethodRow& r) {
-                      return i < r.timing.size() ? at_path(r.timing[i], {"next_token_ms"}) : Json();
+                      return i < r.timing.size() ? field(r.timing[i], "next_token_ms") : Json();
                     }});
   }
   // K/V bytes and FLOPs per sample do not depend on the batch size: the first timing run's.
   figs.push_back({"kv_bytes_per_sample", [](const MethodRow& r) {
-                    return r.timing.empty() ? Json() : at_path(r.timing[0], {"kv_bytes_per_sample"});
+                    return r.timing.empty() ? Json() : field(r.timing[0], "kv_bytes_per_sample");
                   }});
   figs.push_back({"tflops_per_sample", [](const MethodRow& r) {
-                    return r.timing.empty() ? Json() : at_path(r.timing[0], {"tflops_per_sample"});
+                    return r.timing.empty() ? Json() : field(r.timing[0], "tflops_per_sample");
                   }});
   Json out = {{"batches", batches}, {"rows", Json::array()}};
   const MethodRow& ref = rows[0];
