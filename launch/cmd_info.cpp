@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "launch/args.h"
+#include "model/cpu_kernels.h"
 #ifdef GMOD_WITH_CUDA
 #include <nccl.h>
 #endif
@@ -26,6 +27,9 @@ int run_info() {
   std::cout << "NCCL not compiled in\n";
 #endif
   std::cout << "CUDA available: " << (at::hasCUDA() ? "yes" : "no") << "\n";
+  // What the CPU runs (ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA lower it; tests/lower_isa.sh).
+  std::cout << "CPU kernels: ATen " << cpu_capability() << ", bf16 on "
+            << (cpu_bf16_uses_onednn() ? "oneDNN" : "ATen's own kernels") << "\n";
   return 0;
 }
 

@@ -3,13 +3,22 @@
 // ConvNeXt [8, 16, 24, 32] at 384 px, 576 image tokens, a 5-layer LLM of width 32; random init, towers and
 // stitches trained, the real DataParallelOptimizer over MPI) are measured with MemoryTracker, with activation
 // checkpointing off and on (on: LLM layers and the tower's units, CLIP layers and ConvNeXt stages, as gmod
-// train does), in fp32 and bf16. The plan's per-rank peak and its end-of-forward total must be within 10% of the measurement on
-// every rank. The towers dominate this model's activations, so the check is mostly the tower estimate's.
+// train does), in fp32 and bf16. The towers dominate this model's activations, so the check is mostly the tower
+// estimate's.
+//
+// Which way the tolerance leans: the plan is what `gmod plan` answers "fits" with, so it must not promise less
+// than a run takes. On every rank its peak and its end-of-forward total may exceed the measurement by up to 10%
+// (kernel temporaries the plan counts at their largest) but fall short by at most 3% (the small transients it
+// leaves out). bf16 on the CPU runs the ConvNeXt convolutions through oneDNN on AVX-512 machines and through
+// ATen's own kernels on AVX2 ones, with different backward temporaries: the plan models both (ConvKernels in
+// trainer/plan/tower_activation_plan.h, chosen by what this process runs), and ctest runs this binary a second
+// time under AVX2 (mpi_memory_plan_hr_np2.lower_isa, tests/lower_isa.sh).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdio>
+#include <string>
 
+#include "model/cpu_kernels.h"
 #include "parallel/mpi_comm.h"
 #include "trainer/plan/memory_probe.h"
 #include "trainer/plan/memory_tracker.h"
@@ -65,9 +74,15 @@ MemoryPlanInputs hr_inputs(const std::string& checkpointing, const std::string& 
   return in;
 }
 
-double rel_err(double plan, double measured) { return std::fabs(plan - measured) / measured; }
+// How far the plan may lie above and below a measurement (see the header).
+constexpr double kOver = 0.10, kUnder = 0.03;
 
-void check(const MemoryPlanInputs& in, const char* label) {
+void expect_conservative(double plan, double measured, const std::string& what, double over = kOver) {
+  EXPECT_LE(plan, measured * (1 + over)) << what << ": plan " << plan << " B over measured " << measured << " B";
+  EXPECT_GE(plan, measured * (1 - kUnder)) << what << ": plan " << plan << " B under measured " << measured << " B";
+}
+
+void check(const MemoryPlanInputs& in, const char* label, double over = kOver) {
   const MemoryPlan plan = plan_memory(in);
   const MemoryMeasurement m = measure_training_memory(in, world());
   int64_t fwd_plan = 0;  // everything of the forward phase but the per-chunk loss transient, freed by then
@@ -92,12 +107,11 @@ void check(const MemoryPlanInputs& in, const char* label) {
         std::printf("        %-26s %12lld\n", t.name.c_str(), (long long)t.bytes);
     }
   }
-  EXPECT_LE(rel_err(double(plan.total), double(m.peak_bytes)), 0.10)
-      << label << ": plan " << plan.total << " B vs measured peak " << m.peak_bytes << " B on rank "
-      << world()->rank();
-  EXPECT_LE(rel_err(double(fwd_plan), double(m.after_forward_bytes)), 0.10)
-      << label << ": plan after forward " << fwd_plan << " B vs measured " << m.after_forward_bytes
-      << " B on rank " << world()->rank();
+  const std::string where = std::string(label) + " " + in.dtype + " checkpointing " + in.checkpointing + ", rank " +
+                            std::to_string(world()->rank()) + " (CPU bf16 kernels: " +
+                            (in.cpu_bf16_onednn ? "oneDNN" : "ATen") + ", ATen " + cpu_capability() + ")";
+  expect_conservative(double(plan.total), double(m.peak_bytes), where + ", peak", over);
+  expect_conservative(double(fwd_plan), double(m.after_forward_bytes), where + ", after the forward");
 }
 
 }  // namespace
@@ -110,4 +124,13 @@ TEST(MemoryPlanMeasuredLlavaHr, Bf16TrainedTowersNoCheckpointing) {
 }
 TEST(MemoryPlanMeasuredLlavaHr, Bf16TrainedTowersFullCheckpointing) {
   check(hr_inputs("full", "bf16"), "LLaVA-HR");
+}
+// Wider ConvNeXt stages: the bf16 backward's per-pixel and per-channel temporaries weigh differently than above.
+// With oneDNN the plan is as close as above (-1.4%); with ATen's kernels (AVX2) it over-estimates (+20.6%: the
+// per-channel part of the ATen path's term is an upper bound, tower_activation_plan.cpp), so here it must stay
+// conservative and within 25%.
+TEST(MemoryPlanMeasuredLlavaHr, Bf16WiderConvNextFullCheckpointing) {
+  MemoryPlanInputs in = hr_inputs("full", "bf16");
+  in.model.multipath->slow.dims = {24, 32, 40, 48};
+  check(in, "LLaVA-HR wide ConvNeXt", in.cpu_bf16_onednn ? kOver : 0.25);
 }

@@ -11,6 +11,7 @@
 // device-side optimizer_states term zero: a plan that classified them wrongly fails (1) or (2).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -30,6 +31,11 @@ std::shared_ptr<MpiComm> world() {
 }
 
 double rel_err(double plan, double measured) { return std::fabs(plan - measured) / measured; }
+
+// How far the plan may fall short of a measurement: `gmod plan` answers "fits" with it, so it must not promise
+// much less than a run takes. Over by up to `tolerance` (terms counted at their largest), under by at most 5%
+// (transients it leaves out: -3.1% is the largest seen, bf16 ZeRO-2 at 3 ranks, the same on AVX-512 and AVX2).
+constexpr double kUnder = 0.05;
 
 void check(MemoryPlanInputs in, const char* label, double tolerance = 0.10) {
   in.world = world()->world_size();
@@ -84,6 +90,8 @@ void check(MemoryPlanInputs in, const char* label, double tolerance = 0.10) {
   const int64_t total = plan.total + plan.host_total;
   EXPECT_LE(rel_err(double(total), max_peak), tolerance)
       << label << ": plan " << total << " B vs the largest measured peak " << max_peak << " B";
+  EXPECT_GE(double(total), max_peak * (1 - std::min(tolerance, kUnder)))
+      << label << ": plan " << total << " B under the largest measured peak " << max_peak << " B";
   EXPECT_LE(double(m.peak_bytes), double(total) * (1 + tolerance))
       << label << ": plan " << total << " B vs measured peak " << m.peak_bytes << " B on rank "
       << world()->rank();

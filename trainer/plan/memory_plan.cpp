@@ -206,8 +206,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
     const ClipVisionConfig& v = *in.model.vision;
     const int64_t T = in.model.image_seq_length(), Dv = v.hidden_size;
     if (in.train_vision && in.model.multipath) {
-      tower =
-          multipath_tower_activations(in.model, images, s.e, in.checkpointing != "none", in.device == "cpu");
+      const ConvKernels kernels = in.device == "cuda"   ? ConvKernels::kCuda
+                                  : in.cpu_bf16_onednn ? ConvKernels::kCpuOneDnn
+                                                       : ConvKernels::kCpuAten;
+      tower = multipath_tower_activations(in.model, images, s.e, in.checkpointing != "none", kernels);
       act += tower.saved;
     } else if (in.model.mgm) {
       act += mgm_tower_activations(in.model, images, s.e, in.train_vision, in.checkpointing != "none");
@@ -269,7 +271,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
   if (head_rg) head += s.e * Nsup * s.D + 12 * Nsup + (rg ? 8 * Nsup : 0);
   // (the towers' part without checkpointing too)
   const int64_t tower_full =
-      tower.saved > 0 ? multipath_tower_activations(in.model, images, s.e, false, false).saved - tower.saved
+      tower.saved > 0 ? multipath_tower_activations(in.model, images, s.e, false, ConvKernels::kCuda).saved - tower.saved
                       : 0;
   p.activations_saved = act + tower_full + layers_full + head;
   const int64_t A = act + layers_ckpt + head;  // what is alive at the end of the forward
@@ -431,9 +433,13 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
     // Trained LLaVA-HR towers: their backward runs last (the decoder's tensors are gone) with what the tower
     // still holds, a recomputed unit and the gradients inside it, and (upper bound) every gradient bucket.
     if (tower.saved > 0) {
-      std::vector<MemoryTerm> tt = {{"tower_backward", tower.backward_peak,
-                                     "the tower's saved tensors not yet released, a recomputed unit (CLIP "
-                                     "layer / ConvNeXt stage) and the gradients inside its backward"}};
+      std::string note =
+          "the tower's saved tensors not yet released, a recomputed unit (CLIP layer / ConvNeXt stage) and the "
+          "gradients inside its backward";
+      if (in.device == "cpu" && s.e == 2)
+        note += in.cpu_bf16_onednn ? " (bf16 convolutions on oneDNN, as on this CPU)"
+                                   : " (bf16 convolutions on ATen's kernels, as on this CPU)";
+      std::vector<MemoryTerm> tt = {{"tower_backward", tower.backward_peak, note}};
       if (first_bucket > 0)
         tt.push_back({"comm_inflight", first_bucket, "gradient bucket 0 (lm_head) in flight"});
       if (z3_layer_inflight > 0)

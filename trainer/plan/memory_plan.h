@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/cpu_kernels.h"
 
 namespace gmod {
 
@@ -64,6 +65,10 @@ struct MemoryPlanInputs {
   // "cpu" (MpiComm: fp32 upcast of bf16 reductions, a receive buffer per reduce-scatter) or "cuda"
   // (NcclComm).
   std::string device = "cpu";
+  // device "cpu", bf16: whether LibTorch runs bf16 convolutions through oneDNN (AVX-512 and up) or through ATen's
+  // own kernels (AVX2), whose backward temporaries differ (trainer/plan/tower_activation_plan.h). Default: what
+  // this process does (model/cpu_kernels.h), i.e. the plan is for a CPU like the one it runs on.
+  bool cpu_bf16_onednn = cpu_bf16_uses_onednn();
   double budget_bytes = 0;  // per-rank memory (0 = none: no fits verdict)
   double reserve_bytes =
       0;  // allowance outside the plan (CUDA context, NCCL/cuBLAS workspaces, fragmentation)

@@ -9,7 +9,7 @@ int64_t clip_layer_activations(int64_t NT, int64_t Dv, int64_t Iv, int64_t heads
 }
 
 TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t N, int64_t e, bool ckpt,
-                                             bool cpu) {
+                                             ConvKernels kernels) {
   const MultipathConfig& m = *c.multipath;
   const ClipVisionConfig& v = *c.vision;
   const ConvNextConfig& cn = m.slow;
@@ -28,10 +28,23 @@ TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t N, in
   // input (4C), the layer-scale product's input: 12 C per pixel, plus LayerNorm's mean/rstd; a downsampling
   // stage saves its LayerNorm2d's input and statistics and the 2x2 conv's input, at the previous stage's
   // resolution. A block's backward holds about 6 C per pixel on top: the incoming gradient, the recomputed
-  // output, and the gradients of the 4C-wide MLP activations while the ones they replace are released. On CPU
-  // in bf16 the kernels keep fp32 temporaries: about 44 bytes more per pixel and channel (measured on the
-  // stem and stage 0 alone: 57 bytes against 20 in fp32; which kernels is not traced).
-  const int64_t block_bwd = 6 * e + (cpu && e == 2 ? 44 : 0);
+  // output, and the gradients of the 4C-wide MLP activations while the ones they replace are released. On the
+  // CPU in bf16 the convolutions' backward adds temporaries that depend on who runs them:
+  //  - oneDNN's bf16 kernels (AVX-512 and up): about 44 bytes more per pixel and channel (measured on the stem
+  //    and stage 0 alone: 57 bytes against 20 in fp32; a profile of one block shows it as one large allocation
+  //    in its backward);
+  //  - ATen's own kernels (AVX2, where oneDNN has no bf16): the depthwise convolution runs group by group through
+  //    the im2col convolution, whose backward keeps every group's input gradient for the final concatenation
+  //    (C per pixel, then the concatenated copy: 2 e C) and, one group at a time, two 7x7 column buffers: the
+  //    im2col of the group's input (for the weight gradient) and the columns col2im turns into its input gradient
+  //    (2 x 49 e per pixel). With one buffer the plan was 0.86 MiB (= 49 e per pixel of stage 0) under the peak
+  //    measured on AVX2 (ONEDNN_MAX_CPU_ISA=AVX2) by tests/trainer/mpi_memory_plan_hr_test.cpp; with two, equal.
+  //    The per-channel part is an upper bound on this path: with wider stages (dims 24-48) the plan is 20.6% over
+  //    the AVX2 peak (a profile of one block in bf16 on ATen's kernels holds about as many elements as in fp32,
+  //    i.e. less than the 6 C + 2 C counted here), the safe direction for "fits".
+  int64_t block_bwd = 6 * e, block_bwd_px = 0;
+  if (e == 2 && kernels == ConvKernels::kCpuOneDnn) block_bwd += 44;
+  if (e == 2 && kernels == ConvKernels::kCpuAten) block_bwd += 2 * e, block_bwd_px = 2 * 49 * e;
   int64_t slow_saved = 0, unit_max = 0, peak = 0;
   int64_t prev_px = px, prev_c = cn.dims[0];
   for (size_t i = 0; i < cn.dims.size(); ++i) {
@@ -41,7 +54,7 @@ TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t N, in
     if (i > 0 || prev_c != C) full += 2 * e * prev_px * prev_c + 8 * prev_px;
     const int64_t input = e * prev_px * prev_c;  // what a checkpointed stage keeps
     unit_max = std::max(unit_max, full);
-    peak = std::max(peak, head + slow_saved + (ckpt ? input : 0) + full + block_bwd * p * C);
+    peak = std::max(peak, head + slow_saved + (ckpt ? input : 0) + full + block_bwd * p * C + block_bwd_px * p);
     slow_saved += ckpt ? input : full;
     prev_px = p, prev_c = C;
   }

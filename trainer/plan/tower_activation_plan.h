@@ -26,12 +26,16 @@ struct TowerActivations {
   int64_t largest_unit = 0;   // the largest checkpoint unit's activations (recomputed in the backward)
 };
 
+// The kernels that run a tower's convolutions and their backward, where their temporaries differ (bf16 only):
+// CUDA; on the CPU oneDNN's bf16 kernels (AVX-512 and up) or ATen's own (AVX2: model/cpu_kernels.h).
+enum class ConvKernels { kCuda, kCpuOneDnn, kCpuAten };
+
 // LLaVA-HR's multipath tower (c.multipath, fast path c.vision) with trained towers on `images` images; with
 // `checkpointing` every CLIP layer and ConvNeXt stage keeps only its input and is recomputed in the backward
-// (what gmod train does whenever model.activation_checkpointing is not none). `cpu`: CPU kernels (in bf16 the
-// ConvNeXt blocks' backward keeps fp32 temporaries).
+// (what gmod train does whenever model.activation_checkpointing is not none). `kernels`: who runs the convolutions
+// (in bf16 their backward's temporaries differ; ConvKernels).
 TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t images, int64_t e,
-                                             bool checkpointing, bool cpu);
+                                             bool checkpointing, ConvKernels kernels);
 
 // Mini-Gemini (c.mgm): the patch info mining's saved tensors on `images` images (the regions, both LayerNorm
 // outputs, the scaled keys and the values, the softmax), and with trained towers the CLIP layers on every crop and
