@@ -2,8 +2,10 @@
 # Training on several nodes with Open MPI: one rank per GPU across the hosts of HOSTFILE.
 #   launch/run_multi_node.sh HOSTFILE NPROC CONFIG [--set key=value ...]
 # HOSTFILE: Open MPI format, one line per node, `node01 slots=8` (slots = GPUs of the node).
-# No MASTER_ADDR/PORT: NCCL's unique id is broadcast over MPI. Every NCCL_*, CUDA_*, GMOD_* and PYTORCH_* variable of this
-# shell is forwarded to all ranks (e.g. NCCL_SOCKET_IFNAME=ib0, NCCL_IB_HCA=mlx5, NCCL_DEBUG=WARN).
+# No MASTER_ADDR/PORT: NCCL's unique id is broadcast over MPI. Every NCCL_*, CUDA_*, GMOD_*, PYTORCH_*, ATEN_* and
+# ONEDNN_*/DNNL_* variable of this shell is forwarded to all ranks (e.g. NCCL_SOCKET_IFNAME=ib0, NCCL_IB_HCA=mlx5,
+# NCCL_DEBUG=WARN; ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA choose the CPU kernels, which must be the same on every
+# node for bitwise-equal runs).
 # The gmod binary and CONFIG must exist at the same path on every node (shared file system).
 # Environment: GMOD_BIN (default build/bin/gmod), GMOD_THREADS (CPU threads per rank, default 4),
 # GMOD_KILL_GRACE (seconds between mpirun's SIGTERM and SIGKILL to the ranks; default 120),
@@ -31,7 +33,7 @@ fi
 # step boundary, exit 0). SIGTERM to mpirun itself is a fallback: the raised kill grace (default 1 s in Open MPI)
 # gives the ranks time to save (docs/launch.md).
 mpi+=(--mca odls_base_sigkill_timeout "${GMOD_KILL_GRACE:-120}")
-for v in $(env | grep -oE '^(NCCL|CUDA|GMOD|PYTORCH)_[A-Za-z0-9_]*' || true); do mpi+=(-x "$v"); done
+for v in $(env | grep -oE '^(NCCL|CUDA|GMOD|PYTORCH|ATEN|ONEDNN|DNNL)_[A-Za-z0-9_]*' || true); do mpi+=(-x "$v"); done
 # shellcheck disable=SC2206
 [[ -n ${GMOD_MPIRUN_ARGS:-} ]] && mpi+=($GMOD_MPIRUN_ARGS)
 
