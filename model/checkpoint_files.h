@@ -1,7 +1,7 @@
 // A checkpoint as a set of named tensors read from its files, whatever they are: safetensors (model/safetensors.h,
 // mmap'd, lazy) or PyTorch `.bin` files written by torch.save (model/torch_save.h: the state dicts transformers'
-// save_pretrained writes with safe_serialization=False, its default up to transformers 4.34, and the Trainer's with
-// save_safetensors=False, its default up to 4.35). Every Hugging Face directory gmod reads (load_weights, the
+// save_pretrained writes with safe_serialization=False and the Trainer with save_safetensors=False, both defaults
+// up to transformers 4.34; 4.35 made safetensors the default). Every Hugging Face directory gmod reads (load_weights, the
 // composed towers, the MoD checkpoint loaders, the CLI) opens its weights through this class, so both formats go
 // through the same name, shape and dtype checks.
 //
