@@ -49,7 +49,7 @@ Runner setup(CLI::App& app) {
       ->type_name("DIR")
       ->required();
   add(app, "--adapter", o->adapter,
-      "the PEFT LoRA adapter dir (adapter_config.json + adapter_model.safetensors)")
+      "the PEFT LoRA adapter dir (adapter_config.json + adapter_model.safetensors or .bin)")
       ->type_name("DIR")
       ->required();
   add(app, "--out", o->out, "the merged Hugging Face model dir to write")->type_name("DIR")->required();

@@ -26,6 +26,17 @@ std::string layers_string(const std::vector<int>& v) {
   return os.str();
 }
 
+// "<prefix>layers." as the checkpoint names its decoder layers (e.g. "model.layers." or
+// "language_model.model.layers."), "" when it names none.
+std::string layers_prefix_in(const CheckpointFiles& ckpt) {
+  for (const auto& hf : ckpt.names()) {
+    const auto g = hf_to_gmod(hf);
+    const auto k = hf.find("layers.");
+    if (g && g->rfind("llm.layers.", 0) == 0 && k != std::string::npos) return hf.substr(0, k + 7);
+  }
+  return "";
+}
+
 }  // namespace
 
 void check_finite_weights(const MultimodalLM& m, const std::string& what, const std::string& verb) {
@@ -115,11 +126,14 @@ std::shared_ptr<MultimodalLM> load_mod_pretrained(const std::string& dir, at::Sc
     opt.skip = [](const std::string& hf) { return hf_router_layer(hf).has_value(); };
     opt.optional_prefixes = {"mod_router."};
   }
-  load_weights(*model, dir, opt);
+  const CheckpointFiles ckpt(dir);  // opened once: a .bin checkpoint is read into memory when opened
+  load_weights(*model, ckpt, opt);
   if (!gamma) return model;
 
-  // γ-MoD: one [2, D] copy per MoD layer, all equal, into the shared router.
-  SafetensorsCheckpoint ckpt(dir);
+  // γ-MoD: the one shared router. The original holds it once and every MoD layer references it; a .bin save
+  // (torch.save keeps aliases) writes one copy per MoD layer, a safetensors save by transformers keeps only the
+  // first MoD layer's name (it drops aliases), and gmod writes every copy. Any non-empty subset of the copies is
+  // accepted; the copies present must be equal.
   std::map<int, std::string> copies;
   for (const auto& hf : ckpt.names())
     if (auto l = hf_router_layer(hf)) {
@@ -131,23 +145,27 @@ std::shared_ptr<MultimodalLM> load_mod_pretrained(const std::string& dir, at::Sc
         throw std::runtime_error(ckpt.file_of(hf) + ": two router tensors for layer " + std::to_string(*l) + ": '" +
                                  copies[*l] + "' and '" + hf + "'");
     }
-  std::vector<std::string> missing;
-  for (int l : mc->mod_layers)
-    if (!copies.count(l)) missing.push_back(hf_router_name(
-        l, model->config.original_layout() ? HfLayout::kLlavaHr : model->vision ? HfLayout::kLlava : HfLayout::kLlama));
-  if (!missing.empty()) {
+  if (copies.empty()) {
+    const std::string prefix = layers_prefix_in(ckpt);
     std::string m;
-    for (auto& s : missing) m += (m.empty() ? "" : ", ") + s;
-    throw std::runtime_error(dir + ": γ-MoD checkpoint lacks the router of MoD layer(s): " + m);
+    for (int l : mc->mod_layers)
+      m += (m.empty() ? "" : ", ") +
+           (prefix.empty() ? hf_router_name(l, model->config.original_layout() ? HfLayout::kLlavaHr
+                                                   : model->vision                  ? HfLayout::kLlava
+                                                                                    : HfLayout::kLlama)
+                           : prefix + std::to_string(l) + ".router.weight");
+    throw std::runtime_error(dir + ": γ-MoD checkpoint holds no copy of the shared router (one of " + m +
+                             ", for the MoD layers [" + layers_string(mc->mod_layers) + "])");
   }
   const std::string& first = copies.begin()->second;
   const at::Tensor ref = ckpt.tensor(first);
   for (const auto& [l, hf] : copies) {
     const at::Tensor t = ckpt.tensor(hf);
-    if (!t.sizes().equals(ref.sizes()) || !at::equal(t, ref))
+    if (!t.sizes().equals(ref.sizes()) || t.scalar_type() != ref.scalar_type() || !at::equal(t, ref))
       throw std::runtime_error(ckpt.file_of(hf) + ": γ-MoD router copies differ: '" + hf + "' is not equal to '" +
                                first + "' (in " + ckpt.file_of(first) +
-                               "); a shared-router checkpoint must hold the same tensor for every MoD layer");
+                               "); the MoD layers share one router, so every copy a checkpoint holds must be the "
+                               "same tensor");
   }
   auto router = shared_router(*model);
   at::NoGradGuard ng;

@@ -92,6 +92,14 @@ struct EnumNames<PModWeightNorm> {
 };
 
 template <>
+struct EnumNames<CapacityRule> {
+  static constexpr const char* what = "capacity_rule";
+  static std::vector<std::pair<CapacityRule, const char*>> all() {
+    return {{CapacityRule::kRoles, "roles"}, {CapacityRule::kOfficialPrefix, "official_prefix"}};
+  }
+};
+
+template <>
 struct EnumNames<PDropUnanswered> {
   static constexpr const char* what = "pdrop_unanswered";
   static std::vector<std::pair<PDropUnanswered, const char*>> all() {
@@ -132,6 +140,7 @@ std::string to_string(PModSchedule k) { return name_of(k); }
 std::string to_string(PModDenominator k) { return name_of(k); }
 std::string to_string(PModWeightNorm k) { return name_of(k); }
 std::string to_string(PDropUnanswered k) { return name_of(k); }
+std::string to_string(CapacityRule k) { return name_of(k); }
 
 bool MoDConfig::is_mod_layer(int i) const {
   return std::find(mod_layers.begin(), mod_layers.end(), i) != mod_layers.end();
@@ -172,6 +181,10 @@ void validate(const MoDConfig& c, int num_layers, const std::string& source) {
     if (c.rope_positions != RopePositions::kOriginal)
       err << "\n  router fastv: rope_positions must be \"original\" (FastV keeps the tokens' positions)";
   }
+  if (c.capacity_rule == CapacityRule::kOfficialPrefix && c.router != RouterKind::kGammaShared)
+    err << "\n  capacity_rule \"official_prefix\" reproduces γ-MoD's code; router " << to_string(c.router)
+        << " routes by its own capacity (use router gamma_shared or capacity_rule \"roles\")";
+  if (c.official_prefix < 1) err << "\n  official_prefix = " << c.official_prefix << ", expected >= 1";
   if (c.router == RouterKind::kPMoD) validate_pmod(c, num_layers, err);
   if (c.router == RouterKind::kPDrop) validate_pdrop(c, num_layers, err);
   if (c.adaptive_threshold != AdaptiveThreshold::kNone &&
@@ -199,6 +212,8 @@ nlohmann::json to_json(const MoDConfig& c) {
                         {"router", to_string(c.router)},
                         {"skip_frac", c.skip_frac},
                         {"forced_keep", to_string(c.forced_keep)},
+                        {"capacity_rule", to_string(c.capacity_rule)},
+                        {"official_prefix", c.official_prefix},
                         {"rope_positions", to_string(c.rope_positions)},
                         {"router_aux_loss_coef", c.router_aux_loss_coef},
                         {"infer_threshold", c.infer_threshold},
@@ -241,7 +256,7 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
       "selection", "fastv_k", "fastv_r", "adaptive_threshold", "avg_seqlen", "layer_arank",
       "avg_seqlen_source", "pmod_schedule", "pmod_denominator", "pmod_factor", "pmod_max_ratio", "pmod_min_ratio",
       "pmod_weight_norm", "pmod_tanh_scale", "pmod_tanh_bias", "pmod_router_bias", "pdrop_layers", "pdrop_ratios",
-      "pdrop_unanswered",
+      "pdrop_unanswered", "capacity_rule", "official_prefix",
       // γ-MoD's own config.mod (its MoDLLaVALlamaConfig): mod_mode is the layer rule it chose the layers by
       // (kept as `selection`); capacity_factor is stored but its routing formula does not read it (mod-spec.md:
       // the 0.5 is hard-coded), so it is accepted and does not change skip_frac.
@@ -256,6 +271,9 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
     if (j.contains("skip_frac")) c.skip_frac = j.at("skip_frac").get<double>();
     if (j.contains("forced_keep"))
       c.forced_keep = parse_enum<ForcedKeep>(j.at("forced_keep").get<std::string>(), source);
+    if (j.contains("capacity_rule"))
+      c.capacity_rule = parse_enum<CapacityRule>(j.at("capacity_rule").get<std::string>(), source);
+    if (j.contains("official_prefix")) c.official_prefix = j.at("official_prefix").get<int>();
     if (j.contains("rope_positions"))
       c.rope_positions = parse_enum<RopePositions>(j.at("rope_positions").get<std::string>(), source);
     if (j.contains("router_aux_loss_coef")) c.router_aux_loss_coef = j.at("router_aux_loss_coef").get<double>();

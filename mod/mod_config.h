@@ -41,6 +41,15 @@ enum class ForcedKeep {
   kQuestionsAnswers,  // official code: everything after the image prefix is kept (default)
 };
 
+// Which tokens a γ-MoD layer may skip in training (top-k) and how many.
+enum class CapacityRule {
+  kRoles,           // per sample: routable = its image ∪ system tokens (by role), skip floor(skip_frac·routable_b)
+                    // of them; every sample is routed, whatever its length (default)
+  kOfficialPrefix,  // Gamma-MOD's training code: routable = the first official_prefix positions of the padded row,
+                    // whatever their roles, skip floor(skip_frac·routable_b); a batch whose padded row length L is
+                    // at most official_prefix keeps every token (the MLP delta still scaled by p)
+};
+
 enum class RopePositions {
   kCompacted,  // 0..k-1 over the processed tokens (official code and released weights; default)
   kOriginal,   // the tokens' positions in the full sequence
@@ -77,6 +86,9 @@ struct MoDConfig {
   // The paper's "routing ratio"; the official code hard-codes 0.5.
   double skip_frac = 0.5;
   ForcedKeep forced_keep = ForcedKeep::kQuestionsAnswers;
+  // Reproduction switch for the original's training routing (docs/mod.md "Short sequences"); γ-MoD router only.
+  CapacityRule capacity_rule = CapacityRule::kRoles;
+  int official_prefix = 1059;  // kOfficialPrefix: the original's hard-coded 1024 image + 35 instruction tokens
   RopePositions rope_positions = RopePositions::kCompacted;
   double router_aux_loss_coef = 0.01;  // λ: total loss = LM + λ Σ_l routing CE_l
   double infer_threshold = 0.005;      // prefill keeps a routable token iff p > this (γ-MoD)
@@ -136,6 +148,7 @@ std::string to_string(RouterKind k);
 // `source` and the known names otherwise.
 RouterKind router_kind(const std::string& name, const std::string& source = "router");
 std::string to_string(ForcedKeep k);
+std::string to_string(CapacityRule k);
 std::string to_string(RopePositions k);
 std::string to_string(RoutingMode k);
 std::string to_string(AmodSkippedScore k);

@@ -65,6 +65,26 @@ HostCapacity host_capacity(const at::Tensor& counts, double skip_frac, ForcedKee
   return h;
 }
 
+void apply_official_prefix(RoutingMasks& m, int64_t L, int64_t prefix) {
+  const auto pos = at::arange(L, long_opts(m.valid.device())).unsqueeze(0);  // [1, L]
+  m.routable = L > prefix ? m.valid & (pos < prefix) : at::zeros_like(m.valid);
+  m.forced = m.valid & m.routable.logical_not();
+}
+
+HostCapacity host_capacity(const RoutingMasks& m, double skip_frac) {
+  const auto c = at::stack({m.valid.sum(1), m.routable.sum(1)}, 1).to(at::kCPU).contiguous();  // [B, 2], a sync
+  const auto a = c.accessor<int64_t, 2>();
+  HostCapacity h;
+  for (int64_t b = 0; b < c.size(0); ++b) {
+    const int64_t k = a[b][0] - static_cast<int64_t>(std::floor(static_cast<double>(a[b][1]) * skip_frac));
+    h.valid.push_back(a[b][0]);
+    h.routable.push_back(a[b][1]);
+    h.k.push_back(k);
+    h.kmax = std::max(h.kmax, k);
+  }
+  return h;
+}
+
 LayerTokens HostCapacity::tokens(int layer) const {
   LayerTokens t{layer, 0, 0, 0, 0};
   for (size_t b = 0; b < k.size(); ++b) {
@@ -214,6 +234,16 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     masks.routable = masks.valid & (st.token_roles == static_cast<int64_t>(TokenRole::kImage));
     masks.forced = masks.valid & masks.routable.logical_not();
   }
+  // Gamma-MOD's training capacity (capacity_rule "official_prefix"): by position in the padded row, not by role.
+  const bool official = cfg.capacity_rule == CapacityRule::kOfficialPrefix && cfg.router == RouterKind::kGammaShared &&
+                        uses_topk();  // also on a checkpointed layer's replay: the same masks, the same counts
+  if (official) {
+    if (st.segments)
+      throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) +
+                                  ": capacity_rule \"official_prefix\" routes by position in the padded row, which "
+                                  "packed rows do not have (train it without packing, or with capacity_rule \"roles\")");
+    apply_official_prefix(masks, L, cfg.official_prefix);
+  }
   // Packed rows: every segment is routed as the sample it is, through a segment-major view of the masks and scores
   // (model/segments.h); attention over the kept tokens stays per segment.
   const bool packed = static_cast<bool>(st.segments);
@@ -248,6 +278,9 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     if (pmod) {  // per-layer ratio of the image tokens (mod/pmod.h), from the host counts as well
       plan = pmod_capacity(st.host_role_counts, pmod_ratio);
       k_dev = pmod_capacity(cap_masks, pmod_ratio);  // the same values on the device, without a copy
+    } else if (official) {  // positional: counted on the device, read back (a reproduction switch, one sync)
+      plan = host_capacity(masks, cfg.skip_frac);
+      k_dev = topk_capacity(masks, cfg.skip_frac);
     } else {
       plan = host_capacity(st.host_role_counts, cfg.skip_frac, cfg.forced_keep, all_routable);
       k_dev = topk_capacity(cap_masks, cfg.skip_frac);  // the same values on the device, without a copy

@@ -17,8 +17,9 @@
 // It reuses the dense layer's submodules, so parameter names stay llm.layers.{i}.self_attn.q_proj.weight etc.
 //
 // Capacity (training): k_b = valid_b - floor(skip_frac * routable_b) per sample, from that sample's
-// roles. The official code uses k = ceil(L - 0.5 R) with the padded batch length L and a constant R,
-// which treats a text-only sample's first R tokens as routable and right-padding as forced-keep.
+// roles. The official code uses k = ceil(L - 0.5 R) with the padded batch length L and a constant R = 1059,
+// which treats a sample's first R positions as routable whatever they hold, and keeps every token of a batch
+// with L <= R; capacity_rule "official_prefix" reproduces that (apply_official_prefix).
 //
 // Routing loss: 2-class CE between the router logits and top-k membership, averaged over valid (non-pad)
 // positions; the official code averages over all B*L (padding included, with target 1). Pushed unweighted
@@ -51,6 +52,13 @@ struct HostCapacity {
   LayerTokens tokens(int layer) const;      // processed Σk, total Σvalid, attn_pairs Σk(k+1)/2, routable
 };
 HostCapacity host_capacity(const at::Tensor& counts, double skip_frac, ForcedKeep forced_keep, bool all_routable);
+
+// Gamma-MOD's training capacity (MoDConfig::capacity_rule "official_prefix"): the routable tokens are the valid ones
+// among the first `prefix` positions of the padded row, whatever their roles, and none when the padded row length
+// L <= prefix (the batch keeps every token); the rest are forced.
+void apply_official_prefix(RoutingMasks& m, int64_t L, int64_t prefix);
+// Host capacities from the masks themselves (one device-to-host copy), for masks the role counts do not describe.
+HostCapacity host_capacity(const RoutingMasks& m, double skip_frac);
 
 // Tokens processed in training: every forced token plus the highest-scoring routable tokens up to k_b.
 // score [B, L] (any real dtype), k [B] int64, kmax = max k_b (< 0: read from k, a host sync). Returns [B, L] bool.

@@ -57,10 +57,10 @@ std::shared_ptr<MultimodalLM> load_pmod_original(const std::string& dir, PModDen
   LoadOptions opt;
   opt.skip = wrapped;
   for (int l : mc.mod_layers) opt.optional_prefixes.push_back("llm.layers." + std::to_string(l) + ".");
-  load_weights(*model, dir, opt);
+  const CheckpointFiles ckpt(dir);  // opened once: a .bin checkpoint is read into memory when opened
+  load_weights(*model, ckpt, opt);
 
   // The MoD layers' tensors: under the wrapper names.
-  SafetensorsCheckpoint ckpt(dir);
   auto params = model->named_parameters(true);
   std::set<std::string> filled;
   at::NoGradGuard ng;

@@ -221,25 +221,15 @@ Composition compose(const ModelParts& parts, bool read_projector_file) {
 // the text tower and projections of a CLIPModel are skipped.
 void load_vision(MultimodalLM& model, const std::string& dir, const std::string& prefix,
                  std::vector<std::string>& problems) {
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  std::string file;
-  std::unique_ptr<SafetensorsCheckpoint> st;
-  const fs::path bin = fs::path(dir) / "pytorch_model.bin";
-  bool has_safetensors = false;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".safetensors" || e.path().filename() == "model.safetensors.index.json")
-      has_safetensors = true;
-  std::vector<std::string> names;
-  if (has_safetensors) {
-    st = std::make_unique<SafetensorsCheckpoint>(dir);
-    names = st->names();
-  } else if (fs::exists(bin)) {
-    tensors = read_torch_save(bin.string());
-    for (auto& [n, t] : tensors) names.push_back(n);
-  } else {
-    problems.push_back("model.vision: " + dir + " has neither *.safetensors nor pytorch_model.bin");
+  // safetensors or pytorch_model.bin (single or sharded), as the tower's own save wrote it.
+  std::unique_ptr<CheckpointFiles> st;
+  try {
+    st = std::make_unique<CheckpointFiles>(dir);
+  } catch (const std::exception& e) {
+    problems.push_back(std::string("model.vision: ") + e.what());
     return;
   }
+  const std::vector<std::string> names = st->names();
   auto params = model.named_parameters(true);
   std::set<std::string> seen;
   std::vector<std::string> unknown;
@@ -258,7 +248,7 @@ void load_vision(MultimodalLM& model, const std::string& dir, const std::string&
     }
     seen.insert(g);
     try {
-      copy_into(params[g], st ? st->tensor(n) : tensors[i].second, n, st ? st->file_of(n) : bin.string());
+      copy_into(params[g], st->tensor(n), n, st->file_of(n));
     } catch (const std::exception& e) {
       problems.push_back(std::string("model.vision: ") + e.what());
     }
@@ -281,7 +271,7 @@ std::vector<std::pair<std::string, at::Tensor>> read_projector(const std::string
   std::vector<std::pair<std::string, at::Tensor>> raw;
   try {
     if (fs::path(path).extension() == ".safetensors") {
-      SafetensorsCheckpoint ck(path);
+      CheckpointFiles ck(path);
       for (const auto& n : ck.names()) raw.emplace_back(n, ck.tensor(n).clone());
     } else {
       raw = read_torch_save(path);

@@ -12,14 +12,14 @@ namespace gmod {
 void load_convnext_weights(ConvNext& net, const std::string& checkpoint, const std::string& prefix) {
   // A torch.save file (e.g. open_clip's open_clip_pytorch_model.bin) or safetensors (file, directory, index).
   const bool pickled = checkpoint.size() > 4 && checkpoint.compare(checkpoint.size() - 4, 4, ".bin") == 0;
-  std::unique_ptr<SafetensorsCheckpoint> st;
+  std::unique_ptr<CheckpointFiles> st;
   std::vector<std::pair<std::string, at::Tensor>> saved;
   std::vector<std::string> names;
   if (pickled) {
     saved = read_torch_save(checkpoint);
     for (const auto& [n, t] : saved) names.push_back(n);
   } else {
-    st = std::make_unique<SafetensorsCheckpoint>(checkpoint);
+    st = std::make_unique<CheckpointFiles>(checkpoint);
     names = st->names();
   }
   auto params = net.named_parameters();

@@ -132,9 +132,13 @@ LoraConfig read_peft_adapter_config(const std::string& dir) {
 LoraAttachment load_peft_adapter(MultimodalLM& model, const std::string& dir) {
   const LoraConfig c = read_peft_adapter_config(dir);
   LoraAttachment att = attach_lora(model, c, 0);
-  const std::string file = (fs::path(dir) / "adapter_model.safetensors").string();
-  if (!fs::exists(file)) throw std::runtime_error(file + ": missing (the adapter weights)");
-  SafetensorsFile st(file);
+  // PEFT writes adapter_model.safetensors; with safe_serialization=False (the default of PEFT releases before
+  // safetensors became theirs, e.g. LLaVA's LoRA runs) adapter_model.bin, a torch.save state dict.
+  const std::string st_file = (fs::path(dir) / "adapter_model.safetensors").string();
+  const std::string bin_file = (fs::path(dir) / "adapter_model.bin").string();
+  const std::string file = fs::exists(st_file) || !fs::exists(bin_file) ? st_file : bin_file;
+  if (!fs::exists(file)) throw std::runtime_error(file + ": missing (the adapter weights; no adapter_model.bin either)");
+  const CheckpointFiles st(file);
   std::map<std::string, at::Tensor*> want;  // PEFT key -> adapter parameter
   for (const auto& [name, lin] : lora_modules(model)) {
     const auto a = lora_adapter_of(*lin);

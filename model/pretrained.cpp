@@ -30,7 +30,11 @@ std::string join_some(const std::vector<std::string>& v, size_t n = 8) {
 }  // namespace
 
 LoadReport load_weights(MultimodalLM& model, const std::string& path, const LoadOptions& opt) {
-  SafetensorsCheckpoint ckpt(path);
+  return load_weights(model, CheckpointFiles(path), opt);
+}
+
+LoadReport load_weights(MultimodalLM& model, const CheckpointFiles& ckpt, const LoadOptions& opt) {
+  const std::string& path = ckpt.path();
   LoadReport report;
   auto params = model.named_parameters(/*recurse=*/true);
   std::set<std::string> seen;

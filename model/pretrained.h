@@ -1,4 +1,4 @@
-// Loading and saving whole models as Hugging Face checkpoints (config.json + safetensors).
+// Loading and saving whole models as Hugging Face checkpoints (config.json + safetensors; PyTorch .bin read too).
 #pragma once
 
 #include <functional>
@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model/checkpoint_files.h"
 #include "model/hf_names.h"
 #include "model/llava.h"
 
@@ -34,6 +35,8 @@ struct LoadReport {
 // Copies checkpoint tensors (a file, a directory, or a sharded index) into `model`, converting dtype.
 // Errors name the checkpoint file and tensor: missing tensors, shape mismatches, unknown names.
 LoadReport load_weights(MultimodalLM& model, const std::string& checkpoint, const LoadOptions& opt = {});
+// The same from an opened checkpoint (a caller that reads more of it opens its files once).
+LoadReport load_weights(MultimodalLM& model, const CheckpointFiles& checkpoint, const LoadOptions& opt = {});
 
 // config.json + weights from a Hugging Face model directory; parameters in `dtype` on `device`.
 std::shared_ptr<MultimodalLM> load_pretrained(const std::string& dir, at::ScalarType dtype = at::kFloat,

@@ -1,11 +1,10 @@
-// safetensors reader (mmap) / writer (atomic) / checkpoint directory handling. See safetensors.h.
+// safetensors reader (mmap) / writer (atomic). See safetensors.h.
 #include "model/safetensors.h"
 
 #include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
-#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -80,14 +79,6 @@ bool is_dir(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
-bool is_file(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-bool exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
-}
 std::string join(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
   return dir.back() == '/' ? dir + name : dir + "/" + name;
@@ -96,9 +87,6 @@ std::string parent_dir(const std::string& p) {
   auto k = p.find_last_of('/');
   if (k == std::string::npos) return ".";
   return k == 0 ? "/" : p.substr(0, k);
-}
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 void mkdir_p(const std::string& dir) {
   if (dir.empty() || is_dir(dir)) return;
@@ -289,115 +277,6 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
   at::Tensor view = at::from_blob(ptr, in.shape, [keep](void*) {}, opts);
   if (reinterpret_cast<uintptr_t>(ptr) % item != 0) return view.clone();  // misaligned: own aligned copy
   return view;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-
-SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(path) {
-  auto open_file = [&](const std::string& p) {
-    files_.push_back(std::make_unique<SafetensorsFile>(p));
-    return files_.size() - 1;
-  };
-  auto add_all = [&](size_t idx) {
-    for (const auto& n : files_[idx]->names()) {
-      auto [it, fresh] = where_.emplace(n, idx);
-      if (!fresh)
-        throw std::runtime_error("safetensors: tensor '" + n + "' appears in both " + files_[it->second]->path() +
-                                 " and " + files_[idx]->path());
-    }
-  };
-  auto open_index = [&](const std::string& index) {
-    std::ifstream in(index);
-    if (!in) throw std::runtime_error("safetensors: " + index + ": cannot open index");
-    json j;
-    try {
-      j = json::parse(in);
-    } catch (const json::exception& e) {
-      throw std::runtime_error("safetensors: " + index + ": malformed index JSON: " + e.what());
-    }
-    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-      throw std::runtime_error("safetensors: " + index + ": no \"weight_map\" object");
-    const std::string dir = parent_dir(index);
-    std::map<std::string, size_t> shard_idx;
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      const std::string& name = it.key();
-      if (!it->is_string())
-        throw std::runtime_error("safetensors: " + index + ": weight_map entry for tensor '" + name +
-                                 "' is not a string");
-      const std::string shard = it->get<std::string>();
-      auto s = shard_idx.find(shard);
-      if (s == shard_idx.end()) {
-        const std::string sp = join(dir, shard);
-        if (!is_file(sp))
-          throw std::runtime_error("safetensors: " + index + ": weight_map maps tensor '" + name +
-                                   "' to shard " + sp + ", which does not exist");
-        s = shard_idx.emplace(shard, open_file(sp)).first;
-      }
-      if (!files_[s->second]->has(name))
-        throw std::runtime_error("safetensors: " + index + ": weight_map maps tensor '" + name +
-                                 "' to shard " + files_[s->second]->path() + ", which has no such tensor");
-      where_[name] = s->second;
-    }
-  };
-
-  const std::string& p = path;
-  if (is_dir(p)) {
-    if (exists(join(p, "model.safetensors.index.json"))) {
-      open_index(join(p, "model.safetensors.index.json"));
-    } else if (exists(join(p, "model.safetensors"))) {
-      add_all(open_file(join(p, "model.safetensors")));
-    } else {
-      std::vector<std::string> found;
-      DIR* d = ::opendir(p.c_str());
-      if (!d) throw std::runtime_error("safetensors: " + path + ": cannot list directory: " + errno_str());
-      while (const dirent* e = ::readdir(d)) {
-        const std::string fn = e->d_name;
-        if (ends_with(fn, ".safetensors") && is_file(join(p, fn))) found.push_back(join(p, fn));
-      }
-      ::closedir(d);
-      std::sort(found.begin(), found.end());
-      if (found.empty())
-        throw std::runtime_error("safetensors: " + path +
-                                 ": directory has no model.safetensors.index.json, model.safetensors or *.safetensors");
-      for (const auto& f : found) add_all(open_file(f));
-    }
-  } else if (exists(p)) {
-    if (ends_with(p, ".index.json"))
-      open_index(p);
-    else
-      add_all(open_file(p));
-  } else {
-    throw std::runtime_error("safetensors: " + path + ": no such file or directory");
-  }
-  if (!files_.empty()) metadata_ = files_.front()->metadata();
-}
-
-std::vector<std::string> SafetensorsCheckpoint::names() const {
-  std::vector<std::string> out;
-  out.reserve(where_.size());
-  for (const auto& kv : where_) out.push_back(kv.first);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-const SafetensorsFile& SafetensorsCheckpoint::file(const std::string& name) const {
-  auto it = where_.find(name);
-  if (it == where_.end()) {
-    std::string what = files_.size() == 1 ? "no such tensor in the file" : "no such tensor in the checkpoint";
-    throw std::runtime_error("safetensors: " + path_ + ": tensor '" + name + "': " + what);
-  }
-  return *files_[it->second];
-}
-
-const SafetensorsInfo& SafetensorsCheckpoint::info(const std::string& name) const { return file(name).info(name); }
-at::Tensor SafetensorsCheckpoint::tensor(const std::string& name) const { return file(name).tensor(name); }
-const std::string& SafetensorsCheckpoint::file_of(const std::string& name) const { return file(name).path(); }
-
-std::vector<std::string> SafetensorsCheckpoint::files() const {
-  std::vector<std::string> out;
-  for (const auto& f : files_) out.push_back(f->path());
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-// safetensors I/O: read-only mmap'd reader for one file (SafetensorsFile), a checkpoint reader over a file or a
-// directory (single model.safetensors, sharded via model.safetensors.index.json, or loose *.safetensors files), an
-// atomic writer (single file or shards + index), and copy_into() for loading a checkpoint tensor into a parameter.
+// safetensors I/O: read-only mmap'd reader for one file (SafetensorsFile), an atomic writer (single file or shards +
+// index), and copy_into() for loading a checkpoint tensor into a parameter. A checkpoint directory (safetensors or
+// PyTorch .bin, single or sharded) is read by CheckpointFiles (model/checkpoint_files.h, included below).
 //
 // Format (huggingface/safetensors): 8-byte little-endian u64 N, N bytes of UTF-8 JSON header (may be right-padded with
 // spaces), then the byte buffer. Header entries {"dtype", "shape", "data_offsets":[begin,end)} relative to the buffer;
@@ -20,6 +20,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "model/checkpoint_files.h"
 
 namespace gmod {
 
@@ -58,30 +60,6 @@ class SafetensorsFile {
   uint64_t file_size_ = 0;
   uint64_t data_start_ = 0;  // 8 + N
   std::unordered_map<std::string, SafetensorsInfo> entries_;
-  std::map<std::string, std::string> metadata_;
-};
-
-// A checkpoint: a .safetensors file, a *.index.json file, or a directory holding model.safetensors.index.json
-// (weight_map name -> shard file; every mapped shard must exist and hold its tensors), else model.safetensors, else
-// every *.safetensors file in it (a name present in two files is an error).
-class SafetensorsCheckpoint {
- public:
-  explicit SafetensorsCheckpoint(const std::string& path);
-
-  const std::string& path() const { return path_; }
-  std::vector<std::string> names() const;  // sorted
-  bool has(const std::string& name) const { return where_.count(name) != 0; }
-  const SafetensorsInfo& info(const std::string& name) const;
-  at::Tensor tensor(const std::string& name) const;  // see SafetensorsFile::tensor
-  const std::string& file_of(const std::string& name) const;  // path of the file holding `name` (for messages)
-  std::vector<std::string> files() const;  // paths of the opened files, sorted
-  const std::map<std::string, std::string>& metadata() const { return metadata_; }  // first file's __metadata__
-
- private:
-  const SafetensorsFile& file(const std::string& name) const;
-  std::string path_;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::unordered_map<std::string, size_t> where_;  // name -> index in files_
   std::map<std::string, std::string> metadata_;
 };
 

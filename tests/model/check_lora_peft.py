@@ -2,7 +2,8 @@
 """gmod's LoRA against PEFT itself (the `peft` package on transformers' models), both directions.
 
 1. PEFT -> gmod: PEFT puts random adapters (init_lora_weights=False: B is not zero) on the tiny LLaMA fixture and
-   saves them; gmod applies them unmerged (bench_logits MODEL INPUTS OUT ADAPTER) and merges them
+   saves them (safetensors, and adapter_model.bin as PEFT writes it with safe_serialization=False); gmod applies
+   them unmerged (bench_logits MODEL INPUTS OUT ADAPTER) and merges them
    (`gmod merge`): gmod's logits, transformers' logits of gmod's merged dir and gmod's logits of it all match the
    PeftModel's within 1e-4, and the merged weights match PEFT's merge_and_unload.
 2. gmod -> PEFT: a LoRA run of `gmod train` (the tiny demo LLaVA, dense, 2 steps) exported with `gmod export`;
@@ -79,6 +80,13 @@ def peft_to_gmod(args):
     if not (want - plain).abs().max().item() > 1e-3:
         raise SystemExit("FAIL: PEFT's random adapters do not change the logits (the check would be vacuous)")
     check_close("gmod + PEFT adapter (unmerged) vs PeftModel", gmod_logits(args, base, inputs, adapter), want)
+    # The same adapter as PEFT writes it with safe_serialization=False (adapter_model.bin, torch.save).
+    adapter_bin = os.path.join(w, "adapter_bin")
+    pm.save_pretrained(adapter_bin, safe_serialization=False)
+    if not os.path.exists(os.path.join(adapter_bin, "adapter_model.bin")):
+        raise SystemExit("FAIL: PEFT did not write adapter_model.bin")
+    check_close("gmod + PEFT adapter_model.bin (unmerged) vs PeftModel", gmod_logits(args, base, inputs, adapter_bin),
+                want)
 
     merged = os.path.join(w, "merged")
     run([args.gmod, "merge", "--model", base, "--adapter", adapter, "--out", merged])

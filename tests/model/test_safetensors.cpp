@@ -277,7 +277,7 @@ TEST(SafetensorsPython, ReadsShardedCheckpoint) {
     at::Tensor e = ck.tensor("model.embed_tokens.weight");
     EXPECT_TRUE(at::equal(e, (at::arange(32, at::kFloat).reshape({8, 4}) / 4).to(at::kBFloat16)));
     EXPECT_TRUE(at::equal(ck.tensor("model.norm.weight"), at::full({4}, 0.5, at::kBFloat16)));
-    EXPECT_EQ(ck.info("lm_head.weight").dtype, "BF16");
+    EXPECT_EQ(ck.scalar_type("lm_head.weight"), at::kBFloat16);
     EXPECT_EQ(ck.metadata().at("format"), "pt");
   }
 }
