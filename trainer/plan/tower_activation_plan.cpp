@@ -34,7 +34,8 @@ TowerActivations multipath_tower_activations(const LlavaConfig& c, int64_t N, in
   //    and stage 0 alone: 57 bytes against 20 in fp32; a profile of one block shows it as one large allocation
   //    in its backward);
   //  - ATen's own kernels (AVX2, where oneDNN has no bf16): the depthwise convolution runs group by group through
-  //    the im2col convolution, whose backward keeps every group's input gradient for the final concatenation
+  //    the im2col convolution, whose backward (as we read ATen's source; the allocations were not traced) keeps
+  //    every group's input gradient for the final concatenation
   //    (C per pixel, then the concatenated copy: 2 e C) and, one group at a time, two 7x7 column buffers: the
   //    im2col of the group's input (for the weight gradient) and the columns col2im turns into its input gradient
   //    (2 x 49 e per pixel). With one buffer the plan was 0.86 MiB (= 49 e per pixel of stage 0) under the peak
