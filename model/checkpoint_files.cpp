@@ -12,6 +12,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "model/posix_path.h"
 #include "model/safetensors.h"
 #include "model/torch_save.h"
 
@@ -20,28 +21,12 @@ using json = nlohmann::json;
 
 namespace {
 
-// POSIX path helpers: std::filesystem is avoided here as in safetensors.cpp (libtorch.so interposes some of it).
-bool is_dir(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-bool is_file(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-bool exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
-}
-std::string join(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return name;
-  return dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-std::string parent_dir(const std::string& p) {
-  auto k = p.find_last_of('/');
-  if (k == std::string::npos) return ".";
-  return k == 0 ? "/" : p.substr(0, k);
-}
+using posix_path::exists;
+using posix_path::is_dir;
+using posix_path::is_file;
+using posix_path::join;
+using posix_path::parent_dir;
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }

@@ -18,6 +18,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "model/posix_path.h"
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors I/O assumes a little-endian host"
 #endif
@@ -72,22 +74,10 @@ std::string shape_str(at::IntArrayRef s) {
 
 std::string errno_str() { return std::strerror(errno); }
 
-// POSIX path helpers. std::filesystem is avoided on purpose: libtorch.so (PyPI wheel) exports its own copies of the
-// std::filesystem operations (status, remove_all, create_directories, ...) built against a newer libstdc++; they
-// interpose the system ones and some crash (remove_all calls a null function).
-bool is_dir(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-std::string join(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return name;
-  return dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-std::string parent_dir(const std::string& p) {
-  auto k = p.find_last_of('/');
-  if (k == std::string::npos) return ".";
-  return k == 0 ? "/" : p.substr(0, k);
-}
+using posix_path::is_dir;
+using posix_path::join;
+using posix_path::parent_dir;
+
 void mkdir_p(const std::string& dir) {
   if (dir.empty() || is_dir(dir)) return;
   std::string up = parent_dir(dir);
