@@ -30,7 +30,6 @@
 #include "trainer/shared_lengths.h"
 #include "model/trace_range.h"
 #include "trainer/peak_flops.h"
-#include "trainer/zero3_driver.h"
 
 namespace gmod {
 namespace {
@@ -421,7 +420,7 @@ StepMetrics Trainer::train_step() {
     const bool last = &b == &micro.back();
     if (lora_stream) lora_stream->pass = step_ * accum_ + (&b - micro.data());  // LoRA dropout: one stream per pass
     if (b.empty()) {  // every record of this slice was bad: contribute nothing, still join the step
-      if (z3_) z3_->idle_micro_batch(last);  // (and its collectives)
+      dp_->idle_micro_batch(last);  // (and its collectives)
       continue;
     }
     tokens += b.tokens;
@@ -431,9 +430,9 @@ StepMetrics Trainer::train_step() {
     if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
     ForwardState st;
     TraceRange forward("gmod::forward");
-    if (z3_) z3_->begin_forward();
+    dp_->begin_forward();
     ModelOutput out = forward_label_loss(*model_, in, st);  // no [B, L, V] logits (model/lm_loss.h)
-    if (z3_) z3_->end_forward();
+    dp_->end_forward();
     at::Tensor loss = out.lm_loss_sum * (double(world_) / std::max(1.0, n_sup));
     if (!st.aux_losses.empty()) {
       loss = loss + total_routing_loss(st, cfg_.mod.config) / double(accum_);
@@ -442,12 +441,12 @@ StepMetrics Trainer::train_step() {
       routing_sum += r;
     }
     // Last micro-batch of the window: its backward may start the gradient reductions (overlap_comm).
-    if (last) z3_ ? z3_->set_last_micro_batch() : opt_->set_last_micro_batch();
+    if (last) dp_->set_last_micro_batch();
     loss = inject_faults_into_loss(loss, m.step, rank_);  // GMOD_FAULT_INJECT only (a test facility)
     forward.end();
     TraceRange backward("gmod::backward");
     loss.backward();
-    if (z3_) z3_->end_backward();
+    dp_->end_backward();
     backward.end();
     lm_sum += out.lm_loss_sum.detach().to(at::kDouble);
     const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
@@ -480,7 +479,7 @@ StepMetrics Trainer::train_step() {
   // After this window's bucket reductions have completed: with overlap_comm they run on a second communicator, and
   // NCCL does not guarantee progress when two communicators' collectives run at once (docs/parallel.md).
   TraceRange reduce("gmod::reduce");  // waits for the gradient reductions, then the step's reported numbers
-  z3_ ? z3_->all_reduce_after_gradients(packed, ReduceOp::Sum) : opt_->all_reduce_after_gradients(packed, ReduceOp::Sum);
+  dp_->all_reduce_after_gradients(packed, ReduceOp::Sum);
   reduce.end();
   packed = packed.cpu();
   auto r = packed.accessor<double, 1>();
@@ -490,7 +489,7 @@ StepMetrics Trainer::train_step() {
     for (size_t g = 0; g < lrs.size(); ++g)
       if (!param_groups_.groups[g].freeze) m.lr_groups.emplace_back(param_groups_.groups[g].name, lrs[g]);
   TraceRange optimizer("gmod::optimizer");
-  const StepResult res = optimizer_step(lrs);
+  const StepResult res = dp_->step(lrs);
   optimizer.end();
   // A skipped (non-finite) step does not advance the LR schedule, as Megatron and DeepSpeed hold it: the next
   // applied update gets the learning rate the skipped one would have had.

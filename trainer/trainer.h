@@ -1,8 +1,8 @@
 // The trainer: one class that sets a run up (model, MoD conversion, freezing, data-parallel optimizer, this rank's
 // data stream, resume) and runs the loop (gradient accumulation, optimizer step, LR schedule, metrics, evaluation,
-// checkpoints, SIGTERM/SIGINT/SIGUSR1 handling). Parallelism comes from parallel/ (Comm + DataParallelOptimizer,
-// or at ZeRO-3 the Zero3Driver of trainer/zero3_driver.h, which reaches the model only through
-// model/unit_hooks.h); the model knows nothing about it.
+// checkpoints, SIGTERM/SIGINT/SIGUSR1 handling). Parallelism comes from parallel/: a Comm and one DpStrategy
+// (parallel/dp_strategy.h) for whatever ZeRO stage and offload the config asks (ZeRO-3's reaches the model only
+// through model/unit_hooks.h); the model knows nothing about it.
 //
 // Loss normalisation (so that results do not depend on the world size or on how a step is cut into micro-batches):
 // before the first forward of a step every rank counts the supervised (shifted, label != -100) tokens of all its
@@ -35,7 +35,7 @@
 #include "data/loader.h"
 #include "model/llava.h"
 #include "parallel/comm.h"
-#include "parallel/data_parallel.h"
+#include "parallel/dp_strategy.h"
 #include "trainer/flops.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
@@ -46,8 +46,6 @@
 #include "trainer/config/train_config.h"
 
 namespace gmod {
-
-class Zero3Driver;
 
 // Result of Trainer::run().
 struct TrainResult {
@@ -75,9 +73,8 @@ class Trainer {
   int64_t step() const { return step_; }
   int64_t total_steps() const { return total_steps_; }
   MultimodalLM& model() { return *model_; }
-  // Stages 0-2 (stage 3 runs through the ZeRO-3 driver, trainer/zero3_driver.h, and throws here).
-  DataParallelOptimizer& optimizer();
-  Zero3Driver* zero3() { return z3_.get(); }  // stage 3, else nullptr
+  // The data-parallel strategy (optimizer, gradient reductions, ZeRO-3's gathers) of every ZeRO stage.
+  DpStrategy& data_parallel() { return *dp_; }
   const TrainConfig& config() const { return cfg_; }
 
  private:
@@ -85,14 +82,8 @@ class Trainer {
   void convert_model();            // MoD conversion (ARank first when the rule needs it)
   std::vector<double> run_arank();
   void freeze_and_count();         // requires_grad, trainable list, FLOP model
-  void setup_optimizer();  // trainer_optimizer.cpp, with the helpers below that hide the ZeRO stage from the loop
-  StepResult optimizer_step(const std::vector<double>& lrs);  // one LR per parameter group
+  void setup_optimizer();  // trainer_optimizer.cpp: the data-parallel strategy dp_ from the optimizer section
   std::vector<double> group_lrs() const;  // this step's LR of every group (optimizer.groups) from the schedule
-  const FlatParamLayout& optimizer_layout() const;
-  AdamWShardState optimizer_state() const;
-  void load_optimizer_state(const AdamWShardState& s);
-  // Every parameter held in full while `fn` runs (stage 3: gathered around it; collective), e.g. to save or load.
-  void with_full_params(const std::function<void()>& fn);
   void setup_data();
   bool resume_is_auto() const { return cfg_.resume == "auto" || cfg_.resume == "auto_or_scratch"; }
   // Before any work (collective): verifies the checkpoint to resume from and sets resume_dir_ ("" = from scratch);
@@ -117,8 +108,7 @@ class Trainer {
   std::vector<std::pair<std::string, at::Tensor>> trainable_;
   ResolvedParamGroups param_groups_;   // optimizer.groups resolved against the model (freeze_and_count)
   std::vector<int> trainable_group_;   // per trainable_ entry: its group in param_groups_
-  std::unique_ptr<DataParallelOptimizer> opt_;  // stages 0-2
-  std::unique_ptr<Zero3Driver> z3_;             // stage 3
+  std::unique_ptr<DpStrategy> dp_;  // every ZeRO stage, with or without offload
   std::unique_ptr<LRSchedule> sched_;
   TrainableParts flop_parts_;  // what the step FLOPs (MFU) count a backward for
   std::vector<int> mod_layers_;

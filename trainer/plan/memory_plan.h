@@ -147,7 +147,7 @@ int64_t mgm_mining_params(const MgmConfig& m, int64_t d);
 ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layers,
                          const std::string& mod_router);
 
-// ZeRO-3 units of the trainable parameters as trainer/zero3_driver.h forms them: *hooked* units (each trainable
+// ZeRO-3 units of the trainable parameters as parallel/zero3_driver.h forms them: *hooked* units (each trainable
 // decoder layer, CLIP encoder layer and ConvNeXt stage), gathered around their forward and again for their
 // backward, and the *persistent* rest (embeddings, LM head, final norm, projector, vision stem and norms, γ-MoD's
 // shared router, adapters; tied embeddings are one tensor among them), gathered once per micro-batch from the
