@@ -28,6 +28,7 @@
 #include "trainer/model_setup.h"
 #include "trainer/param_freeze.h"
 #include "trainer/shared_lengths.h"
+#include "trainer/step_stats.h"
 #include "model/trace_range.h"
 #include "trainer/peak_flops.h"
 
@@ -410,11 +411,8 @@ StepMetrics Trainer::train_step() {
   }
 
   const auto opts = at::TensorOptions().dtype(at::kDouble).device(device_);
-  at::Tensor lm_sum = at::zeros({}, opts), routing_sum = at::zeros({}, opts);
   const size_t n_mod = mod_layers_.size();
-  std::vector<int64_t> processed(n_mod, 0), entered(n_mod, 0), routable(n_mod, 0);
-  int64_t tokens = 0, samples = 0, padded = 0;
-  TrainFlops step_flops;  // this rank's micro-batches, from what each layer processed
+  StepStats stats(n_mod, opts);  // this rank's micro-batches (flops: from what each layer processed)
   const auto lora_stream = lora_dropout_stream(*model_);  // nullptr without LoRA
   for (const Batch& b : micro) {
     const bool last = &b == &micro.back();
@@ -423,9 +421,9 @@ StepMetrics Trainer::train_step() {
       dp_->idle_micro_batch(last);  // (and its collectives)
       continue;
     }
-    tokens += b.tokens;
-    padded += b.input_ids.numel();
-    samples += b.size();
+    stats.tokens += b.tokens;
+    stats.padded_tokens += b.input_ids.numel();
+    stats.samples += b.size();
     ModelInputs in = to_model_inputs(b, device_);
     if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
     ForwardState st;
@@ -438,7 +436,7 @@ StepMetrics Trainer::train_step() {
       loss = loss + total_routing_loss(st, cfg_.mod.config) / double(accum_);
       at::Tensor r = at::zeros({}, opts);
       for (const auto& a : st.aux_losses) r = r + a.detach().to(at::kDouble);
-      routing_sum += r;
+      stats.routing_loss_sum += r;
     }
     // Last micro-batch of the window: its backward may start the gradient reductions (overlap_comm).
     if (last) dp_->set_last_micro_batch();
@@ -448,41 +446,29 @@ StepMetrics Trainer::train_step() {
     loss.backward();
     dp_->end_backward();
     backward.end();
-    lm_sum += out.lm_loss_sum.detach().to(at::kDouble);
+    stats.lm_loss_sum += out.lm_loss_sum.detach().to(at::kDouble);
     const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
     // Packed rows: one sample per segment, and the MoD layers ran rows x (their longest kept row), so their kept
     // tokens are counted instead of a capacity plan.
     ForwardShape shape =
         ForwardShape::full(b.segments ? b.segments->flat_lengths() : sample_lengths(b.attention_mask), images);
     shape.mod_kmax = b.segments ? -1 : capacity_kmax(*model_, in.host_role_counts);  // MoD layers ran B x k_max rows
-    step_flops += train_flops(account_forward(st.tokens, model_->config, shape), flop_parts_);
+    stats.flops += train_flops(account_forward(st.tokens, model_->config, shape), flop_parts_);
     for (const LayerTokens& lt : st.tokens)
       for (size_t i = 0; i < n_mod; ++i)
         if (lt.layer == mod_layers_[i])
-          processed[i] += lt.processed, entered[i] += lt.total, routable[i] += std::max<int64_t>(lt.routable, 0);
+          stats.processed[i] += lt.processed, stats.entered[i] += lt.total,
+              stats.routable[i] += std::max<int64_t>(lt.routable, 0);
   }
 
-  // One all-reduce for every reported quantity and the stop flag: [lm_sum, routing_sum, tokens, samples, stop,
-  // processed..., entered..., padded, flops, dense_flops, routable...].
-  at::Tensor packed = at::zeros({8 + 3 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
-  auto acc = packed.accessor<double, 1>();
-  acc[2] = double(tokens);
-  acc[3] = double(samples);
-  acc[4] = stop_signal_flag().load() ? 1.0 : 0.0;
-  for (size_t i = 0; i < n_mod; ++i) acc[5 + i] = double(processed[i]), acc[5 + n_mod + i] = double(entered[i]);
-  acc[5 + 2 * n_mod] = double(padded);
-  acc[6 + 2 * n_mod] = step_flops.flops, acc[7 + 2 * n_mod] = step_flops.dense_flops;
-  for (size_t i = 0; i < n_mod; ++i) acc[8 + 2 * n_mod + i] = double(routable[i]);
-  packed = packed.to(device_);
-  packed[0] = lm_sum;
-  packed[1] = routing_sum;
-  // After this window's bucket reductions have completed: with overlap_comm they run on a second communicator, and
-  // NCCL does not guarantee progress when two communicators' collectives run at once (docs/parallel.md).
-  TraceRange reduce("gmod::reduce");  // waits for the gradient reductions, then the step's reported numbers
-  dp_->all_reduce_after_gradients(packed, ReduceOp::Sum);
-  reduce.end();
-  packed = packed.cpu();
-  auto r = packed.accessor<double, 1>();
+  // One all-reduce for every reported quantity and the stop flag (trainer/step_stats.h), after this window's
+  // bucket reductions have completed: with overlap_comm they run on a second communicator, and NCCL does not
+  // guarantee progress when two communicators' collectives run at once (docs/parallel.md).
+  stats.stop = stop_signal_flag().load();
+  const StepTotals sum = reduce_step_stats(stats, device_, [this](at::Tensor& packed) {
+    TraceRange reduce("gmod::reduce");  // waits for the gradient reductions, then the step's reported numbers
+    dp_->all_reduce_after_gradients(packed, ReduceOp::Sum);
+  });
 
   const std::vector<double> lrs = group_lrs();
   if (param_groups_.grouped())
@@ -496,19 +482,15 @@ StepMetrics Trainer::train_step() {
   if (!res.skipped) sched_->advance();
   ++step_;
 
-  m.lm_loss = r[0] / std::max(1.0, n_sup);
-  m.routing_loss = r[1] / (double(world_) * accum_);
+  m.lm_loss = sum.lm_loss_sum / std::max(1.0, n_sup);
+  m.routing_loss = sum.routing_loss_sum / (double(world_) * accum_);
   m.loss = m.lm_loss + cfg_.mod.config.router_aux_loss_coef * m.routing_loss * (n_mod > 0 ? 1.0 : 0.0);
   m.supervised_tokens = int64_t(n_sup);
-  m.tokens = int64_t(r[2]);
-  m.samples = int64_t(r[3]);
-  m.padded_tokens = int64_t(r[5 + 2 * n_mod]);
-  stop_requested_ = stop_requested_ || r[4] > 0;
-  for (size_t i = 0; i < n_mod; ++i) {
-    const double skipped = r[5 + n_mod + i] - r[5 + i];
-    if (r[5 + n_mod + i] > 0) m.skip_ratio[mod_layers_[i]] = 1.0 - r[5 + i] / r[5 + n_mod + i];
-    if (r[8 + 2 * n_mod + i] > 0) m.skip_ratio_routable[mod_layers_[i]] = skipped / r[8 + 2 * n_mod + i];
-  }
+  m.tokens = int64_t(sum.tokens);
+  m.samples = int64_t(sum.samples);
+  m.padded_tokens = int64_t(sum.padded_tokens);
+  stop_requested_ = stop_requested_ || sum.stop;
+  sum.skip_ratios(mod_layers_, m.skip_ratio, m.skip_ratio_routable);
   m.grad_norm = res.grad_norm;
   m.skipped = res.skipped;
   if (res.skipped) {
@@ -523,8 +505,8 @@ StepMetrics Trainer::train_step() {
   m.consumed_samples = pos.consumed_samples;
   m.step_seconds = seconds_since(t0);
   m.data_wait_seconds = loader_->wait_seconds() - wait0;
-  m.flops = r[6 + 2 * n_mod];
-  m.dense_flops = r[7 + 2 * n_mod];
+  m.flops = sum.flops.flops;
+  m.dense_flops = sum.flops.dense_flops;
   return m;
 }
 
