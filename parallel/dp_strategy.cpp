@@ -22,6 +22,17 @@ std::pair<int64_t, int64_t> DpStrategy::state_range(int rank) const {
   return layout().shard_range(rank);
 }
 
+std::vector<int> saved_state_ranks(const FlatParamLayout& saved, int saved_stage, int saved_world,
+                                   std::pair<int64_t, int64_t> range) {
+  if (saved_stage == 0) return {0};
+  std::vector<int> ranks;
+  for (int r = 0; r < saved_world; ++r) {
+    auto [b, e] = saved.shard_range(r);
+    if (b < range.second && e > range.first) ranks.push_back(r);
+  }
+  return ranks;
+}
+
 namespace {
 
 std::string mib(int64_t b) { return std::to_string((b + (1 << 19)) >> 20) + " MiB"; }

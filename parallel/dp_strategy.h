@@ -80,6 +80,12 @@ class DpStrategy {
   virtual void release_all() {}
 };
 
+// The ranks of a saved optimizer state (`saved` layout, ZeRO stage saved_stage over saved_world ranks) whose files
+// hold part of the flat range [range.first, range.second) (state_range of the new run): stage 0 kept it all on
+// rank 0, the others their shards.
+std::vector<int> saved_state_ranks(const FlatParamLayout& saved, int saved_stage, int saved_world,
+                                   std::pair<int64_t, int64_t> range);
+
 // Builds the strategy for `settings` over `trainable` (the model's trainable parameters in named_parameters order;
 // rank 0's values are broadcast to every rank). `units`: the model's hooked units in forward order
 // (model/unit_hooks.h hooked_units), used by ZeRO-3 only. Collective.

@@ -87,16 +87,19 @@ void install_stop_signal_handlers() {
   for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
 }
 
-Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(cfg)), comm_(std::move(comm)) {
+Trainer::Trainer(RunPlan plan, std::shared_ptr<Comm> comm)
+    : plan_(std::move(plan)), cfg_(plan_.config), comm_(std::move(comm)) {
   rank_ = comm_->rank();
   world_ = comm_->world_size();
-  validate_train_config(cfg_, world_);
+  if (plan_.world != world_)
+    throw std::logic_error("Trainer: the run plan was resolved for " + std::to_string(plan_.world) +
+                           " rank(s), the job has " + std::to_string(world_));
   if (const FaultInjection& fi = FaultInjection::from_env(); !fi.empty())  // test facility, docs/training.md
     print("warning: fault injection (" + std::string(FaultInjection::kEnv) + "): " + fi.describe());
   device_ = comm_->device();
-  dtype_ = cfg_.model.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  accum_ = grad_accum_steps(cfg_, world_);
-  global_batch_ = int64_t(accum_) * world_ * cfg_.batch.micro_batch;
+  dtype_ = plan_.dtype;
+  accum_ = plan_.grad_accum;
+  global_batch_ = plan_.global_batch;
 
   if (cfg_.deterministic) {
     if (device_.is_cuda()) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
@@ -127,7 +130,7 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
           " adapter parameters");
   }
   model_->train();
-  model_->llm->activation_checkpointing = parse_activation_checkpointing(cfg_.model.activation_checkpointing);
+  model_->llm->activation_checkpointing = plan_.checkpointing;
   // The tower's own units (CLIP layers, ConvNeXt stages) are checkpointed whenever decoder layers are.
   if (model_->vision) model_->vision->set_activation_checkpointing(model_->llm->activation_checkpointing.enabled());
   freeze_and_count();
@@ -171,7 +174,7 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
   const double peak = world_ * 1e12 * peak_per_rank;
   logger_ = std::make_unique<MetricsLogger>(cfg_.run_dir, rank_ == 0, peak, step_);
   if (cfg_.metrics.tensorboard) logger_->write_tensorboard((fs::path(cfg_.run_dir) / "tensorboard").string(), step_);
-  const StepRange profiled = parse_step_range(cfg_.metrics.profile_steps, "metrics.profile_steps");
+  const StepRange& profiled = plan_.profile_steps;
   if (!profiled.empty())
     profiler_ = std::make_unique<StepProfiler>(profiled, cfg_.run_dir, rank_, device_.is_cuda(),
                                                [this](const std::string& s) { print(s); });

@@ -44,6 +44,7 @@
 #include "trainer/checkpoint/run_lock.h"
 #include "trainer/config/param_groups.h"
 #include "trainer/config/train_config.h"
+#include "trainer/run_plan.h"
 
 namespace gmod {
 
@@ -56,8 +57,9 @@ struct TrainResult {
 
 class Trainer {
  public:
-  // Validates `cfg` for comm's world size and sets everything up (collective: every rank constructs one).
-  Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm);
+  // Sets everything up from `plan`, resolved for comm's world size (read_run_plan: read and validated there, not
+  // again here). Collective: every rank constructs one.
+  Trainer(RunPlan plan, std::shared_ptr<Comm> comm);
   ~Trainer();
 
   // Trains until max_steps / epochs / exit_at_step or a SIGTERM/SIGINT/SIGUSR1 (then finishes the step, saves and returns).
@@ -96,6 +98,9 @@ class Trainer {
   StepMetrics train_step();
   void print(const std::string& msg) const;  // rank 0
 
+  const RunPlan plan_;
+  // plan_.config, completed by what set-up finds (the MoD configuration after conversion, the conversation
+  // template the tokenizer implies): what checkpoints and run_dir/config.json record.
   TrainConfig cfg_;
   std::shared_ptr<Comm> comm_;
   int rank_ = 0, world_ = 1;

@@ -10,22 +10,8 @@ namespace gmod {
 
 void Trainer::setup_optimizer() {
   const OptimizerSection& c = cfg_.optimizer;
-  DpSettings settings;
-  settings.zero_stage = c.zero_stage;
-  settings.zero3_prefetch = c.zero3_prefetch;
-  settings.zero3_reshard_after_forward = c.zero3_reshard_after_forward;
+  DpSettings settings = plan_.data_parallel;  // the optimizer section, resolved (trainer/run_plan.h)
   DataParallelOptions& o = settings.options;
-  o.lr = c.lr;
-  o.beta1 = c.beta1;
-  o.beta2 = c.beta2;
-  o.eps = c.eps;
-  o.weight_decay = c.weight_decay;
-  o.max_grad_norm = c.max_grad_norm;
-  o.bucket_bytes = int64_t(c.bucket_mb) << 20;
-  o.reduce_dtype = effective_reduce_dtype(cfg_) == "bf16" ? at::kBFloat16 : at::kFloat;
-  o.overlap_comm = c.overlap_comm;
-  o.accumulate_fp32 = c.accumulate_fp32;
-  o.offload = c.offload == "cpu";
   // Weight decay by name (HF Trainer / LLaVA: not on biases and norm weights); parallel/ only sees the flags.
   int64_t decayed = 0, excluded = 0;
   int excluded_tensors = 0;

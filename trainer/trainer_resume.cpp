@@ -195,16 +195,8 @@ void Trainer::resume_if_requested() {
                              " differ from this run's (changed freeze, optimizer.groups freeze or mod settings?)");
   // The format of the live state (ZeRO-3's is a stage-2 one, the same shard range: it loads what stage 2 would).
   const int stage = dp_->state_stage();
-  const auto [need_b, need_e] = dp_->state_range(rank_);
-  std::vector<int> old_ranks;
-  if (saved_stage == 0) {
-    old_ranks = {0};
-  } else {
-    for (int r = 0; r < saved_world; ++r) {
-      auto [b, e] = saved_layout.shard_range(r);
-      if (b < need_e && e > need_b) old_ranks.push_back(r);
-    }
-  }
+  const std::vector<int> old_ranks =
+      saved_state_ranks(saved_layout, saved_stage, saved_world, dp_->state_range(rank_));
   // Same world, stage and range: this rank's file is read straight into the live optimizer buffers (no
   // temporaries: resume needs no more host memory than training). Otherwise the overlapping old shards are read and
   // resharded.

@@ -63,7 +63,8 @@ std::string Trainer::save_checkpoint(bool allow_async) {
     size_t i = 0;
     for (auto& item : model_->named_parameters())
       if (owner[i++] == rank_)
-        c.model.emplace_back(item.key(), dp_->full_params_transient() && !async ? item.value().detach().clone() : keep(item.value()));
+        c.model.emplace_back(item.key(), dp_->full_params_transient() && !async ? item.value().detach().clone()
+                                                                                : keep(item.value()));
   });
   RankState mine;
   mine.tensors = {{"master", keep(st.master)}, {"exp_avg", keep(st.exp_avg)}, {"exp_avg_sq", keep(st.exp_avg_sq)}};

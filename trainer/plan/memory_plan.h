@@ -19,6 +19,7 @@
 namespace gmod {
 
 struct TrainConfig;
+struct RunPlan;
 
 // What the plan needs; plan_inputs_from_config() fills it from a TrainConfig.
 struct MemoryPlanInputs {
@@ -172,6 +173,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in);
 // Inputs from a parsed training config (model config read separately, e.g. with load_model_config); every key
 // comes from TrainConfig, so `gmod plan` takes exactly the configs `gmod train` takes.
 MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConfig& model, int world);
+// The same from a run plan (trainer/run_plan.h): its batch, parallel and checkpointing settings as resolved.
+MemoryPlanInputs plan_inputs_from_plan(const RunPlan& plan, const LlavaConfig& model);
 
 nlohmann::json to_json(const MemoryPlan& p);
 // Human table: one line per term, the phases, communication, budget verdict.
