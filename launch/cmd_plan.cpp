@@ -16,6 +16,7 @@
 #include "trainer/plan/param_group_counts.h"
 #include "trainer/model_setup.h"
 #include "trainer/config/train_config.h"
+#include "trainer/run_plan.h"
 
 namespace gmod::cli {
 namespace {
@@ -59,7 +60,9 @@ int run_plan(const PlanOptions& o) {
     for (const auto& x : errs) msg += "\n  " + x;
     throw std::invalid_argument(msg);
   }
-  MemoryPlanInputs in = plan_inputs_from_config(cfg, model, world);
+  // Resolved as `gmod train` resolves it (trainer/run_plan.h), without the data checks: a plan needs no data files.
+  const RunPlan plan = resolve_run_plan(cfg, world);
+  MemoryPlanInputs in = plan_inputs_from_plan(plan, model);
   if (o.checkpointing) in.checkpointing = *o.checkpointing;
   if (o.checkpoint_every) in.checkpoint_every = *o.checkpoint_every;
   if (o.images) in.images_per_sample = *o.images;

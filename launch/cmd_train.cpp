@@ -68,7 +68,9 @@ int run_train(const TrainOptions& o) {
     // Ranks of this job on this host (for the model.device check), polled under the default deadline.
     std::vector<std::string> sets = o.sets;
     if (!o.profile_steps.empty()) sets.push_back("metrics.profile_steps=" + o.profile_steps);
-    TrainConfig cfg = read_valid_train_config(o.config, sets, world, ranks_on_this_host());
+    // read -> validate -> resolve, once (trainer/run_plan.h); the Trainer takes the plan as it is.
+    RunPlan plan = read_run_plan(o.config, sets, world, ranks_on_this_host());
+    const TrainConfig& cfg = plan.config;
     if (rank == 0) std::cout << "effective config:\n" << to_json(cfg).dump(2) << "\n";
     if (o.dry_run) return 0;
     // Deadlines on every collective and the heartbeat between ranks, for the whole job (setup included).
@@ -91,7 +93,7 @@ int run_train(const TrainOptions& o) {
       for (int r = 0; r < world; ++r) std::cout << (r ? ", " : "") << r << " " << placed[size_t(r)];
       std::cout << std::endl;
     }
-    Trainer trainer(cfg, comm);
+    Trainer trainer(std::move(plan), comm);
     const TrainResult result = trainer.run();
     // Stopped by a signal: the checkpoint is written. After SIGTERM mpirun tears its runtime down, and MPI_Finalize
     // would wait for it until the launcher's SIGKILL; leave after 10 s instead.

@@ -1,24 +1,43 @@
 #include "model/unit_hooks.h"
 
-#include <atomic>
+#include <string>
+
+#include "model/clip.h"
+#include "model/convnext.h"
+#include "model/decoder_layer.h"
 
 namespace gmod {
-namespace {
-std::atomic<UnitHooks*>& installed() {
-  static std::atomic<UnitHooks*> h{nullptr};
-  return h;
-}
-}  // namespace
-
-void set_unit_hooks(UnitHooks* hooks) { installed().store(hooks); }
-
-UnitHooks* unit_hooks() { return installed().load(); }
 
 at::Tensor run_unit(const torch::nn::Module& unit, const std::function<at::Tensor()>& fn) {
   UnitHooks* h = unit_hooks();
   if (!h) return fn();
   h->pre_forward(unit);
   return h->post_forward(unit, fn());
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> hooked_units(torch::nn::Module& model) {
+  std::vector<std::shared_ptr<torch::nn::Module>> convnext, clip, decoder;
+  std::vector<std::string> taken;
+  for (const auto& item : model.named_modules()) {
+    const std::string& name = item.key();
+    bool inside = false;
+    for (const auto& t : taken) inside = inside || name.rfind(t + ".", 0) == 0;
+    if (inside) continue;
+    const auto& m = item.value();
+    if (std::dynamic_pointer_cast<ConvNextStage>(m))
+      convnext.push_back(m);
+    else if (std::dynamic_pointer_cast<ClipEncoderLayer>(m))
+      clip.push_back(m);
+    else if (std::dynamic_pointer_cast<DecoderBlock>(m))
+      decoder.push_back(m);
+    else
+      continue;
+    taken.push_back(name);
+  }
+  std::vector<std::shared_ptr<torch::nn::Module>> out = convnext;
+  out.insert(out.end(), clip.begin(), clip.end());
+  out.insert(out.end(), decoder.begin(), decoder.end());
+  return out;
 }
 
 }  // namespace gmod

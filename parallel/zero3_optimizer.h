@@ -1,4 +1,4 @@
-// Zero3Optimizer: the step of ZeRO-3 over Zero3Params + Zero3Grads (trainer/zero3_driver.h drives it). The same
+// Zero3Optimizer: the step of ZeRO-3 over Zero3Params + Zero3Grads (parallel/zero3_driver.h drives it). The same
 // arithmetic as DataParallelOptimizer::step at stage 2 on the same shard range (parallel/sharded_step.h):
 // global gradient norm (sum of every rank's squared shard norm), every rank skips on a non-finite gradient
 // anywhere, global- norm clipping, ShardedAdamW on the fp32 master + moments of the shard; the updated master

@@ -1,4 +1,4 @@
-// Zero3Params: the parameter half of ZeRO-3 (driven by trainer/zero3_driver.h for `optimizer.zero_stage: 3`).
+// Zero3Params: the parameter half of ZeRO-3 (driven by parallel/zero3_driver.h for `optimizer.zero_stage: 3`).
 // Trainable parameters are grouped in units (consecutive parameters: a decoder layer, a vision block, the
 // embeddings, the head) and sharded over the ZeRO-1/2 flat layout (FlatParamLayout): rank r keeps only
 // [r*S, (r+1)*S) of the padded flat vector in the params' dtype, exactly the range whose fp32 master and

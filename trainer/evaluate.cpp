@@ -33,7 +33,7 @@ json Trainer::evaluate() {
   auto acc = packed.accessor<double, 1>();
   // ZeRO-3: every unit held for the evaluation (ranks run different numbers of forwards and generation steps, so
   // per-unit gathers would not pair up across ranks).
-  with_full_params([&] {
+  dp_->with_full_params([&] {
     torch::NoGradGuard no_grad;
     for (int64_t k = 0; k < batches; ++k) {
       Batch b = loader.next();

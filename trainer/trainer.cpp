@@ -28,9 +28,9 @@
 #include "trainer/model_setup.h"
 #include "trainer/param_freeze.h"
 #include "trainer/shared_lengths.h"
+#include "trainer/step_stats.h"
 #include "model/trace_range.h"
 #include "trainer/peak_flops.h"
-#include "trainer/zero3_driver.h"
 
 namespace gmod {
 namespace {
@@ -87,16 +87,19 @@ void install_stop_signal_handlers() {
   for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
 }
 
-Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(cfg)), comm_(std::move(comm)) {
+Trainer::Trainer(RunPlan plan, std::shared_ptr<Comm> comm)
+    : plan_(std::move(plan)), cfg_(plan_.config), comm_(std::move(comm)) {
   rank_ = comm_->rank();
   world_ = comm_->world_size();
-  validate_train_config(cfg_, world_);
+  if (plan_.world != world_)
+    throw std::logic_error("Trainer: the run plan was resolved for " + std::to_string(plan_.world) +
+                           " rank(s), the job has " + std::to_string(world_));
   if (const FaultInjection& fi = FaultInjection::from_env(); !fi.empty())  // test facility, docs/training.md
     print("warning: fault injection (" + std::string(FaultInjection::kEnv) + "): " + fi.describe());
   device_ = comm_->device();
-  dtype_ = cfg_.model.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  accum_ = grad_accum_steps(cfg_, world_);
-  global_batch_ = int64_t(accum_) * world_ * cfg_.batch.micro_batch;
+  dtype_ = plan_.dtype;
+  accum_ = plan_.grad_accum;
+  global_batch_ = plan_.global_batch;
 
   if (cfg_.deterministic) {
     if (device_.is_cuda()) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
@@ -127,7 +130,7 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
           " adapter parameters");
   }
   model_->train();
-  model_->llm->activation_checkpointing = parse_activation_checkpointing(cfg_.model.activation_checkpointing);
+  model_->llm->activation_checkpointing = plan_.checkpointing;
   // The tower's own units (CLIP layers, ConvNeXt stages) are checkpointed whenever decoder layers are.
   if (model_->vision) model_->vision->set_activation_checkpointing(model_->llm->activation_checkpointing.enabled());
   freeze_and_count();
@@ -171,7 +174,7 @@ Trainer::Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm) : cfg_(std::move(c
   const double peak = world_ * 1e12 * peak_per_rank;
   logger_ = std::make_unique<MetricsLogger>(cfg_.run_dir, rank_ == 0, peak, step_);
   if (cfg_.metrics.tensorboard) logger_->write_tensorboard((fs::path(cfg_.run_dir) / "tensorboard").string(), step_);
-  const StepRange profiled = parse_step_range(cfg_.metrics.profile_steps, "metrics.profile_steps");
+  const StepRange& profiled = plan_.profile_steps;
   if (!profiled.empty())
     profiler_ = std::make_unique<StepProfiler>(profiled, cfg_.run_dir, rank_, device_.is_cuda(),
                                                [this](const std::string& s) { print(s); });
@@ -411,105 +414,86 @@ StepMetrics Trainer::train_step() {
   }
 
   const auto opts = at::TensorOptions().dtype(at::kDouble).device(device_);
-  at::Tensor lm_sum = at::zeros({}, opts), routing_sum = at::zeros({}, opts);
   const size_t n_mod = mod_layers_.size();
-  std::vector<int64_t> processed(n_mod, 0), entered(n_mod, 0), routable(n_mod, 0);
-  int64_t tokens = 0, samples = 0, padded = 0;
-  TrainFlops step_flops;  // this rank's micro-batches, from what each layer processed
+  StepStats stats(n_mod, opts);  // this rank's micro-batches (flops: from what each layer processed)
   const auto lora_stream = lora_dropout_stream(*model_);  // nullptr without LoRA
   for (const Batch& b : micro) {
     const bool last = &b == &micro.back();
     if (lora_stream) lora_stream->pass = step_ * accum_ + (&b - micro.data());  // LoRA dropout: one stream per pass
     if (b.empty()) {  // every record of this slice was bad: contribute nothing, still join the step
-      if (z3_) z3_->idle_micro_batch(last);  // (and its collectives)
+      dp_->idle_micro_batch(last);  // (and its collectives)
       continue;
     }
-    tokens += b.tokens;
-    padded += b.input_ids.numel();
-    samples += b.size();
+    stats.tokens += b.tokens;
+    stats.padded_tokens += b.input_ids.numel();
+    stats.samples += b.size();
     ModelInputs in = to_model_inputs(b, device_);
     if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
     ForwardState st;
     TraceRange forward("gmod::forward");
-    if (z3_) z3_->begin_forward();
+    dp_->begin_forward();
     ModelOutput out = forward_label_loss(*model_, in, st);  // no [B, L, V] logits (model/lm_loss.h)
-    if (z3_) z3_->end_forward();
+    dp_->end_forward();
     at::Tensor loss = out.lm_loss_sum * (double(world_) / std::max(1.0, n_sup));
     if (!st.aux_losses.empty()) {
       loss = loss + total_routing_loss(st, cfg_.mod.config) / double(accum_);
       at::Tensor r = at::zeros({}, opts);
       for (const auto& a : st.aux_losses) r = r + a.detach().to(at::kDouble);
-      routing_sum += r;
+      stats.routing_loss_sum += r;
     }
     // Last micro-batch of the window: its backward may start the gradient reductions (overlap_comm).
-    if (last) z3_ ? z3_->set_last_micro_batch() : opt_->set_last_micro_batch();
+    if (last) dp_->set_last_micro_batch();
     loss = inject_faults_into_loss(loss, m.step, rank_);  // GMOD_FAULT_INJECT only (a test facility)
     forward.end();
     TraceRange backward("gmod::backward");
     loss.backward();
-    if (z3_) z3_->end_backward();
+    dp_->end_backward();
     backward.end();
-    lm_sum += out.lm_loss_sum.detach().to(at::kDouble);
+    stats.lm_loss_sum += out.lm_loss_sum.detach().to(at::kDouble);
     const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
     // Packed rows: one sample per segment, and the MoD layers ran rows x (their longest kept row), so their kept
     // tokens are counted instead of a capacity plan.
     ForwardShape shape =
         ForwardShape::full(b.segments ? b.segments->flat_lengths() : sample_lengths(b.attention_mask), images);
     shape.mod_kmax = b.segments ? -1 : capacity_kmax(*model_, in.host_role_counts);  // MoD layers ran B x k_max rows
-    step_flops += train_flops(account_forward(st.tokens, model_->config, shape), flop_parts_);
+    stats.flops += train_flops(account_forward(st.tokens, model_->config, shape), flop_parts_);
     for (const LayerTokens& lt : st.tokens)
       for (size_t i = 0; i < n_mod; ++i)
         if (lt.layer == mod_layers_[i])
-          processed[i] += lt.processed, entered[i] += lt.total, routable[i] += std::max<int64_t>(lt.routable, 0);
+          stats.processed[i] += lt.processed, stats.entered[i] += lt.total,
+              stats.routable[i] += std::max<int64_t>(lt.routable, 0);
   }
 
-  // One all-reduce for every reported quantity and the stop flag: [lm_sum, routing_sum, tokens, samples, stop,
-  // processed..., entered..., padded, flops, dense_flops, routable...].
-  at::Tensor packed = at::zeros({8 + 3 * int64_t(n_mod)}, at::TensorOptions().dtype(at::kDouble));
-  auto acc = packed.accessor<double, 1>();
-  acc[2] = double(tokens);
-  acc[3] = double(samples);
-  acc[4] = stop_signal_flag().load() ? 1.0 : 0.0;
-  for (size_t i = 0; i < n_mod; ++i) acc[5 + i] = double(processed[i]), acc[5 + n_mod + i] = double(entered[i]);
-  acc[5 + 2 * n_mod] = double(padded);
-  acc[6 + 2 * n_mod] = step_flops.flops, acc[7 + 2 * n_mod] = step_flops.dense_flops;
-  for (size_t i = 0; i < n_mod; ++i) acc[8 + 2 * n_mod + i] = double(routable[i]);
-  packed = packed.to(device_);
-  packed[0] = lm_sum;
-  packed[1] = routing_sum;
-  // After this window's bucket reductions have completed: with overlap_comm they run on a second communicator, and
-  // NCCL does not guarantee progress when two communicators' collectives run at once (docs/parallel.md).
-  TraceRange reduce("gmod::reduce");  // waits for the gradient reductions, then the step's reported numbers
-  z3_ ? z3_->all_reduce_after_gradients(packed, ReduceOp::Sum) : opt_->all_reduce_after_gradients(packed, ReduceOp::Sum);
-  reduce.end();
-  packed = packed.cpu();
-  auto r = packed.accessor<double, 1>();
+  // One all-reduce for every reported quantity and the stop flag (trainer/step_stats.h), after this window's
+  // bucket reductions have completed: with overlap_comm they run on a second communicator, and NCCL does not
+  // guarantee progress when two communicators' collectives run at once (docs/parallel.md).
+  stats.stop = stop_signal_flag().load();
+  const StepTotals sum = reduce_step_stats(stats, device_, [this](at::Tensor& packed) {
+    TraceRange reduce("gmod::reduce");  // waits for the gradient reductions, then the step's reported numbers
+    dp_->all_reduce_after_gradients(packed, ReduceOp::Sum);
+  });
 
   const std::vector<double> lrs = group_lrs();
   if (param_groups_.grouped())
     for (size_t g = 0; g < lrs.size(); ++g)
       if (!param_groups_.groups[g].freeze) m.lr_groups.emplace_back(param_groups_.groups[g].name, lrs[g]);
   TraceRange optimizer("gmod::optimizer");
-  const StepResult res = optimizer_step(lrs);
+  const StepResult res = dp_->step(lrs);
   optimizer.end();
   // A skipped (non-finite) step does not advance the LR schedule, as Megatron and DeepSpeed hold it: the next
   // applied update gets the learning rate the skipped one would have had.
   if (!res.skipped) sched_->advance();
   ++step_;
 
-  m.lm_loss = r[0] / std::max(1.0, n_sup);
-  m.routing_loss = r[1] / (double(world_) * accum_);
+  m.lm_loss = sum.lm_loss_sum / std::max(1.0, n_sup);
+  m.routing_loss = sum.routing_loss_sum / (double(world_) * accum_);
   m.loss = m.lm_loss + cfg_.mod.config.router_aux_loss_coef * m.routing_loss * (n_mod > 0 ? 1.0 : 0.0);
   m.supervised_tokens = int64_t(n_sup);
-  m.tokens = int64_t(r[2]);
-  m.samples = int64_t(r[3]);
-  m.padded_tokens = int64_t(r[5 + 2 * n_mod]);
-  stop_requested_ = stop_requested_ || r[4] > 0;
-  for (size_t i = 0; i < n_mod; ++i) {
-    const double skipped = r[5 + n_mod + i] - r[5 + i];
-    if (r[5 + n_mod + i] > 0) m.skip_ratio[mod_layers_[i]] = 1.0 - r[5 + i] / r[5 + n_mod + i];
-    if (r[8 + 2 * n_mod + i] > 0) m.skip_ratio_routable[mod_layers_[i]] = skipped / r[8 + 2 * n_mod + i];
-  }
+  m.tokens = int64_t(sum.tokens);
+  m.samples = int64_t(sum.samples);
+  m.padded_tokens = int64_t(sum.padded_tokens);
+  stop_requested_ = stop_requested_ || sum.stop;
+  sum.skip_ratios(mod_layers_, m.skip_ratio, m.skip_ratio_routable);
   m.grad_norm = res.grad_norm;
   m.skipped = res.skipped;
   if (res.skipped) {
@@ -524,8 +508,8 @@ StepMetrics Trainer::train_step() {
   m.consumed_samples = pos.consumed_samples;
   m.step_seconds = seconds_since(t0);
   m.data_wait_seconds = loader_->wait_seconds() - wait0;
-  m.flops = r[6 + 2 * n_mod];
-  m.dense_flops = r[7 + 2 * n_mod];
+  m.flops = sum.flops.flops;
+  m.dense_flops = sum.flops.dense_flops;
   return m;
 }
 

@@ -1,8 +1,8 @@
 // The trainer: one class that sets a run up (model, MoD conversion, freezing, data-parallel optimizer, this rank's
 // data stream, resume) and runs the loop (gradient accumulation, optimizer step, LR schedule, metrics, evaluation,
-// checkpoints, SIGTERM/SIGINT/SIGUSR1 handling). Parallelism comes from parallel/ (Comm + DataParallelOptimizer,
-// or at ZeRO-3 the Zero3Driver of trainer/zero3_driver.h, which reaches the model only through
-// model/unit_hooks.h); the model knows nothing about it.
+// checkpoints, SIGTERM/SIGINT/SIGUSR1 handling). Parallelism comes from parallel/: a Comm and one DpStrategy
+// (parallel/dp_strategy.h) for whatever ZeRO stage and offload the config asks (ZeRO-3's reaches the model only
+// through model/unit_hooks.h); the model knows nothing about it.
 //
 // Loss normalisation (so that results do not depend on the world size or on how a step is cut into micro-batches):
 // before the first forward of a step every rank counts the supervised (shifted, label != -100) tokens of all its
@@ -35,7 +35,7 @@
 #include "data/loader.h"
 #include "model/llava.h"
 #include "parallel/comm.h"
-#include "parallel/data_parallel.h"
+#include "parallel/dp_strategy.h"
 #include "trainer/flops.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
@@ -44,10 +44,9 @@
 #include "trainer/checkpoint/run_lock.h"
 #include "trainer/config/param_groups.h"
 #include "trainer/config/train_config.h"
+#include "trainer/run_plan.h"
 
 namespace gmod {
-
-class Zero3Driver;
 
 // Result of Trainer::run().
 struct TrainResult {
@@ -58,8 +57,9 @@ struct TrainResult {
 
 class Trainer {
  public:
-  // Validates `cfg` for comm's world size and sets everything up (collective: every rank constructs one).
-  Trainer(TrainConfig cfg, std::shared_ptr<Comm> comm);
+  // Sets everything up from `plan`, resolved for comm's world size (read_run_plan: read and validated there, not
+  // again here). Collective: every rank constructs one.
+  Trainer(RunPlan plan, std::shared_ptr<Comm> comm);
   ~Trainer();
 
   // Trains until max_steps / epochs / exit_at_step or a SIGTERM/SIGINT/SIGUSR1 (then finishes the step, saves and returns).
@@ -75,9 +75,8 @@ class Trainer {
   int64_t step() const { return step_; }
   int64_t total_steps() const { return total_steps_; }
   MultimodalLM& model() { return *model_; }
-  // Stages 0-2 (stage 3 runs through the ZeRO-3 driver, trainer/zero3_driver.h, and throws here).
-  DataParallelOptimizer& optimizer();
-  Zero3Driver* zero3() { return z3_.get(); }  // stage 3, else nullptr
+  // The data-parallel strategy (optimizer, gradient reductions, ZeRO-3's gathers) of every ZeRO stage.
+  DpStrategy& data_parallel() { return *dp_; }
   const TrainConfig& config() const { return cfg_; }
 
  private:
@@ -85,14 +84,8 @@ class Trainer {
   void convert_model();            // MoD conversion (ARank first when the rule needs it)
   std::vector<double> run_arank();
   void freeze_and_count();         // requires_grad, trainable list, FLOP model
-  void setup_optimizer();  // trainer_optimizer.cpp, with the helpers below that hide the ZeRO stage from the loop
-  StepResult optimizer_step(const std::vector<double>& lrs);  // one LR per parameter group
+  void setup_optimizer();  // trainer_optimizer.cpp: the data-parallel strategy dp_ from the optimizer section
   std::vector<double> group_lrs() const;  // this step's LR of every group (optimizer.groups) from the schedule
-  const FlatParamLayout& optimizer_layout() const;
-  AdamWShardState optimizer_state() const;
-  void load_optimizer_state(const AdamWShardState& s);
-  // Every parameter held in full while `fn` runs (stage 3: gathered around it; collective), e.g. to save or load.
-  void with_full_params(const std::function<void()>& fn);
   void setup_data();
   bool resume_is_auto() const { return cfg_.resume == "auto" || cfg_.resume == "auto_or_scratch"; }
   // Before any work (collective): verifies the checkpoint to resume from and sets resume_dir_ ("" = from scratch);
@@ -105,6 +98,9 @@ class Trainer {
   StepMetrics train_step();
   void print(const std::string& msg) const;  // rank 0
 
+  const RunPlan plan_;
+  // plan_.config, completed by what set-up finds (the MoD configuration after conversion, the conversation
+  // template the tokenizer implies): what checkpoints and run_dir/config.json record.
   TrainConfig cfg_;
   std::shared_ptr<Comm> comm_;
   int rank_ = 0, world_ = 1;
@@ -117,8 +113,7 @@ class Trainer {
   std::vector<std::pair<std::string, at::Tensor>> trainable_;
   ResolvedParamGroups param_groups_;   // optimizer.groups resolved against the model (freeze_and_count)
   std::vector<int> trainable_group_;   // per trainable_ entry: its group in param_groups_
-  std::unique_ptr<DataParallelOptimizer> opt_;  // stages 0-2
-  std::unique_ptr<Zero3Driver> z3_;             // stage 3
+  std::unique_ptr<DpStrategy> dp_;  // every ZeRO stage, with or without offload
   std::unique_ptr<LRSchedule> sched_;
   TrainableParts flop_parts_;  // what the step FLOPs (MFU) count a backward for
   std::vector<int> mod_layers_;

@@ -175,7 +175,7 @@ void Trainer::resume_if_requested() {
   }
 
   // Model weights (all parameters, frozen ones included).
-  with_full_params([&] {  // stage 3: into the gathered units (the trainable ones are then set from the master)
+  dp_->with_full_params([&] {  // ZeRO-3: into the gathered units (the trainable ones are then set from the master)
     NamedTensors params;
     for (auto& item : model_->named_parameters()) params.emplace_back(item.key(), item.value());
     // Read once per job (each part file by one rank) and broadcast, not once per rank.
@@ -190,30 +190,20 @@ void Trainer::resume_if_requested() {
   const json& sl = reader.shard_layout();
   const FlatParamLayout saved_layout = FlatParamLayout::from_json(sl.at("layout"));
   const int saved_stage = sl.at("stage").get<int>();
-  if (!saved_layout.same_params(optimizer_layout()))
+  if (!saved_layout.same_params(dp_->layout()))
     throw std::runtime_error("resume: the trainable parameters of " + dir +
                              " differ from this run's (changed freeze, optimizer.groups freeze or mod settings?)");
-  // ZeRO-3's optimizer state is a stage-2 one (the same shard range): it loads what stage 2 would.
-  const int stage = cfg_.optimizer.zero_stage == 3 ? 2 : cfg_.optimizer.zero_stage;
-  const FlatParamLayout new_layout = optimizer_layout();
-  int64_t need_b = 0, need_e = new_layout.total();
-  if (stage != 0) std::tie(need_b, need_e) = new_layout.shard_range(rank_);
-  std::vector<int> old_ranks;
-  if (saved_stage == 0) {
-    old_ranks = {0};
-  } else {
-    for (int r = 0; r < saved_world; ++r) {
-      auto [b, e] = saved_layout.shard_range(r);
-      if (b < need_e && e > need_b) old_ranks.push_back(r);
-    }
-  }
+  // The format of the live state (ZeRO-3's is a stage-2 one, the same shard range: it loads what stage 2 would).
+  const int stage = dp_->state_stage();
+  const std::vector<int> old_ranks =
+      saved_state_ranks(saved_layout, saved_stage, saved_world, dp_->state_range(rank_));
   // Same world, stage and range: this rank's file is read straight into the live optimizer buffers (no
   // temporaries: resume needs no more host memory than training). Otherwise the overlapping old shards are read and
   // resharded.
   const bool in_place = saved_world == world_ && saved_stage == stage && old_ranks == std::vector<int>{rank_};
   std::map<std::string, at::Tensor> live;
   if (in_place) {
-    const AdamWShardState now = optimizer_state();  // aliases of the live buffers
+    const AdamWShardState now = dp_->state_dict();  // aliases of the live buffers
     live = {{"master", now.master}, {"exp_avg", now.exp_avg}, {"exp_avg_sq", now.exp_avg_sq}};
   }
   std::vector<AdamWShardState> saved;
@@ -233,9 +223,9 @@ void Trainer::resume_if_requested() {
     saved.push_back(std::move(s));
   }
   if (saved_world == world_ && saved_stage == stage && saved.size() == 1 && saved[0].rank == rank_) {
-    load_optimizer_state(saved[0]);
+    dp_->load_state_dict(saved[0]);
   } else {
-    load_optimizer_state(reshard_state(saved, world_, rank_, stage));
+    dp_->load_state_dict(reshard_state(saved, world_, rank_, stage));
   }
 
   // Generators: each rank's own state at the same world size, else a fresh deterministic seed.

@@ -41,11 +41,11 @@ std::string Trainer::save_checkpoint(bool allow_async) {
                      {"world_size", world_},
                      {"grad_accum", accum_}};
   c.data_position = to_json(loader_->position());
-  const AdamWShardState st = optimizer_state();
+  const AdamWShardState st = dp_->state_dict();
   c.shard_layout = {{"layout", st.layout.to_json()}, {"stage", st.stage}};
-  // The weights are written by all ranks, each its share (split_model_by_bytes); stage 3 copies its share of the
-  // gathered parameters.
-  with_full_params([&] {
+  // The weights are written by all ranks, each its share (split_model_by_bytes); a strategy whose full parameters
+  // are transient (ZeRO-3) copies its share of the gathered parameters.
+  dp_->with_full_params([&] {
     std::vector<int64_t> bytes;
     for (auto& item : model_->named_parameters()) {
       c.model_names.push_back(item.key());
@@ -63,7 +63,8 @@ std::string Trainer::save_checkpoint(bool allow_async) {
     size_t i = 0;
     for (auto& item : model_->named_parameters())
       if (owner[i++] == rank_)
-        c.model.emplace_back(item.key(), z3_ && !async ? item.value().detach().clone() : keep(item.value()));
+        c.model.emplace_back(item.key(), dp_->full_params_transient() && !async ? item.value().detach().clone()
+                                                                                : keep(item.value()));
   });
   RankState mine;
   mine.tensors = {{"master", keep(st.master)}, {"exp_avg", keep(st.exp_avg)}, {"exp_avg_sq", keep(st.exp_avg_sq)}};

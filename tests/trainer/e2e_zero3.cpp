@@ -1,4 +1,4 @@
-// ZeRO-3 (`optimizer.zero_stage: 3`, trainer/zero3_driver.h) end to end: the real `gmod train` under mpirun
+// ZeRO-3 (`optimizer.zero_stage: 3`, parallel/zero3_driver.h) end to end: the real `gmod train` under mpirun
 // on the demo dataset and tiny demo model (MoD layers with γ-MoD's shared router), against ZeRO-2 as the
 // oracle. Stage 3 gathers each unit's parameters around its forward and backward and reduces gradients per
 // unit, ZeRO-2 keeps every parameter and reduces buckets; both must give bitwise the same losses, gradient

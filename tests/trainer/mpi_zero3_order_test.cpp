@@ -1,4 +1,4 @@
-// Zero3Driver's collectives (trainer/zero3_driver.h) are issued in the same sequence on every rank, whatever
+// Zero3Driver's collectives (parallel/zero3_driver.h) are issued in the same sequence on every rank, whatever
 // each rank's data: the property a single NCCL communicator needs, since it runs its ops in issue order
 // whatever their stream (gathers on its gather stream, reductions on the reduction stream). Rank 0's
 // micro-batches carry images, the other ranks' are text-only, so only rank 0 runs the (trainable) CLIP
@@ -20,7 +20,7 @@
 #include "parallel/mpi_comm.h"
 #include "parallel/watchdog.h"
 #include "tests/trainer/memory_plan_util.h"
-#include "trainer/zero3_driver.h"
+#include "parallel/zero3_driver.h"
 
 using namespace gmod;
 
@@ -120,7 +120,7 @@ Run run(int prefetch, bool reshard, bool checkpointing) {
   DataParallelOptions o;
   o.stage = 2;
   o.lr = 1e-3;
-  Zero3Driver z3(*model, trainable, comm, o, prefetch, reshard);
+  Zero3Driver z3(hooked_units(*model), trainable, comm, o, prefetch, reshard);
   trainable.clear();
   EXPECT_GT(z3.num_hooked_units(), 4) << "the CLIP layers must be hooked units";
   const bool images = world()->rank() == 0;

@@ -248,7 +248,7 @@ TEST(MemoryPlan, AsyncCheckpointAddsTheHostSnapshot) {
 }
 
 // ZeRO-3 against a hand count of the small model's units (LLM 4 layers x 128, vocab 1024, untied; frozen CLIP)
-// as trainer/zero3_driver.h forms them: 4 hooked decoder layers; embeddings, projector, final norm and LM head
+// as parallel/zero3_driver.h forms them: 4 hooked decoder layers; embeddings, projector, final norm and LM head
 // persistent. The parameter shard is the only static parameter storage; the persistent units are gathered in
 // every phase but the optimizer step, prefetch + 1 layers in a layer's backward (all 4 without reshard after
 // forward, also at the loss); communication per step: a forward gather of every parameter, a backward gather of

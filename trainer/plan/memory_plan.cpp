@@ -145,7 +145,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
   const std::string grads_name = stage3 ? "gradients_zero3" : "gradients_zero2";
   const int64_t grad_elem_bytes = s.e + (acc32 ? 4 : 0);
   const bool offload = in.offload == "cpu", cuda = in.device == "cuda";
-  // ZeRO-3 (trainer/zero3_driver.h, docs/parallel.md): the parameter shard in its dtype is the only static
+  // ZeRO-3 (parallel/zero3_driver.h, docs/parallel.md): the parameter shard in its dtype is the only static
   // parameter storage. The persistent units are gathered from the start of each micro-batch's forward to the end
   // of its backward (a term of every phase but the optimizer step); of the hooked units, `zero3_prefetch + 1`
   // are gathered at a time around a layer's forward or backward (or recompute), none at the loss; without

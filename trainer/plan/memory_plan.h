@@ -19,6 +19,7 @@
 namespace gmod {
 
 struct TrainConfig;
+struct RunPlan;
 
 // What the plan needs; plan_inputs_from_config() fills it from a TrainConfig.
 struct MemoryPlanInputs {
@@ -147,7 +148,7 @@ int64_t mgm_mining_params(const MgmConfig& m, int64_t d);
 ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layers,
                          const std::string& mod_router);
 
-// ZeRO-3 units of the trainable parameters as trainer/zero3_driver.h forms them: *hooked* units (each trainable
+// ZeRO-3 units of the trainable parameters as parallel/zero3_driver.h forms them: *hooked* units (each trainable
 // decoder layer, CLIP encoder layer and ConvNeXt stage), gathered around their forward and again for their
 // backward, and the *persistent* rest (embeddings, LM head, final norm, projector, vision stem and norms, γ-MoD's
 // shared router, adapters; tied embeddings are one tensor among them), gathered once per micro-batch from the
@@ -172,6 +173,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in);
 // Inputs from a parsed training config (model config read separately, e.g. with load_model_config); every key
 // comes from TrainConfig, so `gmod plan` takes exactly the configs `gmod train` takes.
 MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConfig& model, int world);
+// The same from a run plan (trainer/run_plan.h): its batch, parallel and checkpointing settings as resolved.
+MemoryPlanInputs plan_inputs_from_plan(const RunPlan& plan, const LlavaConfig& model);
 
 nlohmann::json to_json(const MemoryPlan& p);
 // Human table: one line per term, the phases, communication, budget verdict.

@@ -17,7 +17,8 @@
 #include "model/token_roles.h"
 #include "parallel/data_parallel.h"
 #include "trainer/plan/memory_tracker.h"
-#include "trainer/zero3_driver.h"
+#include "model/unit_hooks.h"
+#include "parallel/dp_strategy.h"
 
 namespace gmod {
 namespace {
@@ -136,25 +137,19 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
       item.value().set_requires_grad(train);
       if (train) trainable.emplace_back(name, item.value());
     }
-    DataParallelOptions o;
-    o.stage = in.stage;
+    DpSettings settings;
+    settings.zero_stage = in.stage;
+    settings.zero3_prefetch = in.zero3_prefetch;
+    settings.zero3_reshard_after_forward = in.zero3_reshard_after_forward;
+    DataParallelOptions& o = settings.options;
     o.bucket_bytes = in.bucket_bytes;
     o.accumulate_fp32 = in.accumulate_fp32;
     o.reduce_dtype = in.reduce_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
     o.max_grad_norm = 1.0;
     o.lr = 1e-4;
     o.offload = in.offload == "cpu";
-    // Stage 3 as Trainer::setup_optimizer builds it: Zero3Driver with stage 2's arithmetic.
-    std::unique_ptr<DataParallelOptimizer> opt;
-    std::unique_ptr<Zero3Driver> z3;
-    if (in.stage == 3) {
-      o.stage = 2;
-      z3 = std::make_unique<Zero3Driver>(*model, trainable, comm, o, in.zero3_prefetch,
-                                         in.zero3_reshard_after_forward);
-    } else {
-      opt = std::make_unique<DataParallelOptimizer>(trainable, comm, o);
-      opt->broadcast_params(0);
-    }
+    // The strategy as Trainer::setup_optimizer builds it (parallel/dp_strategy.h).
+    std::unique_ptr<DpStrategy> dp = make_dp_strategy(settings, trainable, comm, hooked_units(*model));
     trainable.clear();
 
     std::vector<ModelInputs> micro;
@@ -163,13 +158,10 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
                                       in.supervised_fraction,
                                       seed + 1000 * uint64_t(comm->rank()) + uint64_t(k)));
     m.steady_bytes = tracker.live_bytes() - base;
-    m.host_state_bytes = z3 ? z3->host_state_bytes() : opt->memory_held().host_state;
+    m.host_state_bytes = dp->host_state_bytes();
     tracker.reset_peak();
     comm->reset_stats();
-    Comm* grad_comm = z3 ? nullptr : &opt->grad_comm();
-    if (grad_comm == comm.get()) grad_comm = nullptr;
-    if (grad_comm) grad_comm->reset_stats();
-    const CommStats z3_red0 = z3 ? z3->reduction_stats() : CommStats{};
+    const CommStats side0 = dp->side_comm_stats();  // the strategy's reduction communicator, before the steps
     const auto t0 = std::chrono::steady_clock::now();
     for (int step = 0; step < steps; ++step) {
       // Trainer::train_step: global supervised-token count, then per micro-batch world * sum / N, backward.
@@ -182,36 +174,26 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
         // Trainer::train_step: the batch keeps its fp32 pixels, the forward gets a compute-dtype copy.
         ModelInputs in_k = micro[k];
         if (in_k.pixel_values.defined()) in_k.pixel_values = in_k.pixel_values.to(dtype);
-        if (z3) z3->begin_forward();
+        dp->begin_forward();
         ModelOutput out = forward_label_loss(*model, in_k, st);
         at::Tensor loss = out.lm_loss_sum * (double(in.world) / std::max(1.0, n_sup));
         if (!st.aux_losses.empty()) loss = loss + total_routing_loss(st, MoDConfig{}) / double(micro.size());
         // (stage 3: before end_forward attaches the persistent units' gradient buffers for the backward)
         m.after_forward_bytes = tracker.live_bytes() - base;
-        if (z3) z3->end_forward();
-        if (k + 1 == micro.size()) z3 ? z3->set_last_micro_batch() : opt->set_last_micro_batch();
+        dp->end_forward();
+        if (k + 1 == micro.size()) dp->set_last_micro_batch();
         loss.backward();
-        if (z3) z3->end_backward();
+        dp->end_backward();
       }
-      if (z3) {
-        z3->step(1e-4);
-      } else {
-        opt->step(1e-4);
-        opt->zero_grad();
-      }
+      dp->step({1e-4});
     }
     m.peak_bytes = tracker.peak_bytes() - base;
     const int n = std::max(1, steps);
     m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / n;
     CommStats st = comm->stats();
-    if (grad_comm) {
-      st.payload_bytes += grad_comm->stats().payload_bytes;
-      st.wire_bytes += grad_comm->stats().wire_bytes;
-    }
-    if (z3) {  // the reductions' own communicator (stats since the driver was built; minus before the steps)
-      st.payload_bytes += z3->reduction_stats().payload_bytes - z3_red0.payload_bytes;
-      st.wire_bytes += z3->reduction_stats().wire_bytes - z3_red0.wire_bytes;
-    }
+    const CommStats side = dp->side_comm_stats();  // since the strategy was built; minus before the steps
+    st.payload_bytes += side.payload_bytes - side0.payload_bytes;
+    st.wire_bytes += side.wire_bytes - side0.wire_bytes;
     m.comm_payload_bytes = st.payload_bytes / n;
     m.comm_wire_bytes = st.wire_bytes / n;
   }

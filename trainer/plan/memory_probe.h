@@ -28,7 +28,7 @@ struct MemoryMeasurement {
 
 // in.model, dtype, micro_batch, seq_len, images_per_sample, freeze flags, checkpointing (decoder layers and
 // the tower's units), mod layers/router/kept fraction, stage, bucket_bytes, accumulate_fp32, reduce_dtype,
-// grad_accum, offload and (stage 3, driven by trainer/zero3_driver.h as the trainer does) zero3_prefetch are
+// grad_accum, offload and (stage 3, driven by parallel/zero3_driver.h as the trainer does) zero3_prefetch are
 // honoured; comm->world_size() must equal in.world. Installs MemoryTracker if needed.
 MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::shared_ptr<Comm> comm,
                                           int steps = 2, uint64_t seed = 0);

@@ -11,7 +11,7 @@ namespace gmod {
 namespace {
 
 // A timm ConvNeXt's stem and stages (model/convnext.h), parameter count; `largest_stage`: the largest stage
-// (downsampling + blocks), a ZeRO-3 unit (trainer/zero3_driver.h hooks ConvNeXt stages).
+// (downsampling + blocks), a ZeRO-3 unit (parallel/zero3_driver.h hooks ConvNeXt stages).
 int64_t convnext_params(const ConvNextConfig& c, int64_t* largest_stage = nullptr, int64_t* stages = nullptr) {
   const int64_t k2 = int64_t(c.kernel_size) * c.kernel_size, r = c.mlp_ratio;
   int64_t n = int64_t(c.dims[0]) * c.in_chans * c.patch_size * c.patch_size + 3 * int64_t(c.dims[0]);

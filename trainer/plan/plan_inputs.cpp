@@ -1,6 +1,6 @@
-// plan_inputs_from_config: what `gmod plan` and the trainer's start-up plan read from a parsed training
-// config (TrainConfig, the same keys and checks as `gmod train`) into MemoryPlanInputs
-// (trainer/plan/memory_plan.h).
+// plan_inputs_from_plan: what `gmod plan` and the trainer's start-up plan read from a resolved run plan
+// (trainer/run_plan.h: the same keys, checks and derived settings as `gmod train`) into MemoryPlanInputs
+// (trainer/plan/memory_plan.h); plan_inputs_from_config resolves a parsed config first.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -9,14 +9,20 @@
 #include "model/activation_checkpoint.h"
 #include "trainer/config/train_config.h"
 #include "trainer/plan/memory_plan.h"
+#include "trainer/run_plan.h"
 
 namespace gmod {
 
 MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConfig& model, int world) {
+  return plan_inputs_from_plan(resolve_run_plan(cfg, world), model);
+}
+
+MemoryPlanInputs plan_inputs_from_plan(const RunPlan& plan, const LlavaConfig& model) {
+  const TrainConfig& cfg = plan.config;
   MemoryPlanInputs in;
   in.model = model;
-  in.world = world;
-  in.stage = cfg.optimizer.zero_stage;
+  in.world = plan.world;
+  in.stage = plan.data_parallel.zero_stage;
   in.offload = cfg.optimizer.offload;
   in.dtype = cfg.model.dtype;
   in.micro_batch = cfg.batch.micro_batch;
@@ -26,9 +32,9 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConf
   in.train_projector = !cfg.freeze.projector;
   in.train_llm = !cfg.freeze.llm;
   in.frozen_llm_layers = parse_layer_ranges(cfg.freeze.llm_layers, model.text.num_hidden_layers);
-  in.bucket_bytes = int64_t(cfg.optimizer.bucket_mb) << 20;
-  in.grad_accum = grad_accum_steps(cfg, world);
-  in.overlap_comm = cfg.optimizer.overlap_comm;
+  in.bucket_bytes = plan.data_parallel.options.bucket_bytes;
+  in.grad_accum = plan.grad_accum;
+  in.overlap_comm = plan.data_parallel.options.overlap_comm;
   in.device = cfg.model.device;
   if (cfg.mod.enabled) {
     // Layers chosen at run time (Trainer::convert_model) are planned by their number: ARank-based rules get a
@@ -51,13 +57,13 @@ MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConf
   }
   // model.activation_checkpointing as gmod train reads it ("none" | "full" | "every_<k>",
   // model/activation_checkpoint.h), in the plan's terms.
-  const ActivationCheckpointing ac = parse_activation_checkpointing(cfg.model.activation_checkpointing);
+  const ActivationCheckpointing& ac = plan.checkpointing;
   in.checkpointing = ac.every == 0 ? "none" : ac.every == 1 ? "full" : "every_k";
   if (ac.every > 1) in.checkpoint_every = ac.every;
-  in.zero3_prefetch = cfg.optimizer.zero3_prefetch;
+  in.zero3_prefetch = plan.data_parallel.zero3_prefetch;
   in.async_checkpoint = cfg.checkpoint.async && cfg.checkpoint.every > 0;
-  in.accumulate_fp32 = cfg.optimizer.accumulate_fp32;
-  in.zero3_reshard_after_forward = cfg.optimizer.zero3_reshard_after_forward;
+  in.accumulate_fp32 = plan.data_parallel.options.accumulate_fp32;
+  in.zero3_reshard_after_forward = plan.data_parallel.zero3_reshard_after_forward;
   in.reduce_dtype = effective_reduce_dtype(cfg);
   in.lora_r = cfg.lora.r;
   in.lora_targets = cfg.lora.targets;

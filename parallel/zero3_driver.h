@@ -1,6 +1,6 @@
-// Zero3Driver: ZeRO-3 (`optimizer.zero_stage: 3`) driven from outside the model. It shards the trainable
-// parameters in units (parallel/zero3_params.h) and runs them through the model's unit hooks
-// (model/unit_hooks.h):
+// Zero3Driver: ZeRO-3 (`optimizer.zero_stage: 3`) driven from outside the model, the DpStrategy
+// (parallel/dp_strategy.h) of stage 3. It shards the trainable parameters in units (parallel/zero3_params.h) and
+// runs them through the model's unit hooks (model/unit_hooks.h; the units are the modules hooked_units() lists):
 //  - Units. Each decoder layer, CLIP encoder layer and ConvNeXt stage with trainable parameters is a *hooked*
 //    unit: gathered just before its forward and released just after it (reshard after forward), gathered
 //    again when its output's gradient arrives (a hook on the output; under activation checkpointing that is
@@ -48,8 +48,8 @@
 #include <utility>
 #include <vector>
 
-#include "model/llava.h"
 #include "model/unit_hooks.h"
+#include "parallel/dp_strategy.h"
 #include "parallel/zero3_grads.h"
 #include "parallel/zero3_optimizer.h"
 #include "parallel/zero3_params.h"
@@ -58,40 +58,48 @@ namespace gmod {
 
 class Zero3GradHook;
 
-class Zero3Driver final : public UnitHooks {
+class Zero3Driver final : public DpStrategy, public UnitHooks {
  public:
   using NamedParams = std::vector<std::pair<std::string, at::Tensor>>;
+  using Units = std::vector<std::shared_ptr<torch::nn::Module>>;
 
-  // trainable: the model's trainable parameters in named_parameters order (as ZeRO-1/2 get them; rank 0's
-  // values are broadcast). Uses opts' AdamW hyper-parameters, max_grad_norm, reduce_dtype, decay flags and groups.
-  Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared_ptr<Comm> comm,
-              const DataParallelOptions& opts, int prefetch, bool reshard_after_forward = true);
+  // units: the model's hooked units in forward order (hooked_units(model), model/unit_hooks.h); trainable: the
+  // model's trainable parameters in named_parameters order (as ZeRO-1/2 get them; rank 0's values are broadcast).
+  // Uses opts' AdamW hyper-parameters, max_grad_norm, reduce_dtype, offload, decay flags and groups. Installs
+  // itself as the unit hooks until destroyed.
+  Zero3Driver(Units units, NamedParams trainable, std::shared_ptr<Comm> comm, const DataParallelOptions& opts,
+              int prefetch, bool reshard_after_forward = true);
   ~Zero3Driver() override;  // uninstalls the hooks
   Zero3Driver(const Zero3Driver&) = delete;
   Zero3Driver& operator=(const Zero3Driver&) = delete;
 
   // Around every micro-batch (collective: every rank calls them in the same order).
-  void begin_forward();  // gathers the persistent units
-  void end_forward();    // gathers and drops the hooked units this rank's forward did not reach
-  void set_last_micro_batch(bool last = true) { last_ = last; }  // before the window's last backward
-  void
-  end_backward();  // the rest of the backward's gathers, releases; last micro-batch: every reduction done
+  void begin_forward() override;  // gathers the persistent units
+  void end_forward() override;    // gathers and drops the hooked units this rank's forward did not reach
+  void set_last_micro_batch(bool last = true) override { last_ = last; }  // before the window's last backward
+  // The rest of the backward's gathers, releases; last micro-batch: every reduction done.
+  void end_backward() override;
   // A micro-batch this rank has no data for (all its records were bad): the same collectives, nothing
   // computed.
-  void idle_micro_batch(bool last);
+  void idle_micro_batch(bool last) override;
   // comm's all_reduce after the window's reductions (a rank whose last micro-batch was idle reduces here).
-  void all_reduce_after_gradients(at::Tensor& t, ReduceOp op = ReduceOp::Sum);
+  void all_reduce_after_gradients(at::Tensor& t, ReduceOp op = ReduceOp::Sum) override;
   StepResult step(double lr) { return step(std::vector<double>{lr}); }
-  StepResult step(const std::vector<double>& lrs);  // one learning rate per parameter group (opts.group)
+  StepResult step(const std::vector<double>& lrs) override;  // one learning rate per parameter group (opts.group)
   void zero_grad() {}  // gradients live only between a unit's backward and its reduction
 
   // Collective: every unit gathered (values of the current shard) until release_all().
-  void gather_all();
-  void release_all();
+  void gather_all() override;
+  void release_all() override;
+  bool full_params_transient() const override { return true; }
 
-  AdamWShardState state_dict() const { return opt_->state_dict(); }
-  void load_state_dict(const AdamWShardState& s) { opt_->load_state_dict(s); }
-  const FlatParamLayout& layout() const { return params_->layout(); }
+  AdamWShardState state_dict() const override { return opt_->state_dict(); }
+  void load_state_dict(const AdamWShardState& s) override { opt_->load_state_dict(s); }
+  int state_stage() const override { return 2; }
+  const FlatParamLayout& layout() const override { return params_->layout(); }
+  std::string describe() const override;
+  int64_t host_state_bytes() const override { return opt_->host_bytes(); }
+  CommStats side_comm_stats() const override { return reduction_stats(); }
   int num_units() const { return params_->num_units(); }
   int num_hooked_units() const { return static_cast<int>(order_.size()); }
   int prefetch() const { return prefetch_; }
@@ -99,7 +107,6 @@ class Zero3Driver final : public UnitHooks {
   // Bytes of parameter (shard + gathered units) and gradient (fp32 shard + unit buffers) storage alive now.
   int64_t param_bytes_held() const { return params_->bytes_held(); }
   int64_t grad_bytes_held() const { return grads_->bytes_held(); }
-  int64_t host_state_bytes() const { return opt_->host_bytes(); }  // optimizer.offload: cpu
   // Traffic of the gradient reductions (their own communicator; the gathers run on the trainer's).
   const CommStats& reduction_stats() const { return grads_->reduce_comm().stats(); }
 
@@ -125,6 +132,7 @@ class Zero3Driver final : public UnitHooks {
   std::unique_ptr<Zero3Optimizer> opt_;
   int prefetch_ = 1;
   bool reshard_ = true;  // optimizer.zero3_reshard_after_forward
+  bool offload_ = false;  // optimizer.offload: cpu
   bool mpi_collect_ = true;  // MPI, world > 1: a hooked unit's first gradient completes the reductions in flight
 
   std::vector<std::pair<const torch::nn::Module*, int>> module_unit_;  // hooked module -> unit

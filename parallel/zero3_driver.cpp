@@ -1,4 +1,4 @@
-#include "trainer/zero3_driver.h"
+#include "parallel/zero3_driver.h"
 
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -7,9 +7,6 @@
 #include <map>
 #include <stdexcept>
 
-#include "model/clip.h"
-#include "model/convnext.h"
-#include "model/decoder_layer.h"
 
 namespace gmod {
 
@@ -24,44 +21,12 @@ class Zero3GradHook final : public torch::autograd::PostAccumulateGradHook {
   size_t index_;
 };
 
-namespace {
-
-// The model's hooked units in forward order: ConvNeXt stages (LLaVA-HR's slow tower runs before the CLIP
-// layers), CLIP encoder layers, decoder layers. Only outermost matches count (a block inside a block is part
-// of it).
-std::vector<std::shared_ptr<torch::nn::Module>> unit_modules(MultimodalLM& model) {
-  std::vector<std::shared_ptr<torch::nn::Module>> convnext, clip, decoder;
-  std::vector<std::string> taken;
-  for (const auto& item : model.named_modules()) {
-    const std::string& name = item.key();
-    bool inside = false;
-    for (const auto& t : taken) inside = inside || name.rfind(t + ".", 0) == 0;
-    if (inside) continue;
-    const auto& m = item.value();
-    if (std::dynamic_pointer_cast<ConvNextStage>(m))
-      convnext.push_back(m);
-    else if (std::dynamic_pointer_cast<ClipEncoderLayer>(m))
-      clip.push_back(m);
-    else if (std::dynamic_pointer_cast<DecoderBlock>(m))
-      decoder.push_back(m);
-    else
-      continue;
-    taken.push_back(name);
-  }
-  std::vector<std::shared_ptr<torch::nn::Module>> out = convnext;
-  out.insert(out.end(), clip.begin(), clip.end());
-  out.insert(out.end(), decoder.begin(), decoder.end());
-  return out;
-}
-
-}  // namespace
-
-Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared_ptr<Comm> comm,
+Zero3Driver::Zero3Driver(Units mods, NamedParams trainable, std::shared_ptr<Comm> comm,
                          const DataParallelOptions& opts, int prefetch, bool reshard_after_forward)
-    : comm_(std::move(comm)), prefetch_(prefetch), reshard_(reshard_after_forward) {
-  if (!comm_) throw std::runtime_error("trainer/zero3_driver: null Comm");
+    : comm_(std::move(comm)), prefetch_(prefetch), reshard_(reshard_after_forward), offload_(opts.offload) {
+  if (!comm_) throw std::runtime_error("parallel/zero3_driver: null Comm");
   if (prefetch_ < 0) throw std::invalid_argument("optimizer.zero3_prefetch must be >= 0");
-  if (trainable.empty()) throw std::runtime_error("trainer/zero3_driver: no trainable parameters");
+  if (trainable.empty()) throw std::runtime_error("parallel/zero3_driver: no trainable parameters");
   {
     c10::NoGradGuard no_grad;  // every rank starts from rank 0's values, as ZeRO-1/2's broadcast_params
     for (auto& [name, p] : trainable) {
@@ -70,7 +35,6 @@ Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared
     }
   }
   // Owner (position among the hooked modules) of every trainable parameter; -1: persistent.
-  const auto mods = unit_modules(model);
   std::map<const void*, int> owner;
   for (size_t k = 0; k < mods.size(); ++k)
     for (const auto& p : mods[k]->parameters()) owner[p.unsafeGetTensorImpl()] = static_cast<int>(k);
@@ -83,7 +47,7 @@ Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared
         for (int seen : unit_owner)
           if (seen == o)
             throw std::runtime_error(
-                "trainer/zero3_driver: the trainable parameters of one unit are not consecutive "
+                "parallel/zero3_driver: the trainable parameters of one unit are not consecutive "
                 "in the model's parameter order (at '" +
                 trainable[i].first + "')");
       unit_owner.push_back(o);
@@ -129,7 +93,7 @@ Zero3Driver::Zero3Driver(MultimodalLM& model, NamedParams trainable, std::shared
   const auto& ps = params_->params();
   for (size_t i = 0; i < ps.size(); ++i) {
     if (torch::autograd::impl::post_acc_grad_hooks(ps[i].second))
-      throw std::runtime_error("trainer/zero3_driver: parameter '" + ps[i].first +
+      throw std::runtime_error("parallel/zero3_driver: parameter '" + ps[i].first +
                                "' already has a post-accumulate-grad hook");
     torch::autograd::impl::set_post_acc_grad_hooks(ps[i].second, std::make_unique<Zero3GradHook>(this, i));
   }
@@ -154,7 +118,7 @@ int Zero3Driver::unit_of(const torch::nn::Module& m) const {
 void Zero3Driver::begin_forward() {
   std::lock_guard<std::mutex> lock(mu_);
   if (suspended_)
-    throw std::logic_error("trainer/zero3_driver: training forward between gather_all and release_all");
+    throw std::logic_error("parallel/zero3_driver: training forward between gather_all and release_all");
   for (int u : persistent_) params_->gather_start(u);
   for (int u : persistent_) params_->wait(u);
   fcur_ = 0;
@@ -167,7 +131,7 @@ void Zero3Driver::pre_forward(const torch::nn::Module& m) {
   if (u < 0) return;
   const int k = pos_[size_t(u)];
   if (k < fcur_ && !params_->gathered(u))  // (a gathered one was prefetched)
-    throw std::logic_error("trainer/zero3_driver: unit " + std::to_string(u) +
+    throw std::logic_error("parallel/zero3_driver: unit " + std::to_string(u) +
                            " runs after a later unit of the forward order, or twice in one forward");
   const int n = static_cast<int>(order_.size());
   for (; fcur_ < n && fcur_ <= k + prefetch_; ++fcur_) {
@@ -214,7 +178,7 @@ void Zero3Driver::pre_backward(int u) {
   std::lock_guard<std::mutex> lock(mu_);
   const int k = pos_[size_t(u)];
   if (!params_->gathered(u) && (!reshard_ || k > bcur_))  // (a gathered one was prefetched or kept)
-    throw std::logic_error("trainer/zero3_driver: the backward reached unit " + std::to_string(u) +
+    throw std::logic_error("parallel/zero3_driver: the backward reached unit " + std::to_string(u) +
                            (reshard_ ? " after an earlier unit of the forward order, or twice"
                                      : " after its backward was over, or one whose forward did not run"));
   backward_cursor_to(k - prefetch_, k);
@@ -260,7 +224,7 @@ void Zero3Driver::on_grad_ready(size_t index) {
   c10::NoGradGuard no_grad;
   const int u = unit_of_param_[index];
   if (reduce_started_[size_t(u)])
-    throw std::logic_error("trainer/zero3_driver: parameter '" + params_->params()[index].first +
+    throw std::logic_error("parallel/zero3_driver: parameter '" + params_->params()[index].first +
                            "' got its gradient after its unit's reduction had started (a gradient that "
                            "reached a unit after the backward moved past it)");
   at::Tensor p = params_->params()[index].second;
@@ -336,6 +300,13 @@ StepResult Zero3Driver::step(const std::vector<double>& lrs) {
   const StepResult r = opt_->step(lrs);
   reduced_ = false;
   return r;
+}
+
+std::string Zero3Driver::describe() const {
+  return "optimizer: ZeRO-3, " + std::to_string(num_units()) + " parameter units (" +
+         std::to_string(num_hooked_units()) + " gathered around their forward and backward), prefetch " +
+         std::to_string(prefetch()) + (reshard_after_forward() ? "" : ", no reshard after forward") +
+         (offload_ ? "; fp32 master + moments offloaded to host memory" : "");
 }
 
 void Zero3Driver::gather_all() {
