@@ -8,17 +8,20 @@
 
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "launch/args.h"
 #include "mod/conversion.h"
-#include "mod/fastv.h"
-#include "mod/pdrop.h"
+#include "mod/method_registry.h"
+#include "mod/token_selection.h"
 #include "mod/mod_checkpoint.h"
 #include "mod/mod_config.h"
 #include "model/config.h"
@@ -36,8 +39,8 @@ struct ModelOptions {
   std::string routing;
   std::optional<uint64_t> random_init;
   std::string mod;
-  std::string fastv;  // "K:R": FastV at inference (mod/fastv.h)
-  std::string pdrop;  // "LAYERS:RATIOS": PyramidDrop at inference (mod/pdrop.h)
+  // Per MoD method with a training-free inference flag, its value ("" unless given; mod/token_selection.h).
+  std::map<const TokenSelector*, std::string> inference;
   TowerOverrides towers;
 };
 
@@ -69,16 +72,9 @@ inline void add_model_options(CLI::App& app, ModelOptions& o) {
       "MoD layers' full-sequence routing: auto (thresholds in eval, as γ-MoD inference), topk (the training "
       "capacity) or threshold; default: the model's")
       ->check(CLI::IsMember({"auto", "topk", "threshold"}));
-  add(app, "--fastv", o.fastv,
-      "FastV on a dense model: from layer K on, drop the fraction R of each sample's image tokens that the "
-      "last "
-      "prompt token attends to least at layer K-1 (e.g. 2:0.5)")
-      ->type_name("K:R");
-  add(app, "--pdrop", o.pdrop,
-      "PyramidDrop on a dense model (training-free): stage s from layer LAYERS[s] on keeps RATIOS[s] of each "
-      "sample's image tokens, those the last prompt token attends to most at the stage's first layer (e.g. "
-      "8,16,24:0.5,0.25,0.125)")
-      ->type_name("LAYERS:RATIOS");
+  for (const TokenSelector* method : registered_methods())  // the methods' training-free conversions
+    if (const auto f = method->inference_flag(); f.flag)
+      add(app, f.flag, o.inference[method], f.help)->type_name(f.type_name);
   const char* g = "Options for demos and tests";
   add(app, "--random-init", o.random_init,
       "build the model from DIR/config.json with random weights of this seed")
@@ -169,16 +165,22 @@ inline CliModel load_cli_model(const ModelOptions& o) {
     validate(mc, n, "--mod");
     convert_to_mod(*m.model, mc);
   }
-  if (!o.fastv.empty() && !o.pdrop.empty()) throw UsageError("--fastv and --pdrop: choose one");
-  if (!o.fastv.empty() || !o.pdrop.empty()) {
-    const std::string opt = o.fastv.empty() ? "--pdrop" : "--fastv", spec = o.fastv.empty() ? o.pdrop : o.fastv;
+  std::vector<std::pair<const TokenSelector*, std::string>> given;  // inference flags given
+  for (const auto& [method, spec] : o.inference)
+    if (!spec.empty()) given.emplace_back(method, spec);
+  if (given.size() > 1) {
+    std::string names;
+    for (const auto& g : given) names += (names.empty() ? "" : " and ") + std::string(g.first->inference_flag().flag);
+    throw UsageError(names + ": choose one");
+  }
+  if (!given.empty()) {
+    const std::string opt = given[0].first->inference_flag().flag, spec = given[0].second;
     if (!mod_layers(*m.model).empty())
       throw UsageError(opt + " " + spec + ": the model at " + m.dir + " already has MoD layers (" + opt +
                        " needs a dense one)");
     MoDConfig mc;
     try {
-      const int n = m.model->config.text.num_hidden_layers;
-      mc = o.fastv.empty() ? parse_pdrop(spec, n) : parse_fastv(spec, n);
+      mc = given[0].first->config_from_spec(spec, m.model->config.text.num_hidden_layers);
     } catch (const std::exception& e) {
       throw UsageError(opt + ": " + e.what());
     }

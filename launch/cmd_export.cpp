@@ -8,13 +8,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "launch/args.h"
 #include "launch/cli_hf_files.h"
 #include "mod/conversion.h"
 #include "mod/mod_checkpoint.h"
-#include "mod/pmod_checkpoint.h"
+#include "mod/method_registry.h"
+#include "mod/token_selection.h"
 #include "model/lora_peft.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/model_setup.h"
@@ -33,14 +35,19 @@ const char* kFooter =
 struct ExportOptions {
   std::string checkpoint, out, from_hf;
   std::string template_name;  // --template; empty: the run's (checkpoint) or the source's chat template (--from-hf)
-  bool pmod_original = false;  // --pmod-original: the original p-MoD code's layout (mod/pmod_checkpoint.h)
+  // Per MoD method with an original checkpoint layout, whether its flag was given (mod/token_selection.h).
+  std::map<const TokenSelector*, bool> original_layout;
 };
 
-void save_model(const MultimodalLM& m, const MoDConfig& mc, const std::string& out, bool pmod_original) {
-  if (!pmod_original) return save_mod_pretrained(m, mc, out);
-  if (mc.router != RouterKind::kPMoD)
-    throw UsageError("--pmod-original: the model is not a p-MoD model (router " + to_string(mc.router) + ")");
-  save_pmod_original(m, mc, out);
+void save_model(const MultimodalLM& m, const MoDConfig& mc, const std::string& out, const ExportOptions& o) {
+  for (const auto& [method, on] : o.original_layout) {
+    if (!on) continue;
+    if (method->kind() != mc.router)
+      throw UsageError(std::string(method->original_layout_flag()) + ": the model is not a " + method->display_name() +
+                       " model (router " + to_string(mc.router) + ")");
+    return method->save_original_layout(m, mc, out);
+  }
+  save_mod_pretrained(m, mc, out);
 }
 
 // Reloads `out` as gmod's loaders see it and checks every parameter is bit-identical to `m`'s.
@@ -64,11 +71,11 @@ void describe(const MultimodalLM& m, const MoDConfig& mc, const std::string& out
   std::string layers;
   for (int l : mc.mod_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
   std::string cls = m.vision ? "LlavaForConditionalGeneration" : "LlamaForCausalLM";
-  std::ifstream cf(fs::path(out) / "config.json");  // what was written (pmod_llava_llama for --pmod-original)
+  std::ifstream cf(fs::path(out) / "config.json");  // what was written (a method's own type for its original layout)
   const auto cj = nlohmann::json::parse(cf, nullptr, /*allow_exceptions=*/false);
   if (cj.is_object() && cj.contains("architectures") && cj["architectures"].is_array() && !cj["architectures"].empty())
     cls = cj["architectures"][0].get<std::string>();
-  const std::string kind = mc.router == RouterKind::kPMoD ? "p-MoD" : "γ-MoD";
+  const std::string kind = method_for(mc.router).display_name();
   std::cout << "wrote " << out << ": " << cls << ", " << n << " parameters, "
             << (mc.mod_layers.empty() ? std::string("dense")
                                       : kind + " layers [" + layers + "], router " + to_string(mc.router))
@@ -82,7 +89,7 @@ int run_export(const ExportOptions& o) {
     MoDConfig mc = read_mod_config(o.from_hf).value_or(MoDConfig{});
     if (mod_layers(*m).empty()) mc.mod_layers.clear();
     check_finite_weights(*m, o.from_hf, "exported");
-    save_model(*m, mc, o.out, o.pmod_original);
+    save_model(*m, mc, o.out, o);
     write_hf_side_files(*m, {o.from_hf}, o.out, o.template_name.empty() ? "auto" : o.template_name,
                         /*keep_source_template=*/o.template_name.empty());
     describe(*m, mc, o.out, verify_export(*m, o.out));
@@ -127,7 +134,7 @@ int run_export(const ExportOptions& o) {
               << " --adapter " << adapter << " --out DIR` merges it\n";
     detach_lora(*model);
   }
-  save_model(*model, mc, out, o.pmod_original);
+  save_model(*model, mc, out, o);
   // The tokenizer the run trained with (data.tokenizer, else the model's), its processor files, the trained template.
   // From the vision tower's own directory (model.vision: a CLIP repository, which ships CLIP's text tokenizer too) only
   // its preprocessor config.
@@ -163,8 +170,9 @@ Runner setup(CLI::App& app) {
   add(app, "--template", o->template_name,
       "the chat template to write (a conversation template; default: the run's, or for --from-hf the source's "
       "chat template, else its family's)");
-  add_flag(app, "--pmod-original", o->pmod_original,
-           "write a p-MoD model in the original MCG-NJU/p-MoD code's layout (pmod_llava_llama) instead of gmod's");
+  for (const TokenSelector* method : registered_methods())  // the methods' original layouts
+    if (method->original_layout_flag())
+      add_flag(app, method->original_layout_flag(), o->original_layout[method], method->original_layout_help());
   return [o] { return run_export(*o); };
 }
 

@@ -20,6 +20,7 @@
 #include "model/kv_cache.h"
 #include "model/lora.h"
 #include "mod/routing_rule.h"
+#include "mod/token_selection.h"
 #include "model/token_roles.h"
 
 namespace gmod {
@@ -36,8 +37,8 @@ at::Tensor MoDDecoderLayer::decode_step(const at::Tensor& h, ForwardState& st, i
   if (st.token_roles.defined())
     keep = keep & (st.token_roles.select(1, st.token_roles.size(1) - 1) != static_cast<int64_t>(TokenRole::kPad));
   const auto qvalid = keep;
-  // p-MoD routes image tokens only: a decode token (text) is always processed, unscaled.
-  auto sc = cfg.router == RouterKind::kPMoD ? Scores{} : score(h);
+  // The method's decode scores (p-MoD routes image tokens only: none, a decode token is always processed, unscaled).
+  auto sc = method->decode_scores(*this, h);
   const bool routed = sc.keep_prob.defined() && cfg.decode_skip;
   if (routed && cfg.adaptive_threshold == AdaptiveThreshold::kNone)
     keep = keep & (sc.keep_prob.select(1, 0) >= cfg.decode_threshold);

@@ -5,10 +5,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "mod/fastv.h"
-#include "mod/pdrop.h"
-#include "mod/pmod.h"
-#include "mod/routing_rule.h"
+#include "mod/method_registry.h"
+#include "mod/token_selection.h"
 #include "model/trace_range.h"
 #include "model/token_roles.h"
 
@@ -157,117 +155,107 @@ at::Tensor routing_loss(const at::Tensor& logits, const at::Tensor& selected, co
 
 MoDDecoderLayer::MoDDecoderLayer(const DenseDecoderLayer& d, const MoDConfig& c,
                                  std::shared_ptr<GammaRouterImpl> shared, int layer_idx, bool emit)
-    : shared_router(std::move(shared)), cfg(c), emit_scores(emit) {
+    : shared_router(std::move(shared)), cfg(c), emit_scores(emit), method(&method_for(c.router)) {
   self_attn = register_module("self_attn", d.self_attn);
   mlp = register_module("mlp", d.mlp);
   input_layernorm = register_module("input_layernorm", d.input_layernorm);
   post_attention_layernorm = register_module("post_attention_layernorm", d.post_attention_layernorm);
-  if (cfg.router == RouterKind::kGammaShared && !shared_router)
-    throw std::invalid_argument("MoDDecoderLayer " + std::to_string(layer_idx) + ": γ-MoD needs the shared router");
-  if (cfg.router == RouterKind::kPerLayer) {
-    const auto& w = d.self_attn->q_proj->weight;
-    router = register_module("router", std::make_shared<ScalarRouterImpl>(w.size(1), cfg.router_init,
-                                                                          cfg.router_init_seed + layer_idx + 1,
-                                                                          w.options()));
-  }
-  if (cfg.router == RouterKind::kPMoD) {
-    const auto& w = d.self_attn->q_proj->weight;
-    pmod_router = register_module("router", std::make_shared<PModRouterImpl>(w.size(1), cfg.pmod_router_bias,
-                                                                             cfg.router_init,
-                                                                             cfg.router_init_seed + layer_idx + 1,
-                                                                             w.options()));
-  }
+  method->attach(*this, d, layer_idx);
 }
 
-std::vector<at::Tensor> MoDDecoderLayer::external_parameters() const {
-  if (cfg.router == RouterKind::kGammaShared && shared_router) return {shared_router->weight};
-  return {};
-}
+std::vector<at::Tensor> MoDDecoderLayer::external_parameters() const { return method->external_parameters(*this); }
 
 bool MoDDecoderLayer::uses_topk() const {
-  // FastV and PyramidDrop select by their own attention rankings, never by the capacity top-k.
-  if (cfg.router == RouterKind::kFastV || cfg.router == RouterKind::kPDrop) return false;
+  // Methods with their own ranking (FastV, PyramidDrop) never select by the capacity top-k.
+  if (!method->uses_topk_mode()) return false;
   return cfg.mode == RoutingMode::kTopK || (cfg.mode == RoutingMode::kAuto && is_training());
 }
 
-MoDDecoderLayer::Scores MoDDecoderLayer::score(const at::Tensor& h) const {
-  Scores s;
-  if (cfg.router == RouterKind::kGammaShared) {
-    s.normed = input_layernorm->forward(h);
-    s.logits = shared_router->logits(s.normed);  // [B, L, 2]
-    s.keep_prob = at::softmax(s.logits, -1).select(-1, 1);
-    s.weight = s.keep_prob;
-  } else if (cfg.router == RouterKind::kPerLayer) {
-    auto r = router->score(h);  // [B, L]
-    s.logits = at::stack({at::zeros_like(r), r}, -1);  // CE on [0, r] == BCE-with-logits on r
-    s.keep_prob = at::sigmoid(r);
-    s.weight = r;
-  } else if (cfg.router == RouterKind::kPMoD) {  // TanhNorm weight; the top-k ranks by it (as the original)
-    s.weight = pmod_weight(cfg, pmod_router->logits(h));
-    s.keep_prob = s.weight;
-  }
-  return s;
-}
+MoDDecoderLayer::Scores MoDDecoderLayer::score(const at::Tensor& h) const { return method->score(*this, h); }
 
 at::Tensor MoDDecoderLayer::combine(const at::Tensor& x, const at::Tensor& a, const at::Tensor& m,
                                     const at::Tensor& w) const {
-  if (!cfg.scale_by_router || !w.defined()) return a + m;
-  auto ws = w.to(m.scalar_type()).unsqueeze(-1);
-  // Only the MLP delta: γ-MoD's code, and p-MoD's (w = 1 on text tokens, see forward).
-  if (cfg.router == RouterKind::kGammaShared || cfg.router == RouterKind::kPMoD) return a + ws * m;
-  return x + ws * ((a - x) + m);                                   // the whole block delta (Raposo)
+  return method->combine(cfg, x, a, m, w);
 }
 
+namespace {
+// The compaction of `sel` and this layer's accounting entry. Capacity-driven selections take their counts from
+// the host plan; data-dependent ones (thresholds, forced selections) read them back. Packed rows: the kept tokens
+// of each row's segments come first, segment by segment, and `kept_layout` describes them.
+Compaction compact_selection(const at::Tensor& sel, const RoutingStep& s, bool by_capacity,
+                             std::shared_ptr<const SegmentLayout>& kept_layout) {
+  Compaction c;
+  const auto& st = s.st;
+  const auto& masks = s.masks;
+  if (s.packed) {
+    std::vector<int64_t> kept = by_capacity ? s.plan.k : std::vector<int64_t>();
+    if (!by_capacity) {  // data-dependent selection (inference): per-segment counts read back
+      const auto n = (to_segment_view(sel, st.segment_index) & st.segment_slots).sum(1).cpu();
+      kept.assign(n.data_ptr<int64_t>(), n.data_ptr<int64_t>() + n.numel());
+    }
+    auto lay = std::make_shared<SegmentLayout>();
+    std::vector<int64_t> row_k;
+    size_t i = 0;
+    for (const auto& row : st.segments->rows) {
+      lay->rows.emplace_back();
+      int64_t sum = 0;
+      for (size_t j = 0; j < row.size(); ++j, ++i) {
+        if (kept[i] > 0) lay->rows.back().push_back(kept[i]);
+        sum += kept[i];
+      }
+      row_k.push_back(sum);
+    }
+    const int64_t kmax = row_k.empty() ? 0 : *std::max_element(row_k.begin(), row_k.end());
+    c = compact(sel, at::tensor(row_k, long_opts(at::kCPU)).to(s.h.device()), kmax);
+    kept_layout = lay;
+  }
+  auto& tokens = s.st.tokens;
+  if (by_capacity) {
+    if (!s.packed) c = compact(sel, s.k_dev, s.plan.kmax);
+    tokens.push_back(s.plan.tokens(s.layer_idx));
+  } else if (s.packed) {
+    auto stats = at::stack({c.counts.sum(), masks.valid.sum(), masks.routable.sum()}).cpu();
+    auto sa = stats.accessor<int64_t, 1>();
+    int64_t pairs = 0;
+    for (int64_t k : kept_layout->flat_lengths()) pairs += k * (k + 1) / 2;
+    tokens.push_back({s.layer_idx, sa[0], sa[1], pairs, sa[2]});
+  } else {
+    c = compact(sel);
+    auto stats = at::stack({c.counts.sum(), masks.valid.sum(), at::floor_divide(c.counts * (c.counts + 1), 2).sum(),
+                            masks.routable.sum()})
+                     .cpu();
+    auto sa = stats.accessor<int64_t, 1>();
+    tokens.push_back({s.layer_idx, sa[0], sa[1], sa[2], sa[3]});
+  }
+  return c;
+}
+}  // namespace
+
+// The shared mechanics; what is method-specific is asked of `method` (mod/token_selection.h).
 at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int layer_idx) {
   const int64_t B = h.size(0), L = h.size(1);
   KVCache* cache = st.caches ? &(*st.caches)[layer_idx] : nullptr;
   if (cache && cache->k.defined()) return decode_step(h, st, layer_idx, *cache);
   check_within_window(self_attn->sliding_window, st.segments ? st.segments->longest_segment() : L, layer_idx);
-
-  const bool amod = cfg.router == RouterKind::kAttention;
-  const bool all_routable = amod && cfg.amod_routable == AmodRoutable::kAll;
-  auto masks = routing_masks(st.token_roles, st.key_valid, B, L, cfg.forced_keep, h.device(), all_routable);
-  const bool fastv = cfg.router == RouterKind::kFastV;
-  const bool pmod = cfg.router == RouterKind::kPMoD;
-  const bool pdrop = cfg.router == RouterKind::kPDrop;
-  if ((fastv || pmod || pdrop) && st.token_roles.defined()) {  // FastV, p-MoD and PyramidDrop route image tokens only
-    masks.routable = masks.valid & (st.token_roles == static_cast<int64_t>(TokenRole::kImage));
-    masks.forced = masks.valid & masks.routable.logical_not();
-  }
-  // Gamma-MOD's training capacity (capacity_rule "official_prefix"): by position in the padded row, not by role.
-  const bool official = cfg.capacity_rule == CapacityRule::kOfficialPrefix && cfg.router == RouterKind::kGammaShared &&
-                        uses_topk();  // also on a checkpointed layer's replay: the same masks, the same counts
-  if (official) {
-    if (st.segments)
-      throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) +
-                                  ": capacity_rule \"official_prefix\" routes by position in the padded row, which "
-                                  "packed rows do not have (train it without packing, or with capacity_rule \"roles\")");
-    apply_official_prefix(masks, L, cfg.official_prefix);
-  }
-  // Packed rows: every segment is routed as the sample it is, through a segment-major view of the masks and scores
-  // (model/segments.h); attention over the kept tokens stays per segment.
-  const bool packed = static_cast<bool>(st.segments);
+  const bool topk = uses_topk(), packed = static_cast<bool>(st.segments);
+  const auto masks = method->masks(*this, st, B, L, h.device(), layer_idx, topk);
+  // Packed rows: every segment is routed as the sample it is, through a segment-major view (model/segments.h).
   RoutingMasks seg_masks;
   if (packed) {
     check_packed_routing(layer_idx);
     if (!st.segment_index.defined()) std::tie(st.segment_index, st.segment_slots) = st.segments->view_index(L, h.device());
-    const auto& ok = st.segment_slots;
-    seg_masks.valid = to_segment_view(masks.valid, st.segment_index) & ok;
-    seg_masks.routable = to_segment_view(masks.routable, st.segment_index) & ok;
-    seg_masks.forced = to_segment_view(masks.forced, st.segment_index) & ok;
+    seg_masks = {to_segment_view(masks.valid, st.segment_index) & st.segment_slots,
+                 to_segment_view(masks.routable, st.segment_index) & st.segment_slots,
+                 to_segment_view(masks.forced, st.segment_index) & st.segment_slots};
   }
-  const RoutingMasks& cap_masks = packed ? seg_masks : masks;  // per sample: rows or segments
-  const int64_t n_samples = packed ? st.segments->num_segments() : B;
   TraceRange routing("gmod::mod_routing");  // router scores, selection, compaction
-  auto sc = score(h);
-  const bool topk = (uses_topk() || pmod) && !fastv && !pdrop;  // p-MoD: the same top-k in training and at inference
-  // Capacity-driven selections (training top-k, A-MoD, and the replay of either) have counts that follow from the
-  // roles alone: take them from the host and never wait for the device. Thresholds and forced selections are
-  // data-dependent and read their counts back (inference and analysis only).
-  const bool by_capacity = !forced_selection.defined() && (amod || topk);
+  auto sc = method->score(*this, h);
+  // Capacity-driven counts follow from the roles alone: from the host, no device sync (mod_layer.h).
+  const bool by_capacity = !forced_selection.defined() && method->capacity_driven(topk);
   HostCapacity plan;
   at::Tensor k_dev;
   if (by_capacity) {
+    const int64_t n_samples = packed ? st.segments->num_segments() : B;
     if (st.host_role_counts.defined() && st.host_role_counts.size(0) != n_samples)
       throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) + ": host_role_counts has " +
                                   std::to_string(st.host_role_counts.size(0)) + " rows for " +
@@ -275,17 +263,9 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     if (!st.host_role_counts.defined())  // callers other than MultimodalLM::forward: count once, for every layer
       st.host_role_counts = packed ? count_segment_roles(st.token_roles, st.key_valid, B, L, *st.segments)
                                    : count_routing_roles(st.token_roles, st.key_valid, B, L);
-    if (pmod) {  // per-layer ratio of the image tokens (mod/pmod.h), from the host counts as well
-      plan = pmod_capacity(st.host_role_counts, pmod_ratio);
-      k_dev = pmod_capacity(cap_masks, pmod_ratio);  // the same values on the device, without a copy
-    } else if (official) {  // positional: counted on the device, read back (a reproduction switch, one sync)
-      plan = host_capacity(masks, cfg.skip_frac);
-      k_dev = topk_capacity(masks, cfg.skip_frac);
-    } else {
-      plan = host_capacity(st.host_role_counts, cfg.skip_frac, cfg.forced_keep, all_routable);
-      k_dev = topk_capacity(cap_masks, cfg.skip_frac);  // the same values on the device, without a copy
-    }
+    method->capacity(*this, st.host_role_counts, packed ? seg_masks : masks, masks, topk, plan, k_dev);
   }
+  RoutingStep step{*this, h, st, layer_idx, B, L, topk, packed, masks, seg_masks, sc, plan, k_dev};
   at::Tensor sel;
   if (st.routing_pass == RoutingPass::kReplay) {  // recompute of a checkpointed layer: the first pass's tokens
     if (!st.routing_selection.defined() || st.routing_selection.sizes() != masks.valid.sizes())
@@ -296,110 +276,18 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
     if (forced_selection.sizes() != masks.valid.sizes())
       throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) + ": forced_selection must be [B, L]");
     sel = forced_selection.to(masks.valid.device()).to(at::kBool) & masks.valid;
-  } else if (fastv) {
-    if (!st.routing_scores.defined())
-      throw std::logic_error("FastV layer " + std::to_string(layer_idx) +
-                             ": no scores from layer fastv_k - 1 (convert_to_mod sets that layer up)");
-    sel = fastv_selection(st.routing_scores, st.token_roles, masks.valid, cfg.fastv_r);
-  } else if (pdrop) {  // mod/pdrop.h: the tokens still in the sequence; a stage boundary ranks and narrows them
-    const auto present = st.routing_scores.defined() ? masks.valid & at::isfinite(st.routing_scores) : masks.valid;
-    if (!st.routing_scores.defined() && !pdrop_boundary(cfg, layer_idx))
-      throw std::logic_error("PyramidDrop layer " + std::to_string(layer_idx) +
-                             ": no stage state from the layers before (the first MoD layer must be pdrop_layers[0])");
-    if (!pdrop_boundary(cfg, layer_idx)) {
-      sel = present;
-    } else if (!packed) {
-      sel = pdrop_rank(*this, h, st, present, layer_idx);
-    } else {  // each sample ranked alone: the ranking on the segment-major view, written back to the rows
-      const auto& vi = st.segment_index;
-      ForwardState sv;
-      sv.rope = st.rope;
-      sv.token_roles = st.token_roles.defined() ? to_segment_view(st.token_roles, vi) : at::Tensor();
-      sv.key_valid = seg_masks.valid;
-      sv.positions = to_segment_view(st.positions.expand({B, L}), vi);
-      const auto kept = pdrop_rank(*this, to_segment_view(h, vi), sv, to_segment_view(present, vi) & st.segment_slots,
-                                   layer_idx);
-      sel = from_segment_view(kept, vi, st.segment_slots, at::zeros_like(masks.valid));
-    }
-  } else if (amod) {
-    if (!st.routing_scores.defined())
-      throw std::logic_error("A-MoD layer " + std::to_string(layer_idx) +
-                             ": no routing scores from the previous layer (convert_to_mod sets that layer up)");
-    sel = packed ? select_per_segment(st.routing_scores, seg_masks, k_dev, plan.kmax, st)
-                 : select_topk(st.routing_scores, masks, k_dev, plan.kmax);
-    if (record_selection) recorded_keys.push_back(topk_key(st.routing_scores, masks));
-  } else if (topk && packed) {  // each segment's top k_s among its own tokens
-    sel = select_per_segment(sc.keep_prob, seg_masks, k_dev, plan.kmax, st);
-    if (record_selection) recorded_keys.push_back(topk_key(sc.keep_prob, masks));
-  } else if (topk) {
-    sel = select_topk(sc.keep_prob, masks, k_dev, plan.kmax);
-    if (record_selection) recorded_keys.push_back(topk_key(sc.keep_prob, masks));
   } else {
-    const double thr = cfg.router == RouterKind::kGammaShared ? cfg.infer_threshold : cfg.decode_threshold;
-    if (cfg.adaptive_threshold == AdaptiveThreshold::kNone) {
-      sel = masks.forced | (masks.routable & (sc.keep_prob > thr));
-    } else {  // mod/routing_rule.h; compared in keep_prob's dtype as the static threshold is
-      const auto thr_b = routing_thresholds(cfg, layer_idx, thr, masks.valid.sum(1)).unsqueeze(1);  // [B, 1]
-      sel = masks.forced | (masks.routable & (sc.keep_prob > thr_b.to(sc.keep_prob.scalar_type())));
-    }
+    sel = method->select(step);
   }
-  if (pdrop)  // the stage state for the next layers: 0 on the tokens still in the sequence, -inf on dropped ones
-    st.routing_scores = at::where(sel, at::zeros({}, h.options().dtype(at::kFloat)),
-                                  at::full({}, -kInf, h.options().dtype(at::kFloat)));
+  method->after_select(step, sel);
   if (st.routing_pass == RoutingPass::kRecord) st.routing_selection = sel;
   if (record_selection && st.routing_pass != RoutingPass::kReplay) recorded.push_back(sel);
-  if (sc.logits.defined() && topk && !forced_selection.defined())
-    st.aux_losses.push_back(routing_loss(sc.logits, sel, masks.valid));
-
-  Compaction c;
+  if (!forced_selection.defined())
+    if (auto loss = method->aux_loss(step, sel); loss.defined()) st.aux_losses.push_back(loss);
   std::shared_ptr<const SegmentLayout> kept_layout;  // packed: the kept tokens' segments in the compacted rows
-  if (packed) {
-    std::vector<int64_t> kept = by_capacity ? plan.k : std::vector<int64_t>();
-    if (!by_capacity) {  // data-dependent selection (inference): per-segment counts read back
-      const auto n = (to_segment_view(sel, st.segment_index) & st.segment_slots).sum(1).cpu();
-      kept.assign(n.data_ptr<int64_t>(), n.data_ptr<int64_t>() + n.numel());
-    }
-    auto lay = std::make_shared<SegmentLayout>();
-    std::vector<int64_t> row_k;
-    size_t s = 0;
-    for (const auto& row : st.segments->rows) {
-      lay->rows.emplace_back();
-      int64_t sum = 0;
-      for (size_t j = 0; j < row.size(); ++j, ++s) {
-        if (kept[s] > 0) lay->rows.back().push_back(kept[s]);
-        sum += kept[s];
-      }
-      row_k.push_back(sum);
-    }
-    const int64_t kmax = row_k.empty() ? 0 : *std::max_element(row_k.begin(), row_k.end());
-    c = compact(sel, at::tensor(row_k, long_opts(at::kCPU)).to(h.device()), kmax);
-    kept_layout = lay;
-  }
-  if (by_capacity) {
-    if (!packed) c = compact(sel, k_dev, plan.kmax);
-    st.tokens.push_back(plan.tokens(layer_idx));
-  } else if (packed) {
-    auto stats = at::stack({c.counts.sum(), masks.valid.sum(), masks.routable.sum()}).cpu();
-    auto sa = stats.accessor<int64_t, 1>();
-    int64_t pairs = 0;
-    for (int64_t k : kept_layout->flat_lengths()) pairs += k * (k + 1) / 2;
-    st.tokens.push_back({layer_idx, sa[0], sa[1], pairs, sa[2]});
-  } else {
-    c = compact(sel);
-    auto stats = at::stack({c.counts.sum(), masks.valid.sum(), at::floor_divide(c.counts * (c.counts + 1), 2).sum(),
-                            masks.routable.sum()})
-                     .cpu();
-    auto sa = stats.accessor<int64_t, 1>();
-    st.tokens.push_back({layer_idx, sa[0], sa[1], sa[2], sa[3]});
-  }
+  const Compaction c = compact_selection(sel, step, by_capacity, kept_layout);
   routing.end();
-  // p-MoD: skipped image tokens leave the layer as w·x; text tokens are not scaled (weight 1 on them).
-  at::Tensor base = h;
-  if (pmod && cfg.scale_by_router) {
-    const auto wi = at::where(masks.routable, sc.weight, at::ones_like(sc.weight));
-    sc.weight = wi;
-    base = at::where(masks.routable.unsqueeze(-1), h * sc.weight.to(h.scalar_type()).unsqueeze(-1), h);
-  }
+  const at::Tensor base = method->skipped(step);  // what skipped tokens leave as
   if (c.kmax == 0) {
     if (cache) {
       const auto& w = self_attn->k_proj->weight;
@@ -407,12 +295,10 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
       cache->v = cache->k.clone();
       cache->lengths = c.counts;
     }
-    if (emit_scores && cfg.amod_skipped == AmodSkippedScore::kForceKeep)
-      st.routing_scores = at::full({B, L}, kInf, h.options().dtype(at::kFloat));
+    method->carry_empty(*this, st, B, L, h);
     return base;
   }
   const int64_t K = c.kmax;
-
   auto x = gather_tokens(h, c.index);  // [B, K, D]
   auto n = sc.normed.defined() ? gather_tokens(sc.normed, c.index) : input_layernorm->forward(x);
   at::Tensor pos;  // [B|1, K]
@@ -429,41 +315,17 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   at::Tensor probs;
   AttentionSide side;
   auto a = x + self_attn->forward(n, cos, sin, mask, st.want_attn_probs ? &probs : nullptr, cache,
-                                  emit_scores ? &side : nullptr);
+                                  method->wants_attention_side(*this) ? &side : nullptr);
   if (st.want_attn_probs) st.attn_probs.push_back(probs);  // compacted [B, H, K, K]
   if (cache) cache->lengths = c.counts;
   auto m = mlp->forward(post_attention_layernorm->forward(a));
-  auto y = combine(x, a, m, sc.weight.defined() ? sc.weight.gather(1, c.index) : at::Tensor());
-
-  if (emit_scores) {  // consecutive A-MoD layers (adaptation): scores of the processed tokens, others per amod_skipped
-    at::NoGradGuard no_grad;
-    at::Tensor s;  // [B, K]
-    if (packed) {
-      const auto [ki, ks] = kept_layout->view_index(K, h.device());
-      s = segment_column_scores(side.q, side.k, ki, ks, cfg.amod_causal_normalise);
-    } else {
-      s = attention_column_scores(side.q, side.k, c.valid, cfg.amod_causal_normalise, 128, side.lse);
-    }
-    auto base = (cfg.amod_skipped == AmodSkippedScore::kCarry && st.routing_scores.defined())
-                    ? st.routing_scores.to(at::kFloat)
-                    : at::full({B, L}, kInf, h.options().dtype(at::kFloat));
-    st.routing_scores = base.scatter(1, c.index, at::where(c.valid, s, base.gather(1, c.index)));
-  }
+  auto y = method->combine(cfg, x, a, m, sc.weight.defined() ? sc.weight.gather(1, c.index) : at::Tensor());
+  method->carry(*this, st, c, side, kept_layout.get(), B, L, h);
   return scatter_tokens(base, c, y);
 }
 
-at::Tensor MoDDecoderLayer::select_per_segment(const at::Tensor& score, const RoutingMasks& seg_masks,
-                                               const at::Tensor& k, int64_t kmax, const ForwardState& st) {
-  const auto sel = select_topk(to_segment_view(score, st.segment_index), seg_masks, k, kmax);  // [S, M]
-  return from_segment_view(sel, st.segment_index, st.segment_slots,
-                           at::zeros({score.size(0), score.size(1)}, sel.options()));
-}
-
 void MoDDecoderLayer::check_packed_routing(int layer_idx) const {
-  const bool per_sample_router = cfg.router == RouterKind::kGammaShared || cfg.router == RouterKind::kPerLayer ||
-                                 cfg.router == RouterKind::kPMoD || cfg.router == RouterKind::kAttention ||
-                                 cfg.router == RouterKind::kPDrop;
-  if (!per_sample_router || forced_selection.defined())
+  if (!method->routes_packed() || forced_selection.defined())
     throw std::invalid_argument("MoD layer " + std::to_string(layer_idx) +
                                 ": packed rows (data.pack_to) are routed per segment for the γ-MoD, per-layer, "
                                 "p-MoD, A-MoD and PyramidDrop routers; this layer's router (" + std::string(to_string(cfg.router)) +

@@ -31,6 +31,7 @@
 namespace gmod {
 
 class PModRouterImpl;  // mod/pmod.h
+class TokenSelector;   // mod/token_selection.h: the layer's method
 
 struct RoutingMasks {
   at::Tensor valid;     // [B, L] bool: real tokens (not padding)
@@ -99,6 +100,18 @@ class MoDDecoderLayer : public DecoderBlock {
   std::vector<at::Tensor> external_parameters() const override;  // the shared γ-MoD router
   bool uses_topk() const;
 
+  // keep probability (γ: p, Raposo: sigmoid(r), p-MoD: w), block weight and routing logits for h [B, L, D].
+  struct Scores {
+    at::Tensor keep_prob, weight, logits, normed;
+  };
+  Scores score(const at::Tensor& h) const;  // the method's (mod/token_selection.h)
+  at::Tensor combine(const at::Tensor& x, const at::Tensor& a, const at::Tensor& m, const at::Tensor& w) const;
+  // For a method's attach(): registers its per-layer router as "router" (llm.layers.{i}.router.*).
+  template <class M>
+  std::shared_ptr<M> register_router(std::shared_ptr<M> m) {
+    return register_module("router", std::move(m));
+  }
+
   std::shared_ptr<RMSNormImpl> input_layernorm, post_attention_layernorm;
   std::shared_ptr<AttentionImpl> self_attn;
   std::shared_ptr<MLPImpl> mlp;
@@ -108,6 +121,7 @@ class MoDDecoderLayer : public DecoderBlock {
   double pmod_ratio = 1.0;                         // p-MoD: this layer's image-token ratio (convert_to_mod sets it)
   MoDConfig cfg;
   bool emit_scores = false;
+  const TokenSelector* method = nullptr;  // registered for cfg.router (mod/method_registry.h)
 
   // Replay and analysis. When defined, the next full-sequence forward processes exactly these tokens
   // ([B, L] bool, intersected with the valid ones) instead of routing; it is not cleared. (A replayed selection,
@@ -122,17 +136,8 @@ class MoDDecoderLayer : public DecoderBlock {
 
  private:
   at::Tensor decode_step(const at::Tensor& h, ForwardState& st, int layer_idx, KVCache& cache);
-  // Named error unless this layer can route packed rows per segment (γ-MoD, per-layer, p-MoD routers).
+  // Named error unless this layer's method can route packed rows per segment.
   void check_packed_routing(int layer_idx) const;
-  // Packed rows: select_topk per segment (score [B, L], seg_masks and k per segment) written back to [B, L].
-  static at::Tensor select_per_segment(const at::Tensor& score, const RoutingMasks& seg_masks, const at::Tensor& k,
-                                       int64_t kmax, const ForwardState& st);
-  // keep probability (γ: p, Raposo: sigmoid(r)), block weight and routing logits for h [B, L, D].
-  struct Scores {
-    at::Tensor keep_prob, weight, logits, normed;
-  };
-  Scores score(const at::Tensor& h) const;
-  at::Tensor combine(const at::Tensor& x, const at::Tensor& a, const at::Tensor& m, const at::Tensor& w) const;
 };
 
 }  // namespace gmod

@@ -1,9 +1,11 @@
 #include "model/config.h"
+#include "model/model_types.h"
 
 #include "model/llava_hr_config.h"
 #include "model/mgm_config.h"
 #include "model/tower_refs.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <filesystem>
@@ -89,10 +91,10 @@ LlmFamily parse_family(const nlohmann::json& j, const std::string& where, std::v
   Reader{j, where, errors}.optional("model_type", type);
   if (type == "qwen2" || type == "llava_qwen" || type == "llava_qwen2") return LlmFamily::kQwen2;
   if (type == "mistral" || type == "llava_mistral" || type == "mgm_mistral") return LlmFamily::kMistral;
-  // γ-MoD's own: mod_llava_llama (LLaVA-1.5 / LLaVA-HR based), mod_mgm (Mini-Gemini based), both LLaMA.
-  // p-MoD's own: pmod_llava_llama (LLaVA-1.5 / LLaVA-NeXT based, LLaMA).
+  // γ-MoD's own: mod_llava_llama (LLaVA-1.5 / LLaVA-HR based), mod_mgm (Mini-Gemini based), both LLaMA. Other
+  // methods' own LLaMA types are registered by them (model/model_types.h).
   if (type != "llama" && type != "mgm" && type != "mod_mgm" && type.rfind("llava", 0) != 0 &&
-      type.rfind("mod_llava", 0) != 0 && type != "pmod_llava_llama")
+      type.rfind("mod_llava", 0) != 0 && !is_registered_llama_model_type(type))
     errors.push_back(where + "model_type '" + type + "' is not supported (llama, qwen2, mistral)");
   return LlmFamily::kLlama;
 }
@@ -492,6 +494,20 @@ nlohmann::json clip_config_to_json(const ClipVisionConfig& c) {
           {"layer_norm_eps", c.layer_norm_eps},
           {"hidden_act", c.hidden_act},
           {"initializer_range", c.initializer_range}};
+}
+
+namespace {
+std::vector<std::string>& llama_model_types() {
+  static std::vector<std::string> t;
+  return t;
+}
+}  // namespace
+
+LlamaModelType::LlamaModelType(const std::string& type) { llama_model_types().push_back(type); }
+
+bool is_registered_llama_model_type(const std::string& type) {
+  const auto& t = llama_model_types();
+  return std::find(t.begin(), t.end(), type) != t.end();
 }
 
 }  // namespace gmod

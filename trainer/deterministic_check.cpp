@@ -2,20 +2,21 @@
 
 #include <exception>
 #include <functional>
+#include <stdexcept>
 
 namespace gmod {
 
 std::string deterministic_conflicts(const std::vector<DeterministicUse>& uses) {
-  std::string msg;
+  std::string msg, remedies;
   for (const auto& u : uses) {
     if (u.site.empty() || u.runs) continue;
     msg += "\n  " + u.site + ": the " + u.op + " has no deterministic CUDA kernel in this LibTorch";
+    if (!u.remedy.empty() && remedies.find(u.remedy) == std::string::npos)
+      remedies += (remedies.empty() ? "" : "; ") + u.remedy;
   }
   if (msg.empty()) return "";
   return "deterministic: true on CUDA cannot run this model (checked at start, before any step):" + msg +
-         "\n  set deterministic: false, or freeze the part named above (freeze.vision; "
-         "mod.amod_causal_normalise "
-         "false)";
+         "\n  set deterministic: false" + (remedies.empty() ? "" : ", or change the part named above (" + remedies + ")");
 }
 
 namespace {
@@ -39,6 +40,12 @@ bool bilinear_backward_runs(const at::Device& device) {
 
 bool float_cumsum_runs(const at::Device& device) {
   return runs(device, [](const at::Tensor& x) { return x.flip({2}).cumsum(2).flip({2}); });
+}
+
+bool deterministic_op_runs(const std::string& op, const at::Device& device) {
+  if (op == "float cumsum") return float_cumsum_runs(device);
+  if (op == "bilinear resize backward") return bilinear_backward_runs(device);
+  throw std::invalid_argument("deterministic check: unknown op \"" + op + "\"");
 }
 
 }  // namespace gmod

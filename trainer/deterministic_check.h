@@ -16,6 +16,7 @@ struct DeterministicUse {
   std::string site;  // where the run reaches the op ("" when it does not)
   std::string op;    // "bilinear resize backward", "float cumsum"
   bool runs = true;  // the op runs on this device under the current deterministic setting
+  std::string remedy = "freeze.vision";  // the setting that avoids it, for the message
 };
 
 // The named error for the uses that are reached and do not run (one line each, with what to change), or "".
@@ -25,5 +26,7 @@ std::string deterministic_conflicts(const std::vector<DeterministicUse>& uses);
 // the current at::globalContext() deterministic setting (true on the CPU, where both are deterministic).
 bool bilinear_backward_runs(const at::Device& device);
 bool float_cumsum_runs(const at::Device& device);
+// By the op's name in DeterministicUse ("bilinear resize backward", "float cumsum"); std::invalid_argument otherwise.
+bool deterministic_op_runs(const std::string& op, const at::Device& device);
 
 }  // namespace gmod

@@ -19,6 +19,8 @@
 #include "model/pretrained.h"
 #include "mod/arank.h"
 #include "mod/conversion.h"
+#include "mod/method_registry.h"
+#include "mod/token_selection.h"
 #include "parallel/sharded_adamw.h"
 #include "parallel/watchdog.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -41,12 +43,7 @@ int64_t capacity_kmax(const MultimodalLM& model, const at::Tensor& host_role_cou
   const auto layers = mod_layers(model);
   if (layers.empty() || !host_role_counts.defined()) return -1;
   const MoDDecoderLayer& l = *layers.front();
-  const bool amod = l.cfg.router == RouterKind::kAttention;
-  // p-MoD: a different image-token ratio per layer, not one plan (its layers count for themselves).
-  if ((!amod && !l.uses_topk()) || l.forced_selection.defined() || l.cfg.router == RouterKind::kPMoD) return -1;
-  return host_capacity(host_role_counts, l.cfg.skip_frac, l.cfg.forced_keep,
-                       amod && l.cfg.amod_routable == AmodRoutable::kAll)
-      .kmax;
+  return l.method->shared_kmax(l, host_role_counts);  // mod/token_selection.h
 }
 
 namespace fs = std::filesystem;
@@ -140,9 +137,9 @@ Trainer::Trainer(RunPlan plan, std::shared_ptr<Comm> comm)
       uses.push_back({model_->vision->differentiated_bilinear_resize(), "bilinear resize backward",
                       bilinear_backward_runs(device_)});
     const auto& mc = cfg_.mod.config;
-    if (cfg_.mod.enabled && mc.router == RouterKind::kAttention && mc.amod_causal_normalise)
-      uses.push_back({"A-MoD's causal column normalisation (mod/router.cpp)", "float cumsum",
-                      float_cumsum_runs(device_)});
+    if (cfg_.mod.enabled)  // the method's own (mod/token_selection.h)
+      if (const auto u = method_for(mc.router).deterministic_use(mc); !u.site.empty())
+        uses.push_back({u.site, u.op, deterministic_op_runs(u.op, device_), u.remedy});
     if (const std::string e = deterministic_conflicts(uses); !e.empty()) throw std::invalid_argument(e);
   }
   setup_optimizer();

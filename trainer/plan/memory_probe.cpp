@@ -10,6 +10,8 @@
 #include <stdexcept>
 
 #include "mod/conversion.h"
+#include "mod/method_registry.h"
+#include "mod/token_selection.h"
 #include "model/activation_checkpoint.h"
 #include "model/llava.h"
 #include "model/lora.h"
@@ -87,9 +89,9 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
     if (!in.mod_layers.empty()) {
       MoDConfig mc;
       mc.mod_layers = in.mod_layers;
-      const RouterKind kind = router_kind(in.mod_router, "memory probe: mod_router");
-      // The rules of p-MoD and PyramidDrop set their router (and its settings) themselves, as in training.
-      if (in.mod_rule.empty() || (kind != RouterKind::kPMoD && kind != RouterKind::kPDrop)) mc.router = kind;
+      const TokenSelector& method = method_named(in.mod_router, "memory probe: mod_router");
+      // Methods whose rule decides their layers set their router (and its settings) themselves, as in training.
+      if (in.mod_rule.empty() || !method.layers_from_rule()) mc.router = method.kind();
       // kept fraction = 1 - skip_frac * routable / L with routable = the image tokens (the probe's batches).
       const double routable = double(in.model.image_seq_length() * in.images_per_sample) / double(in.seq_len);
       mc.skip_frac = routable > 0 ? std::min(1.0, (1.0 - in.mod_kept_fraction) / routable) : 0.0;
@@ -101,7 +103,7 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
         mc = config_for_rule(in.mod_rule, mc, n, arank);
         if (mc.mod_layers != in.mod_layers)
           throw std::invalid_argument("memory probe: mod_rule \"" + in.mod_rule + "\" routes other layers than the inputs");
-      } else if (kind == RouterKind::kPMoD || kind == RouterKind::kPDrop) {
+      } else if (method.layers_from_rule()) {
         throw std::invalid_argument("memory probe: " + in.mod_router + " layers need the mod_rule they came from");
       }
       convert_to_mod(*model, mc);

@@ -1,0 +1,30 @@
+// FastV's MoD layers (config router "fastv"; the method and its scoring layer: mod/fastv.h): parameter-free; every
+// layer from fastv_k on processes the non-image tokens and the round(n_img·(1 - fastv_r)) image tokens layer
+// fastv_k - 1 scored highest (ForwardState::routing_scores); the same rule in training and at inference, never the
+// capacity top-k; unpacked batches only.
+#pragma once
+
+#include "mod/token_selection.h"
+
+namespace gmod {
+
+class FastVSelector : public TokenSelector {
+ public:
+  const char* name() const override { return "fastv"; }
+  RouterKind kind() const override { return RouterKind::kFastV; }
+  const char* display_name() const override { return "FastV"; }
+  bool uses_topk_mode() const override { return false; }
+  bool routes_packed() const override { return false; }
+  bool capacity_driven(bool) const override { return false; }
+  RoutingMasks masks(const MoDDecoderLayer& layer, const ForwardState& st, int64_t B, int64_t L, at::Device device,
+                     int layer_idx, bool topk) const override;
+  at::Tensor select(RoutingStep& s) const override;
+  InferenceFlag inference_flag() const override {
+    return {"--fastv", "K:R",
+            "FastV on a dense model: from layer K on, drop the fraction R of each sample's image tokens that the "
+            "last prompt token attends to least at layer K-1 (e.g. 2:0.5)"};
+  }
+  MoDConfig config_from_spec(const std::string& spec, int num_layers) const override;
+};
+
+}  // namespace gmod

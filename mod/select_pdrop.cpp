@@ -1,0 +1,55 @@
+#include "mod/select_pdrop.h"
+
+#include <limits>
+#include <stdexcept>
+
+#include "mod/method_registry.h"
+#include "mod/pdrop.h"
+#include "model/segments.h"
+
+namespace gmod {
+
+RoutingMasks PDropSelector::masks(const MoDDecoderLayer& layer, const ForwardState& st, int64_t B, int64_t L,
+                                  at::Device device, int layer_idx, bool topk) const {
+  auto m = TokenSelector::masks(layer, st, B, L, device, layer_idx, topk);
+  image_tokens_routable(m, st);
+  return m;
+}
+
+at::Tensor PDropSelector::select(RoutingStep& s) const {
+  // The tokens still in the sequence; a stage boundary ranks and narrows them.
+  const auto& st = s.st;
+  const auto& masks = s.masks;
+  const auto& cfg = s.layer.cfg;
+  const auto present = st.routing_scores.defined() ? masks.valid & at::isfinite(st.routing_scores) : masks.valid;
+  if (!st.routing_scores.defined() && !pdrop_boundary(cfg, s.layer_idx))
+    throw std::logic_error("PyramidDrop layer " + std::to_string(s.layer_idx) +
+                           ": no stage state from the layers before (the first MoD layer must be pdrop_layers[0])");
+  if (!pdrop_boundary(cfg, s.layer_idx)) return present;
+  if (!s.packed) return pdrop_rank(s.layer, s.h, st, present, s.layer_idx);
+  // Each sample ranked alone: the ranking on the segment-major view, written back to the rows.
+  const auto& vi = st.segment_index;
+  ForwardState sv;
+  sv.rope = st.rope;
+  sv.token_roles = st.token_roles.defined() ? to_segment_view(st.token_roles, vi) : at::Tensor();
+  sv.key_valid = s.seg_masks.valid;
+  sv.positions = to_segment_view(st.positions.expand({s.B, s.L}), vi);
+  const auto kept = pdrop_rank(s.layer, to_segment_view(s.h, vi), sv, to_segment_view(present, vi) & st.segment_slots,
+                               s.layer_idx);
+  return from_segment_view(kept, vi, st.segment_slots, at::zeros_like(masks.valid));
+}
+
+void PDropSelector::after_select(RoutingStep& s, const at::Tensor& sel) const {
+  // The stage state for the next layers: 0 on the tokens still in the sequence, -inf on dropped ones.
+  const auto opts = s.h.options().dtype(at::kFloat);
+  s.st.routing_scores =
+      at::where(sel, at::zeros({}, opts), at::full({}, -std::numeric_limits<double>::infinity(), opts));
+}
+
+MoDConfig PDropSelector::config_from_spec(const std::string& spec, int num_layers) const {
+  return parse_pdrop(spec, num_layers);
+}
+
+GMOD_REGISTER_METHOD(pdrop, PDropSelector)
+
+}  // namespace gmod

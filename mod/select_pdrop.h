@@ -1,0 +1,33 @@
+// PyramidDrop's MoD layers (config router "pdrop"; the method, its ranking and config: mod/pdrop.h):
+// parameter-free; image tokens only are routable; a stage boundary layer ranks the tokens still in the sequence by
+// the last instruction token's attention and keeps its stage's share, the other layers of a stage process what
+// is left; never the capacity top-k. Carries the stage state to the next layers in ForwardState::routing_scores
+// (0 on the tokens still in the sequence, -inf on dropped ones).
+#pragma once
+
+#include "mod/token_selection.h"
+
+namespace gmod {
+
+class PDropSelector : public TokenSelector {
+ public:
+  const char* name() const override { return "pdrop"; }
+  RouterKind kind() const override { return RouterKind::kPDrop; }
+  bool layers_from_rule() const override { return true; }
+  const char* display_name() const override { return "PyramidDrop"; }
+  bool uses_topk_mode() const override { return false; }
+  bool capacity_driven(bool) const override { return false; }
+  RoutingMasks masks(const MoDDecoderLayer& layer, const ForwardState& st, int64_t B, int64_t L, at::Device device,
+                     int layer_idx, bool topk) const override;
+  at::Tensor select(RoutingStep& s) const override;
+  void after_select(RoutingStep& s, const at::Tensor& sel) const override;
+  InferenceFlag inference_flag() const override {
+    return {"--pdrop", "LAYERS:RATIOS",
+            "PyramidDrop on a dense model (training-free): stage s from layer LAYERS[s] on keeps RATIOS[s] of each "
+            "sample's image tokens, those the last prompt token attends to most at the stage's first layer (e.g. "
+            "8,16,24:0.5,0.25,0.125)"};
+  }
+  MoDConfig config_from_spec(const std::string& spec, int num_layers) const override;
+};
+
+}  // namespace gmod

@@ -1,0 +1,39 @@
+// p-MoD's MoD layers (config router "pmod"; the method, its schedule, router and config: mod/pmod.h): image tokens
+// only are routable; each layer keeps the top trunc(n_img·ratio_l) image tokens by its TanhNorm weight w, in
+// training and at inference (pmod_capacity, from the host counts); skipped image tokens leave as w·x, kept ones
+// as a + w·MLP; text tokens unscaled; no auxiliary loss; every decode token (text) is processed.
+#pragma once
+
+#include "mod/token_selection.h"
+
+namespace gmod {
+
+class PModSelector : public TokenSelector {
+ public:
+  const char* name() const override { return "pmod"; }
+  RouterKind kind() const override { return RouterKind::kPMoD; }
+  bool layers_from_rule() const override { return true; }
+  const char* display_name() const override { return "p-MoD"; }
+  void attach(MoDDecoderLayer& layer, const DenseDecoderLayer& dense, int layer_idx) const override;
+  RoutingMasks masks(const MoDDecoderLayer& layer, const ForwardState& st, int64_t B, int64_t L, at::Device device,
+                     int layer_idx, bool topk) const override;
+  MoDDecoderLayer::Scores score(const MoDDecoderLayer& layer, const at::Tensor& h) const override;
+  bool capacity_driven(bool) const override { return true; }
+  void capacity(const MoDDecoderLayer& layer, const at::Tensor& host_counts, const RoutingMasks& cap_masks,
+                const RoutingMasks& masks, bool topk, HostCapacity& plan, at::Tensor& k_dev) const override;
+  // A different image-token ratio per layer: no plan shared by the layers (they count for themselves).
+  int64_t shared_kmax(const MoDDecoderLayer&, const at::Tensor&) const override { return -1; }
+  at::Tensor select(RoutingStep& s) const override;
+  at::Tensor skipped(RoutingStep& s) const override;
+  at::Tensor combine(const MoDConfig& cfg, const at::Tensor& x, const at::Tensor& a, const at::Tensor& m,
+                     const at::Tensor& w) const override;
+  MoDDecoderLayer::Scores decode_scores(const MoDDecoderLayer&, const at::Tensor&) const override { return {}; }
+  // The original MCG-NJU/p-MoD layout (pmod_llava_llama, mod/pmod_checkpoint.h).
+  const char* original_layout_flag() const override { return "--pmod-original"; }
+  std::string original_layout_help() const override {
+    return "write a p-MoD model in the original MCG-NJU/p-MoD code's layout (pmod_llava_llama) instead of gmod's";
+  }
+  void save_original_layout(const MultimodalLM& model, const MoDConfig& cfg, const std::string& out) const override;
+};
+
+}  // namespace gmod

@@ -1,0 +1,130 @@
+// The token-selection interface: what one MoD method (γ-MoD's shared router, Raposo's per-layer router, A-MoD,
+// FastV, p-MoD, PyramidDrop) decides in a MoD layer, behind one class per method (one file pair each,
+// mod/select_*.{h,cpp}), registered by name (mod/method_registry.h). MoDDecoderLayer (mod/mod_layer.cpp) keeps
+// the shared mechanics only — masks by role, per-sample / per-segment compaction, attention + MLP over the kept
+// tokens, scatter back — and asks its method, in this order, for:
+//   masks       which valid tokens may be skipped (the rest are forced);
+//   score       the router's keep probabilities, output weights and routing logits (none for parameter-free ones);
+//   capacity    for capacity-driven selections, the per-sample counts from the host role counts (no device sync)
+//               and the same counts on the device;
+//   select      the tokens this layer processes ([B, L] bool), unless the layer replays or is forced;
+//   after_select what it leaves for the next layers (PyramidDrop's stage state);
+//   aux_loss    its auxiliary loss on the selection (γ-MoD / per-layer routing CE);
+//   skipped     what a skipped token leaves the layer as (p-MoD: w·x on image tokens), and
+//   combine     how the kept tokens' attention and MLP deltas are weighted;
+//   carry       what it hands the next layer after attention (A-MoD's column scores);
+//   decode      its scores at a decode step (p-MoD: none, every decode token is processed).
+// Methods are stateless singletons: every per-layer setting is read from the layer (its cfg, routers, pmod_ratio).
+// Keeping the order of the floating-point operations of the code this replaced is part of the contract: parity
+// and bitwise-resume tests compare exactly.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mod/mod_layer.h"
+
+namespace gmod {
+
+class SegmentLayout;  // model/segments.h
+class MultimodalLM;   // model/llava.h
+
+// What a layer's forward hands its method while routing a full sequence.
+struct RoutingStep {
+  MoDDecoderLayer& layer;
+  const at::Tensor& h;  // [B, L, D] layer input
+  ForwardState& st;
+  int layer_idx;
+  int64_t B, L;
+  bool topk;                      // layer.uses_topk(): capacity top-k (training, or mode topk) rather than thresholds
+  bool packed;                    // st.segments: routed per segment through the segment-major view
+  const RoutingMasks& masks;      // [B, L]
+  const RoutingMasks& seg_masks;  // [S, M] segment-major view (packed only)
+  MoDDecoderLayer::Scores& sc;
+  const HostCapacity& plan;  // capacity-driven selections only
+  const at::Tensor& k_dev;   // [B|S] int64 on the device, the plan's counts
+};
+
+class TokenSelector {
+ public:
+  virtual ~TokenSelector() = default;
+  // The registered name: the config's "router" value ("gamma_shared", "pmod", ...).
+  virtual const char* name() const = 0;
+  virtual RouterKind kind() const = 0;
+  // The method's name in messages ("γ-MoD", "p-MoD", ...).
+  virtual const char* display_name() const = 0;
+
+  // Construction: the routers the method adds to a new layer (layer.register_router) and what it checks.
+  virtual void attach(MoDDecoderLayer& layer, const DenseDecoderLayer& dense, int layer_idx) const;
+  // Parameters the layer uses but the model owns (γ-MoD's shared router).
+  virtual std::vector<at::Tensor> external_parameters(const MoDDecoderLayer& layer) const;
+  // False: the method ranks by its own rule and never by the capacity top-k, whatever the routing mode.
+  virtual bool uses_topk_mode() const { return true; }
+  // Packed rows (data.pack_to) can be routed per segment.
+  virtual bool routes_packed() const { return true; }
+  // Its rule (mod.rule, gmod convert --rule) decides the layers and what they keep (p-MoD, PyramidDrop): a config
+  // naming only the router and its layers does not describe it.
+  virtual bool layers_from_rule() const { return false; }
+
+  virtual RoutingMasks masks(const MoDDecoderLayer& layer, const ForwardState& st, int64_t B, int64_t L,
+                             at::Device device, int layer_idx, bool topk) const;
+  virtual MoDDecoderLayer::Scores score(const MoDDecoderLayer& layer, const at::Tensor& h) const;
+  // Counts follow from the roles alone (then capacity() fills them from the host, no device sync).
+  virtual bool capacity_driven(bool topk) const { return topk; }
+  virtual void capacity(const MoDDecoderLayer& layer, const at::Tensor& host_counts, const RoutingMasks& cap_masks,
+                        const RoutingMasks& masks, bool topk, HostCapacity& plan, at::Tensor& k_dev) const;
+  // The planner's view of the same: k_max of one batch's plan shared by every MoD layer, -1 when the counts are
+  // data-dependent or differ per layer.
+  virtual int64_t shared_kmax(const MoDDecoderLayer& layer, const at::Tensor& host_counts) const;
+  virtual at::Tensor select(RoutingStep& s) const = 0;
+  virtual void after_select(RoutingStep& s, const at::Tensor& sel) const;
+  virtual at::Tensor aux_loss(const RoutingStep& s, const at::Tensor& sel) const;
+  // What the layer returns on skipped tokens (may set s.sc.weight for combine).
+  virtual at::Tensor skipped(RoutingStep& s) const { return s.h; }
+  virtual at::Tensor combine(const MoDConfig& cfg, const at::Tensor& x, const at::Tensor& a, const at::Tensor& m,
+                             const at::Tensor& w) const;
+  // Carried to the next layer: whether attention must return its q/k (AttentionSide), what to leave when the layer
+  // processes nothing, and what to leave after attention over the compacted rows.
+  virtual bool wants_attention_side(const MoDDecoderLayer& layer) const { return false; }
+  virtual void carry_empty(const MoDDecoderLayer& layer, ForwardState& st, int64_t B, int64_t L,
+                           const at::Tensor& h) const {}
+  virtual void carry(const MoDDecoderLayer& layer, ForwardState& st, const Compaction& c, const AttentionSide& side,
+                     const SegmentLayout* kept_layout, int64_t B, int64_t L, const at::Tensor& h) const {}
+  // The scores at a decode step (undefined keep_prob: every decode token is processed).
+  virtual MoDDecoderLayer::Scores decode_scores(const MoDDecoderLayer& layer, const at::Tensor& h) const;
+  // A training-free conversion of a dense model at inference (gmod forward / generate / eval --<flag> SPEC), when the
+  // method has one: the flag, its value's name and help; config_from_spec reads SPEC for an LLM of num_layers
+  // (validated; errors name the value).
+  struct InferenceFlag {
+    const char* flag = nullptr;  // e.g. "--fastv"; nullptr: none
+    const char* type_name = nullptr;
+    const char* help = nullptr;
+  };
+  virtual InferenceFlag inference_flag() const { return {}; }
+  virtual MoDConfig config_from_spec(const std::string& spec, int num_layers) const;
+  // Export in the method's original code's checkpoint layout (gmod export <flag>), when it has one; nullptr: none.
+  virtual const char* original_layout_flag() const { return nullptr; }
+  virtual std::string original_layout_help() const { return ""; }
+  virtual void save_original_layout(const MultimodalLM& model, const MoDConfig& cfg, const std::string& out) const;
+  // A kernel without a deterministic CUDA version that the method's settings use, for
+  // trainer/deterministic_check.h (empty site when none).
+  struct KernelUse {
+    std::string site;    // what uses it, for the message
+    std::string op;      // "float cumsum", as DeterministicUse names ops
+    std::string remedy;  // the setting that avoids it
+  };
+  virtual KernelUse deterministic_use(const MoDConfig& cfg) const { return {}; }
+};
+
+// Shared selections the methods compose.
+// Capacity top-k of `score` [B, L] (per segment when packed), recording its topk_key when the layer records.
+at::Tensor select_by_capacity(RoutingStep& s, const at::Tensor& score);
+// Threshold routing of s.sc.keep_prob at `thr` (adaptive per sample / layer, mod/routing_rule.h).
+at::Tensor select_by_threshold(RoutingStep& s, double thr);
+// γ-MoD's and p-MoD's output weighting: only the MLP delta is scaled by the router weight w (a + w·m).
+at::Tensor combine_mlp_delta(const MoDConfig& cfg, const at::Tensor& a, const at::Tensor& m, const at::Tensor& w);
+// FastV, p-MoD and PyramidDrop: only the image tokens are routable.
+void image_tokens_routable(RoutingMasks& m, const ForwardState& st);
+
+}  // namespace gmod
