@@ -1,14 +1,13 @@
-# Precompiled LibTorch headers, one artifact for the whole build.
+# Precompiled LibTorch headers: two artifacts per build, reused by every target that links LibTorch.
 #
 # gmod_pch (a static library with one empty source) compiles cmake/gmod_pch.h once, gmod_pch_test compiles
 # cmake/gmod_pch_test.h (the same plus GoogleTest and <torch/torch.h>) once; gmod_precompile_all(), called at the end
 # of the top-level CMakeLists.txt, makes every C++ library, executable and benchmark defined by then reuse the first
 # and every target that links GoogleTest the second (target_precompile_headers REUSE_FROM), so a new target gets
-# one without asking. GCC accepts a
-# precompiled header only where the compiler options that shape it match (-O, -g, -std, the macros the headers
-# read, e.g. GMOD_WITH_CUDA), and all gmod targets that link LibTorch share them; -Winvalid-pch (CMake adds it)
-# reports a rejected one. Targets without LibTorch (eval/ and its tests) get none; a target that must not use it
-# sets the property GMOD_NO_PCH. Configure with -DGMOD_PCH=OFF to build without (e.g. to time it).
+# one without asking. GCC accepts a precompiled header only where the compiler options that shape it match (-O, -g,
+# -std, the macros the headers read, e.g. GMOD_WITH_CUDA), and all gmod targets that link LibTorch share them;
+# -Winvalid-pch (CMake adds it) reports a rejected one. Targets without LibTorch (eval/ and its tests) get none; a
+# target that must not use it sets the property GMOD_NO_PCH. Configure with -DGMOD_PCH=OFF to build without (e.g. to time it).
 #
 # ccache caches both the header's compilation and its users' when its sloppiness allows precompiled headers;
 # GMOD_CCACHE_ENV carries those settings into the compiler launcher (CMakeLists.txt), so builds started with a
