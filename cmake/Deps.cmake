@@ -6,6 +6,8 @@ find_package(CLI11 2 REQUIRED)  # libcli11-dev: the gmod command line (header-on
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# libsimdjson-dev: the cold start's record scan (data/record_lengths.h).
+pkg_check_modules(SIMDJSON REQUIRED IMPORTED_TARGET simdjson)
 # libcpp-httplib-dev: the HTTP server of `gmod serve` (Debian builds it as httplib.h plus libcpp-httplib.so).
 pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)
 if(NOT HTTPLIB_FOUND)

@@ -1,6 +1,8 @@
 // Record -> PreparedSample, with every failure mapped to a SampleError reason.
 #include "data/dataset.h"
 
+#include "data/record_lengths.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <thread>
@@ -101,30 +103,6 @@ bool Dataset::try_prepare(size_t index, PreparedSample& out, BadRecord& bad, boo
 }
 
 namespace {
-
-// LLaVA's modality length of one record (word count of every turn, +128 with an image, negative for text-only);
-// -1 for a record that does not parse.
-int64_t modality_length(const RecordFile& records, size_t i) {
-  try {
-    const Record r = records.get(i);
-    int64_t words = 0;
-    for (const auto& t : r.conversations) {
-      bool in_word = false;
-      for (char c : t.value) {
-        const bool ws = c == ' ' || c == '\n' || c == '\t' || c == '\r';
-        if (!ws && !in_word) ++words;
-        in_word = !ws;
-      }
-    }
-    return r.images.empty() ? -std::max<int64_t>(words, 1) : words + 128;
-  } catch (const RecordError&) {
-    return -1;
-  }
-}
-
-}  // namespace
-
-namespace {
 const char* const kLengthsTag = "modality_lengths.v1";
 }  // namespace
 
@@ -132,16 +110,8 @@ std::vector<int64_t> Dataset::compute_modality_lengths(size_t begin, size_t end,
   if (begin > end || end > size())
     throw std::out_of_range(config_.data_path + ": modality lengths of records [" + std::to_string(begin) + ", " +
                             std::to_string(end) + ") asked, the file has " + std::to_string(size()));
-  const size_t n = end - begin;
-  std::vector<int64_t> out(n, -1);
-  const size_t workers = std::max<size_t>(1, std::min<size_t>(std::max(1u, threads), (n + 4095) / 4096));
-  std::vector<std::thread> pool;
-  for (size_t w = 0; w < workers; ++w)
-    pool.emplace_back([&, w] {
-      for (size_t i = n * w / workers; i < n * (w + 1) / workers; ++i) out[i] = modality_length(*records_, begin + i);
-    });
-  for (auto& t : pool) t.join();
-  lengths_parsed_ += n;
+  std::vector<int64_t> out = compute_record_lengths(*records_, begin, end, threads);
+  lengths_parsed_ += end - begin;
   return out;
 }
 
@@ -164,7 +134,8 @@ bool Dataset::adopt_modality_lengths(std::vector<int64_t> lengths, bool write_ca
 }
 
 // The lengths come from `<file>.gmodidx.modality_lengths.v1` when it matches the file (records.h: invalidated with
-// the index); otherwise every record is parsed once, on all cores, and the cache written for the next start.
+// the index); otherwise every record is read once, on all cores (data/record_lengths.h), and the cache written for
+// the next start.
 const std::vector<int64_t>& Dataset::modality_lengths() const {
   if (load_cached_modality_lengths()) return lengths_;
   adopt_modality_lengths(compute_modality_lengths(0, size(), std::thread::hardware_concurrency()), true);

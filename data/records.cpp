@@ -134,6 +134,13 @@ void RecordFile::scan() {
           escape = true;
         } else if (c == '"') {
           in_string = false;
+        } else {
+          // Most bytes are string contents: jump to the next quote or backslash (memchr, SIMD in glibc), the
+          // backslash searched only up to that quote.
+          const char* q = static_cast<const char*>(std::memchr(p + i, '"', n - i));
+          const size_t end = q ? size_t(q - p) : n;
+          const char* b = static_cast<const char*>(std::memchr(p + i, '\\', end - i));
+          i = (b ? size_t(b - p) : end) - 1;  // the loop's ++i lands on it
         }
         continue;
       }
@@ -302,6 +309,13 @@ std::string RecordFile::raw(size_t i) const {
   std::string text(spans_[i].length, '\0');
   pread_all(fd_, text.data(), text.size(), spans_[i].offset, path_);
   return text;
+}
+
+void RecordFile::read_bytes(uint64_t offset, char* dst, uint64_t len) const {
+  if (offset > file_size_ || len > file_size_ - offset)
+    throw std::out_of_range(path_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + len) +
+                            ") asked, the file has " + std::to_string(file_size_));
+  pread_all(fd_, dst, len, offset, path_);
 }
 
 Record RecordFile::get(size_t i) const {

@@ -60,6 +60,9 @@ class RecordFile {
   Record get(size_t i) const;
   // The raw JSON text of record `i`.
   std::string raw(size_t i) const;
+  // `len` bytes of the file from `offset` (e.g. a run of records' spans at once); throws naming the file on a
+  // short read.
+  void read_bytes(uint64_t offset, char* dst, uint64_t len) const;
 
   const std::string& path() const { return path_; }
   bool is_jsonl() const { return jsonl_; }
