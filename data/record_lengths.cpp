@@ -3,6 +3,10 @@
 
 #include <simdjson.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <string_view>
@@ -13,7 +17,41 @@
 namespace gmod {
 namespace {
 
+inline unsigned is_space(unsigned char c) { return (c == ' ') | (c == '\n') | (c == '\t') | (c == '\r'); }
+
+// Words = characters other than whitespace that follow whitespace or start the text. The strings are most of a
+// record file's bytes: 16 at a time with SSE2 (x86-64's baseline), a whitespace bit mask per block and the word
+// starts counted with popcount.
 int64_t count_words(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  int64_t words = 0;
+  unsigned prev_space = 1;  // the text starts after whitespace
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128i sp = _mm_set1_epi8(' '), nl = _mm_set1_epi8('\n'), tab = _mm_set1_epi8('\t'),
+                cr = _mm_set1_epi8('\r');
+  for (; i + 16 <= n; i += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    const __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sp), _mm_cmpeq_epi8(v, nl)),
+                                    _mm_or_si128(_mm_cmpeq_epi8(v, tab), _mm_cmpeq_epi8(v, cr)));
+    const unsigned m = unsigned(_mm_movemask_epi8(ws));          // bit k: byte k is whitespace
+    const unsigned before = ((m << 1) | prev_space) & 0xFFFFu;   // bit k: byte k - 1 is whitespace
+    words += __builtin_popcount(~m & before & 0xFFFFu);
+    prev_space = m >> 15;
+  }
+#endif
+  for (; i < n; ++i) {
+    const unsigned space = is_space(p[i]);
+    words += prev_space & !space;
+    prev_space = space;
+  }
+  return words;
+}
+
+// The same, a character at a time: the reference path's count (modality_length_parsed), which the tests compare the
+// fast path with.
+int64_t count_words_scalar(const std::string& s) {
   int64_t words = 0;
   bool in_word = false;
   for (char c : s) {
@@ -80,6 +118,8 @@ bool fast_length(simdjson::dom::parser& parser, const char* p, size_t n, int64_t
       if (seen_conv) return false;
       seen_conv = true;
       conv = field.value;
+    } else {
+      return false;  // a key parse_record may read (another layout, other media): its call
     }
   }
   simdjson::dom::array turns_list;
@@ -99,6 +139,8 @@ bool fast_length(simdjson::dom::parser& parser, const char* p, size_t n, int64_t
       } else if (f.key == "value") {
         if (seen_value || f.value.get_string().get(value)) return false;
         seen_value = true;
+      } else {
+        return false;
       }
     }
     if (!seen_from || !seen_value || (from != "human" && from != "gpt")) return false;
@@ -115,7 +157,7 @@ int64_t modality_length_parsed(const std::string& json_text, const std::string& 
   try {
     const Record r = parse_record(json_text, where);
     int64_t words = 0;
-    for (const auto& t : r.conversations) words += count_words(t.value);
+    for (const auto& t : r.conversations) words += count_words_scalar(t.value);
     return length_of(!r.images.empty(), words);
   } catch (const RecordError&) {
     return -1;

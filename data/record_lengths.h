@@ -1,9 +1,10 @@
 // LLaVA's modality lengths (group_by_modality_length) of a record file, computed straight from the record bytes:
 // the cold start's cost at LLaVA-665k scale (issue 47). Each worker reads its contiguous share of the file in large
 // blocks and parses each record with simdjson's validating DOM parser (Debian's libsimdjson-dev); a record the fast
-// path cannot decide with certainty — malformed, ill-typed, a repeated key, a surrogate escape, an integer id
-// beyond 64 bits — is parsed again with parse_record (data/records.h), so the result equals parsing every record
-// with parse_record, whatever the record holds.
+// path cannot decide with certainty — malformed, ill-typed, a repeated key, a key other than LLaVA's "id", "image",
+// "conversations" (in turns: "from", "value"), a surrogate escape, an integer id beyond 64 bits — is parsed again
+// with parse_record (data/records.h), so the result equals parsing every record with parse_record, whatever the
+// record holds and whatever other layouts parse_record learns.
 //
 // A record's length: the number of words (runs of characters other than ' ', '\n', '\t', '\r') over the values of
 // its turns, + 128 when it names an image; negative (at least 1 word) for a text-only record; -1 for a record
