@@ -106,6 +106,13 @@ TEST(NativeResolution, SmartResizeMatchesTransformers) {
     EXPECT_EQ(hw[0], e["resized_height"].get<int>()) << e["file"];
     EXPECT_EQ(hw[1], e["resized_width"].get<int>()) << e["file"];
   }
+  // Qwen2.5-VL's and Qwen2-VL's real settings (factor 28), from tiny to 8K and both aspect-ratio extremes.
+  ASSERT_EQ(m["smart_resize"].size(), 34u);
+  for (const auto& e : m["smart_resize"]) {
+    const auto hw = gmod::smart_resize(e["height"], e["width"], e["factor"], e["min_pixels"], e["max_pixels"]);
+    EXPECT_EQ(hw[0], e["resized"][0].get<int>()) << e.dump();
+    EXPECT_EQ(hw[1], e["resized"][1].get<int>()) << e.dump();
+  }
   EXPECT_THROW(gmod::smart_resize(1, 201, 8, 256, 1024), std::invalid_argument);
   EXPECT_THROW(gmod::smart_resize(0, 10, 8, 256, 1024), std::invalid_argument);
   EXPECT_NO_THROW(gmod::smart_resize(1, 200, 8, 256, 1024));
