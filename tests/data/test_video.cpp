@@ -134,6 +134,37 @@ TEST(Video, FramesMatchPyAv) {
   EXPECT_EQ(some[2].rgb, frames[19].rgb);
 }
 
+// H.264 with B-frames: the decoder returns frames in display order, not packet order; index i is the i-th frame
+// out of the decoder, as in PyAV's loop.
+TEST(Video, H264WithBFramesMatchesPyAv) {
+  const auto m = manifest()["h264"];
+  const std::string path = fixture("video/" + m["file"].get<std::string>());
+  const auto info = gmod::probe_video_file(path);
+  EXPECT_EQ(info.codec, "h264");
+  EXPECT_EQ(info.total_frames, m["total_num_frames"].get<int64_t>());
+  EXPECT_DOUBLE_EQ(info.fps, m["fps"].get<double>());
+  const int n = static_cast<int>(info.total_frames), h = info.height, w = info.width;
+  std::vector<int64_t> all(n);
+  for (int i = 0; i < n; ++i) all[i] = i;
+  const auto frames = gmod::decode_video_frames(path, all);
+  ASSERT_EQ(frames.size(), size_t(n));
+  const auto ref = read_raw<uint8_t>(fixture("video/" + m["frames_rgb"].get<std::string>()), size_t(n) * h * w * 3);
+  size_t off = 0;
+  int worst = 0;
+  for (int f = 0; f < n; ++f)
+    for (size_t i = 0; i < frames[f].rgb.size(); ++i) {
+      const int d = std::abs(int(frames[f].rgb[i]) - int(ref[size_t(f) * h * w * 3 + i]));
+      off += d != 0;
+      worst = std::max(worst, d);
+    }
+  std::printf("h264 frames: %zu of %zu RGB values differ from PyAV, worst %d\n", off, ref.size(), worst);
+  EXPECT_LE(worst, kRgbTol);
+  const auto some = gmod::decode_video_frames(path, {0, 2, 5, 7, 10, 12, 15, 17});
+  ASSERT_EQ(some.size(), 8u);
+  EXPECT_EQ(some[3].rgb, frames[7].rgb);
+  EXPECT_EQ(some[7].rgb, frames[17].rgb);
+}
+
 TEST(Video, PatchesMatchTransformers) {
   const auto m = manifest();
   const auto cfg = gmod::load_native_resolution_config(fixture("video"));
