@@ -40,7 +40,8 @@ VideoInfo probe_video_file(const std::string& path, int64_t max_pixels = kDefaul
 
 // The frame indices transformers samples: with num_frames, round(num_frames / T) * T of them; with fps,
 // total / video_fps * fps clamped to [min_frames, min(max_frames, total) floored to T, total] and floored to T;
-// indices = int(float32(i * total / n)) for i < ceil(total / (total / n)), as torch.arange(0, total, total / n).int().
+// indices as torch.arange(0, total, total / n).int() computes them in float32 (see video.cpp: ATen's vectorised fill
+// rounds some values of long videos differently from float(i * step)).
 // Throws std::invalid_argument when both are given, when fps is asked of a video without a frame rate, or when the
 // count exceeds total_frames or is zero.
 std::vector<int64_t> sample_frame_indices(int64_t total_frames, double video_fps, const VideoSampling& sampling,

@@ -94,6 +94,23 @@ TEST(Video, FrameIndicesMatchTransformers) {
                                                 cfg.temporal_patch_size);
     EXPECT_EQ(idx, c["indices"].get<std::vector<int64_t>>()) << c["name"];
   }
+  // Lengths and rates beyond the clip: long videos, fractional rates, min_frames / max_frames, and requests larger
+  // than the video (an error in both).
+  ASSERT_EQ(m["sampling"].size(), 72u);
+  for (const auto& c : m["sampling"]) {
+    gmod::VideoSampling s = sampling(c["kwargs"]);
+    if (c["kwargs"].contains("min_frames")) s.min_frames = c["kwargs"]["min_frames"];
+    if (c["kwargs"].contains("max_frames")) s.max_frames = c["kwargs"]["max_frames"];
+    if (c.contains("error")) {
+      EXPECT_THROW(gmod::sample_frame_indices(c["total"], c["video_fps"], s, cfg.temporal_patch_size),
+                   std::invalid_argument)
+          << c.dump();
+      continue;
+    }
+    EXPECT_EQ(gmod::sample_frame_indices(c["total"], c["video_fps"], s, cfg.temporal_patch_size),
+              c["indices"].get<std::vector<int64_t>>())
+        << c["total"] << " " << c["kwargs"].dump();
+  }
   gmod::VideoSampling both;
   both.fps = 2;
   both.num_frames = 4;
