@@ -120,7 +120,8 @@ Image to_rgb(const std::string& path, const AVFrame* f, const VideoInfo& info, S
   uint8_t* dst[4] = {img.rgb.data(), nullptr, nullptr, nullptr};
   int stride[4] = {img.width * 3, 0, 0, 0};
   const int rows = sws_scale(sws_cache, f->data, f->linesize, 0, f->height, dst, stride);
-  if (rows != f->height) fail(path, "swscale converted " + std::to_string(rows) + " of " + std::to_string(f->height) + " rows");
+  if (rows != f->height)
+    fail(path, "swscale converted " + std::to_string(rows) + " of " + std::to_string(f->height) + " rows");
   return img;
 }
 
@@ -142,7 +143,8 @@ std::vector<int64_t> sample_frame_indices(int64_t total_frames, double video_fps
   if (s.num_frames) {
     n = std::nearbyint(static_cast<double>(*s.num_frames) / T) * T;  // Python round(): half to even
   } else if (s.fps) {
-    if (!(video_fps > 0)) throw std::invalid_argument("sample_frame_indices: sampling by fps needs the video's frame rate");
+    if (!(video_fps > 0))
+      throw std::invalid_argument("sample_frame_indices: sampling by fps needs the video's frame rate");
     const double max_frames = std::floor(static_cast<double>(std::min<int64_t>(s.max_frames, total_frames)) / T) * T;
     double want = static_cast<double>(total_frames) / video_fps * *s.fps;
     want = std::min({std::max(want, static_cast<double>(s.min_frames)), max_frames, static_cast<double>(total_frames)});
@@ -223,7 +225,8 @@ std::vector<Image> decode_frames(const std::string& path, const std::vector<int6
     while (!done) {
       rc = av_read_frame(v.fmt.get(), pkt.get());
       if (rc == AVERROR_EOF) break;
-      if (rc < 0) fail(path, "cannot read the video after " + std::to_string(decoded) + " frames (" + av_error(rc) + ")");
+      if (rc < 0)
+        fail(path, "cannot read the video after " + std::to_string(decoded) + " frames (" + av_error(rc) + ")");
       if (pkt->stream_index == v.stream->index) {
         const int s = avcodec_send_packet(ctx.get(), pkt.get());
         if (s < 0 && s != AVERROR(EAGAIN))

@@ -53,7 +53,9 @@ nlohmann::json manifest() {
 
 gmod::NativeResolutionConfig config() { return gmod::load_native_resolution_config(fixture("native_resolution")); }
 
-Image input(const nlohmann::json& e) { return gmod::decode_image_file(fixture("image/" + e["file"].get<std::string>())); }
+Image input(const nlohmann::json& e) {
+  return gmod::decode_image_file(fixture("image/" + e["file"].get<std::string>()));
+}
 
 }  // namespace
 

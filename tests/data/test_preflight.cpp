@@ -292,8 +292,8 @@ TEST(Preflight, VideoRecordsAreRefusedByName) {
   demo.write("video.json", {text_record("t0"),
                             R"({"id": "v0", "video": "clips/a.mp4", "conversations": [{"from": "human", "value": )"
                             R"("<video>What happens?"}, {"from": "gpt", "value": "A ball rolls."}]})",
-                            R"({"id": "v1", "videos": ["b.mp4"], "messages": [{"role": "user", "content": "<video>?"}, )"
-                            R"({"role": "assistant", "content": "Nothing."}]})"});
+                            R"({"id": "v1", "videos": ["b.mp4"], "messages": [{"role": "user", )"
+                            R"("content": "<video>?"}, {"role": "assistant", "content": "Nothing."}]})"});
   Dataset ds(demo.config("video.json"), demo.tok);
   ASSERT_EQ(ds.size(), 3u);
   PreparedSample out;

@@ -236,7 +236,8 @@ TEST(Records, ShareGptLayoutAndVideoKeys) {
   EXPECT_EQ(share.conversations[3].value, "Nothing.");
   // A ShareGPT record without media is a text-only record.
   const auto text = gmod::parse_record(
-      R"({"id": "t", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})", "x");
+      R"({"id": "t", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})",
+      "x");
   EXPECT_TRUE(text.images.empty());
   EXPECT_TRUE(text.videos.empty());
 
