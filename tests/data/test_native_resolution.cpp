@@ -170,6 +170,24 @@ TEST(NativeResolution, PatchesMatchTransformers) {
   }
 }
 
+// The settings Qwen2.5-VL checkpoints ship (patch 14, merge 2, min_pixels 3136, max_pixels 12845056), from a
+// preprocessor_config.json of that form: tiny.png (12x9) is upscaled to 56x84, 24 rows of 3 * 2 * 14 * 14.
+TEST(NativeResolution, RealQwen25VlSettingsMatchTransformers) {
+  const auto e = manifest()["qwen2_5_vl"];
+  const auto cfg = gmod::load_native_resolution_config(fixture("native_resolution/" + e["config"].get<std::string>()));
+  EXPECT_EQ(cfg.patch_size, 14);
+  EXPECT_EQ(cfg.max_pixels, 12845056);
+  const auto p = gmod::preprocess_native_image(input(e), cfg);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(p.grid_thw[k], e["grid_thw"][k].get<int64_t>());
+  ASSERT_EQ(p.rows(), e["rows"].get<int64_t>());
+  ASSERT_EQ(p.row_size, e["row_size"].get<int64_t>());
+  const auto ref = read_raw<float>(fixture("native_resolution/" + e["patches"].get<std::string>()),
+                                   size_t(p.rows() * p.row_size));
+  size_t off = 0;
+  for (size_t i = 0; i < ref.size(); ++i) off += std::abs(p.pixel_values[i] - ref[i]) > kFloatTol;
+  EXPECT_EQ(off, 0u);
+}
+
 TEST(NativeResolution, PatchifyRejectsBadFrames) {
   const auto cfg = config();
   Image a;
