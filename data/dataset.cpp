@@ -20,7 +20,7 @@ Dataset::Dataset(DatasetConfig config, std::shared_ptr<const Tokenizer> tokenize
 
 const std::vector<std::string>& sample_error_reasons() {
   static const std::vector<std::string> r = {"malformed", "roles",  "no_answer", "placeholder",
-                                             "too_long",  "image", "image_path"};
+                                             "too_long",  "image", "image_path", "video"};
   return r;
 }
 
@@ -61,6 +61,9 @@ PreparedSample Dataset::prepare(size_t index, bool decode_images) const {
   } catch (const RecordError& e) {
     throw SampleError("malformed", e.what());
   }
+  if (!rec.videos.empty())  // records.h reads them (issue 45); training on video is the model side's next step
+    throw SampleError("video", where(index, rec.id) + ": has " + std::to_string(rec.videos.size()) +
+                                   " video(s) ('" + rec.videos[0] + "'); this pipeline does not train on video yet");
   PreparedSample out;
   out.sample = make_sample(rec, index, *encoder_, config_.sample, where(index, rec.id));
   for (const auto& rel : out.sample.images) {

@@ -54,7 +54,8 @@ class Dataset {
 
   size_t size() const { return records_->size(); }
   // Record -> template -> truncation -> decoded, preprocessed images. Throws SampleError (reasons:
-  // "malformed", "roles", "no_answer", "placeholder", "too_long", "image", "image_path"; see sample_error_reasons()).
+  // "malformed", "roles", "no_answer", "placeholder", "too_long", "image", "image_path", "video"; see
+  // sample_error_reasons()).
   PreparedSample prepare(size_t index, bool decode_images = true) const;
   // Same, reporting a bad record instead of throwing; returns false when bad.
   bool try_prepare(size_t index, PreparedSample& out, BadRecord& bad, bool decode_images = true) const;

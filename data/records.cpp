@@ -347,35 +347,66 @@ Record parse_record(const std::string& json_text, const std::string& where) {
     }
   }
   label = where + " (id '" + r.id + "')";
-  if (auto it = j.find("image"); it != j.end() && !it->is_null()) {
+  // Media paths: a string or a list of non-empty strings.
+  auto paths = [&](const char* key, std::vector<std::string>& out) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return;
     if (it->is_string()) {
-      r.images.push_back(it->get<std::string>());
+      out.push_back(it->get<std::string>());
     } else if (it->is_array()) {
       for (const auto& x : *it) {
-        if (!x.is_string()) bad("\"image\" list must hold strings");
-        r.images.push_back(x.get<std::string>());
+        if (!x.is_string()) bad(std::string("\"") + key + "\" list must hold strings");
+        out.push_back(x.get<std::string>());
       }
     } else {
-      bad("\"image\" must be a string or a list of strings");
+      bad(std::string("\"") + key + "\" must be a string or a list of strings");
     }
-    for (const auto& im : r.images)
-      if (im.empty()) bad("empty image path");
-  }
-  auto conv = j.find("conversations");
-  if (conv == j.end()) bad("missing \"conversations\"");
-  if (!conv->is_array()) bad("\"conversations\" must be a list");
-  if (conv->empty()) bad("\"conversations\" is empty");
+    for (const auto& p : out)
+      if (p.empty()) bad(std::string("empty path in \"") + key + "\"");
+  };
+  const bool llava = j.contains("conversations"), sharegpt = j.contains("messages");
+  if (llava && sharegpt) bad("has both \"conversations\" (LLaVA layout) and \"messages\" (ShareGPT layout)");
+  // Each layout's media keys; the other layout's spelling is refused rather than silently ignored.
+  const char* image_key = sharegpt ? "images" : "image";
+  const char* video_key = sharegpt ? "videos" : "video";
+  const auto foreign = [&](const char* other, const char* ours) {
+    if (j.contains(other))
+      bad(std::string("\"") + other + "\" does not belong to the " + (sharegpt ? "ShareGPT" : "LLaVA") +
+          " layout; use \"" + ours + "\"");
+  };
+  foreign(sharegpt ? "image" : "images", image_key);
+  foreign(sharegpt ? "video" : "videos", video_key);
+  paths(image_key, r.images);
+  paths(video_key, r.videos);
+  if (!llava && !sharegpt) bad("missing \"conversations\" (LLaVA layout) or \"messages\" (ShareGPT layout)");
+  const char* list_key = sharegpt ? "messages" : "conversations";
+  const json& conv = j[list_key];
+  if (!conv.is_array()) bad(std::string("\"") + list_key + "\" must be a list");
+  if (conv.empty()) bad(std::string("\"") + list_key + "\" is empty");
+  // LLaVA turns: {"from": "human"|"gpt", "value"}; ShareGPT messages: {"role": "user"|"assistant", "content"}.
+  const char* role_key = sharegpt ? "role" : "from";
+  const char* text_key = sharegpt ? "content" : "value";
   size_t t = 0;
-  for (const auto& turn : *conv) {
-    const std::string tw = "turn " + std::to_string(t++);
+  for (const auto& turn : conv) {
+    const std::string tw = (sharegpt ? "message " : "turn ") + std::to_string(t++);
     if (!turn.is_object()) bad(tw + " is not an object");
-    auto from = turn.find("from");
-    auto value = turn.find("value");
-    if (from == turn.end() || !from->is_string()) bad(tw + ": missing string \"from\"");
-    if (value == turn.end() || !value->is_string()) bad(tw + ": missing string \"value\"");
+    auto from = turn.find(role_key);
+    auto value = turn.find(text_key);
+    if (from == turn.end() || !from->is_string()) bad(tw + ": missing string \"" + role_key + "\"");
+    if (value == turn.end() || !value->is_string()) bad(tw + ": missing string \"" + text_key + "\"");
     std::string f = from->get<std::string>();
-    if (f != "human" && f != "gpt")
+    if (sharegpt) {
+      if (f == "user") {
+        f = "human";
+      } else if (f == "assistant") {
+        f = "gpt";
+      } else {
+        bad(tw + ": \"role\" must be \"user\" or \"assistant\", got \"" + f + "\"" +
+            (f == "system" ? " (the conversation template gives the system prompt)" : ""));
+      }
+    } else if (f != "human" && f != "gpt") {
       bad(tw + ": role \"from\" must be \"human\" or \"gpt\", got \"" + f + "\"");
+    }
     r.conversations.push_back({std::move(f), value->get<std::string>()});
   }
   return r;

@@ -1,8 +1,12 @@
 // LLaVA-format instruction records (a JSON list or JSONL) read lazily: one streaming scan finds the byte
 // range of every top-level record object (no full parse), the index is cached next to the file as
-// `<file>.gmodidx`, and single records are parsed on demand with pread. A record is
-//   {"id": str|int, "image": str | [str, ...] (optional), "conversations": [{"from": "human"|"gpt", "value":
-//   str}]}.
+// `<file>.gmodidx`, and single records are parsed on demand with pread. A record has one of two layouts:
+//   LLaVA:    {"id": str|int, "image": str | [str, ...] (optional), "video": str | [str, ...] (optional),
+//              "conversations": [{"from": "human"|"gpt", "value": str}]}
+//   ShareGPT: {"id": str|int, "images": str | [str, ...] (optional), "videos": str | [str, ...] (optional),
+//              "messages": [{"role": "user"|"assistant", "content": str}]}
+// ShareGPT messages become the same turns ("user" -> "human", "assistant" -> "gpt"); a "system" message is refused
+// (the conversation template gives the system prompt). The other layout's media keys are refused, not ignored.
 // Thread-safe: get() may be called from several threads at once.
 #pragma once
 
@@ -22,6 +26,7 @@ struct Turn {
 struct Record {
   std::string id;                   // as written; numeric ids are printed in decimal
   std::vector<std::string> images;  // relative image paths; empty for text-only records
+  std::vector<std::string> videos;  // relative video paths (issue 45); Dataset refuses them until it trains on video
   std::vector<Turn> conversations;
 };
 

@@ -285,3 +285,24 @@ TEST(Preflight, ArankStopsWithANamedErrorWithoutUsableSamples) {
     EXPECT_FALSE(batches.empty());
   }
 }
+
+// Issue 45: records.h reads videos, the LLaVA pipeline does not train on them yet: reason "video", naming the record.
+TEST(Preflight, VideoRecordsAreRefusedByName) {
+  Demo demo;
+  demo.write("video.json", {text_record("t0"),
+                            R"({"id": "v0", "video": "clips/a.mp4", "conversations": [{"from": "human", "value": )"
+                            R"("<video>What happens?"}, {"from": "gpt", "value": "A ball rolls."}]})",
+                            R"({"id": "v1", "videos": ["b.mp4"], "messages": [{"role": "user", )"
+                            R"("content": "<video>?"}, {"role": "assistant", "content": "Nothing."}]})"});
+  Dataset ds(demo.config("video.json"), demo.tok);
+  ASSERT_EQ(ds.size(), 3u);
+  PreparedSample out;
+  BadRecord bad;
+  EXPECT_TRUE(ds.try_prepare(0, out, bad));
+  for (size_t i : {size_t(1), size_t(2)}) {
+    ASSERT_FALSE(ds.try_prepare(i, out, bad));
+    EXPECT_EQ(bad.reason, "video");
+    EXPECT_NE(bad.message.find("record " + std::to_string(i)), std::string::npos) << bad.message;
+    EXPECT_NE(bad.message.find("does not train on video"), std::string::npos) << bad.message;
+  }
+}

@@ -210,3 +210,58 @@ TEST(Records, IndexingIsStreamingAcrossBlockBoundaries) {
   EXPECT_EQ(f.get(2).id, "r2");
   EXPECT_EQ(f.get(1).conversations[0].value.size(), big.size() + 1);
 }
+
+// Issue 45: LLaVA records with an image list and a "video" key, and the ShareGPT layout (messages, images, videos).
+TEST(Records, ShareGptLayoutAndVideoKeys) {
+  const auto llava = gmod::parse_record(
+      R"({"id": "v", "image": ["a.png", "b.jpg"], "video": "clips/c.mp4", "conversations": [
+          {"from": "human", "value": "<image><image><video> compare"}, {"from": "gpt", "value": "same"}]})",
+      "x.json: record 0");
+  EXPECT_EQ(llava.images, (std::vector<std::string>{"a.png", "b.jpg"}));
+  EXPECT_EQ(llava.videos, (std::vector<std::string>{"clips/c.mp4"}));
+  ASSERT_EQ(llava.conversations.size(), 2u);
+
+  const auto share = gmod::parse_record(
+      R"({"id": 4, "messages": [{"role": "user", "content": "<video>What happens?"},
+          {"role": "assistant", "content": "A ball rolls."}, {"role": "user", "content": "<image>And here?"},
+          {"role": "assistant", "content": "Nothing."}], "images": ["p.png"], "videos": ["v1.mp4", "v2.mkv"]})",
+      "x.json: record 1");
+  EXPECT_EQ(share.id, "4");
+  EXPECT_EQ(share.images, (std::vector<std::string>{"p.png"}));
+  EXPECT_EQ(share.videos, (std::vector<std::string>{"v1.mp4", "v2.mkv"}));
+  ASSERT_EQ(share.conversations.size(), 4u);
+  EXPECT_EQ(share.conversations[0].from, "human");
+  EXPECT_EQ(share.conversations[0].value, "<video>What happens?");
+  EXPECT_EQ(share.conversations[1].from, "gpt");
+  EXPECT_EQ(share.conversations[3].value, "Nothing.");
+  // A ShareGPT record without media is a text-only record.
+  const auto text = gmod::parse_record(
+      R"({"id": "t", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})",
+      "x");
+  EXPECT_TRUE(text.images.empty());
+  EXPECT_TRUE(text.videos.empty());
+
+  const auto expect_error = [](const std::string& json, const std::string& what) {
+    try {
+      gmod::parse_record(json, "bad.json: record 9");
+      ADD_FAILURE() << "no error for " << json;
+    } catch (const RecordError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("bad.json: record 9 (id 'b')"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(what), std::string::npos) << msg;
+    }
+  };
+  const std::string turns = R"([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])";
+  const std::string llava_turns = R"([{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}])";
+  expect_error(R"({"id": "b", "messages": )" + turns + R"(, "conversations": )" + llava_turns + "}", "both");
+  expect_error(R"({"id": "b", "messages": )" + turns + R"(, "image": "x.png"})", "\"image\" does not belong");
+  expect_error(R"({"id": "b", "conversations": )" + llava_turns + R"(, "videos": ["x.mp4"]})", "use \"video\"");
+  expect_error(R"({"id": "b", "messages": [{"role": "system", "content": "be brief"}]})", "system prompt");
+  expect_error(R"({"id": "b", "messages": [{"role": "user", "content": [{"type": "text"}]}]})", "\"content\"");
+  expect_error(R"({"id": "b", "messages": [{"from": "human", "value": "q"}]})", "missing string \"role\"");
+  expect_error(R"({"id": "b", "messages": {}})", "\"messages\" must be a list");
+  expect_error(R"({"id": "b", "messages": []})", "\"messages\" is empty");
+  expect_error(R"({"id": "b", "messages": )" + turns + R"(, "videos": [3]})", "\"videos\" list must hold strings");
+  expect_error(R"({"id": "b", "conversations": )" + llava_turns + R"(, "video": ""})", "empty path in \"video\"");
+  expect_error(R"({"id": "b", "video": "x.mp4"})", "missing \"conversations\"");
+}
