@@ -1,6 +1,7 @@
 #include "mod/select_amod.h"
 
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "mod/method_registry.h"
@@ -66,6 +67,12 @@ void AttentionSelector::carry(const MoDDecoderLayer& layer, ForwardState& st, co
 TokenSelector::KernelUse AttentionSelector::deterministic_use(const MoDConfig& cfg) const {
   if (!cfg.amod_causal_normalise) return {};
   return {"A-MoD's causal column normalisation (mod/router.cpp)", "float cumsum", "mod.amod_causal_normalise false"};
+}
+
+void AttentionSelector::convert_flag_keys(nlohmann::json& j) const {
+  j["router"] = name();
+  j["amod_routable"] = to_string(AmodRoutable::kRoles);
+  j["amod_skipped"] = to_string(AmodSkippedScore::kCarry);
 }
 
 GMOD_REGISTER_METHOD(attention, AttentionSelector)

@@ -27,6 +27,15 @@ class AttentionSelector : public TokenSelector {
   void carry(const MoDDecoderLayer& layer, ForwardState& st, const Compaction& c, const AttentionSide& side,
              const SegmentLayout* kept_layout, int64_t B, int64_t L, const at::Tensor& h) const override;
   KernelUse deterministic_use(const MoDConfig& cfg) const override;
+  // Direct γ-MoD (the γ-MoD rebuttal to reviewer 6GUt), gmod convert --direct: no trained router; the routable
+  // tokens (image ∪ system) that receive the least attention in the previous layer are skipped (A-MoD scores,
+  // carried across consecutive MoD layers), skip_frac of them, in the layers the rule picks.
+  ConvertFlag convert_flag() const override {
+    return {"--direct",
+            "Direct γ-MoD: no trained router, skip the routable tokens that get the least attention in the previous "
+            "layer (router attention, amod_routable roles, amod_skipped carry)"};
+  }
+  void convert_flag_keys(nlohmann::json& j) const override;
 };
 
 }  // namespace gmod

@@ -4,6 +4,7 @@
 // capacity top-k; unpacked batches only.
 #pragma once
 
+#include "mod/fastv.h"
 #include "mod/token_selection.h"
 
 namespace gmod {
@@ -25,6 +26,18 @@ class FastVSelector : public TokenSelector {
             "last prompt token attends to least at layer K-1 (e.g. 2:0.5)"};
   }
   MoDConfig config_from_spec(const std::string& spec, int num_layers) const override;
+  // gmod convert --rule fastv:K:R: every layer from K on, no router.
+  bool owns_rule(const std::string& rule) const override { return rule.rfind("fastv:", 0) == 0; }
+  std::string rule_help() const override {
+    return "fastv:K:R (FastV: from layer K on drop the fraction R of the image tokens)";
+  }
+  void check_convert_options(const std::string& rule, const ConvertChoices& given) const override {
+    refuse_router_options(*this, rule, given);
+  }
+  bool rule_checked_before_weights() const override { return true; }
+  MoDConfig rule_config(const std::string& rule, int num_layers, const ConvertChoices&) const override {
+    return parse_fastv(rule.substr(6), num_layers);
+  }
 };
 
 }  // namespace gmod

@@ -5,6 +5,7 @@
 // (0 on the tokens still in the sequence, -inf on dropped ones).
 #pragma once
 
+#include "mod/pdrop.h"
 #include "mod/token_selection.h"
 
 namespace gmod {
@@ -28,6 +29,22 @@ class PDropSelector : public TokenSelector {
             "8,16,24:0.5,0.25,0.125)"};
   }
   MoDConfig config_from_spec(const std::string& spec, int num_layers) const override;
+  // gmod convert --rule pdrop:LAYERS:RATIOS: every layer from its first stage on, no router.
+  bool owns_rule(const std::string& rule) const override { return is_pdrop_rule(rule); }
+  std::string rule_help() const override {
+    return "pdrop:LAYERS:RATIOS (PyramidDrop: stage s from layer LAYERS[s] on keeps RATIOS[s] of the image tokens, "
+           "e.g. pdrop:8,16,24:0.5,0.25,0.125)";
+  }
+  void check_convert_options(const std::string& rule, const ConvertChoices& given) const override {
+    refuse_router_options(*this, rule, given);
+  }
+  bool rule_checked_before_weights() const override { return true; }
+  MoDConfig rule_config(const std::string& rule, int num_layers, const ConvertChoices&) const override {
+    return parse_pdrop(rule.substr(6), num_layers);
+  }
+  std::optional<double> image_keep_ratio(const MoDConfig& cfg, int layer, int) const override {
+    return pdrop_ratio(cfg, layer);
+  }
 };
 
 }  // namespace gmod

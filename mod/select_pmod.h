@@ -34,6 +34,17 @@ class PModSelector : public TokenSelector {
     return "write a p-MoD model in the original MCG-NJU/p-MoD code's layout (pmod_llava_llama) instead of gmod's";
   }
   void save_original_layout(const MultimodalLM& model, const MoDConfig& cfg, const std::string& out) const override;
+  // gmod convert --rule pmod[:official_31]: the layers its ratio schedule routes, with its router and defaults (zero-
+  // initialised routers unless --router-init says otherwise, no routing loss); official_31 is the original code's
+  // hard-coded denominator.
+  bool owns_rule(const std::string& rule) const override { return rule == "pmod" || rule.rfind("pmod:", 0) == 0; }
+  std::string rule_help() const override {
+    return "pmod (p-MoD: the layers its ratio schedule routes; pmod:official_31 with the original code's denominator "
+           "31)";
+  }
+  void check_convert_options(const std::string& rule, const ConvertChoices& given) const override;
+  MoDConfig rule_config(const std::string& rule, int num_layers, const ConvertChoices& given) const override;
+  std::optional<double> image_keep_ratio(const MoDConfig& cfg, int layer, int num_layers) const override;
 };
 
 }  // namespace gmod

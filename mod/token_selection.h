@@ -20,6 +20,8 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,19 @@ namespace gmod {
 
 class SegmentLayout;  // model/segments.h
 class MultimodalLM;   // model/llava.h
+
+// The options of `gmod convert` beside --rule, as a method whose rule decides its layers judges them
+// (TokenSelector::check_convert_options / rule_config).
+struct ConvertChoices {
+  bool flag = false;               // a method's convert flag (TokenSelector::convert_flag, e.g. --direct) is given
+  bool adaptive = false;           // --adaptive-threshold other than none
+  std::string router;              // --router
+  bool skip_frac_given = false;    // --skip-frac other than its default
+  bool forced_given = false;       // --forced other than its default
+  std::string router_init;         // --router-init
+  bool router_init_given = false;  // ... other than its default
+  uint64_t router_seed = 0;        // --router-seed
+};
 
 // What a layer's forward hands its method while routing a full sequence.
 struct RoutingStep {
@@ -115,6 +130,33 @@ class TokenSelector {
     std::string remedy;  // the setting that avoids it
   };
   virtual KernelUse deterministic_use(const MoDConfig& cfg) const { return {}; }
+
+  // gmod convert --rule RULE (launch/cmd_convert.cpp) for a method whose rule decides its layers (FastV, p-MoD,
+  // PyramidDrop); the layer rules of mod/conversion.h serve the others.
+  // Whether RULE is one of the method's (its prefix: it then reports a malformed RULE itself).
+  virtual bool owns_rule(const std::string& rule) const { return false; }
+  // The rule forms for --rule's help, e.g. "fastv:K:R (FastV: ...)"; empty: none.
+  virtual std::string rule_help() const { return ""; }
+  // The options that do not go with RULE: std::invalid_argument with the whole message (a usage error).
+  virtual void check_convert_options(const std::string& rule, const ConvertChoices& given) const {}
+  // Whether rule_config runs on config.json's depth before the weights are read (its std::invalid_argument then a
+  // usage error, "--rule " + message); else after them, on the loaded model's depth.
+  virtual bool rule_checked_before_weights() const { return false; }
+  // The MoDConfig RULE gives an LLM of num_layers layers.
+  virtual MoDConfig rule_config(const std::string& rule, int num_layers, const ConvertChoices& given) const;
+  // The share of a sample's image tokens layer `layer` keeps, when the method keeps a share per layer (p-MoD,
+  // PyramidDrop) rather than skip_frac of the routable tokens; gmod convert prints it, the planner plans by it.
+  virtual std::optional<double> image_keep_ratio(const MoDConfig& cfg, int layer, int num_layers) const {
+    return std::nullopt;
+  }
+  // A gmod convert flag that selects this method with fixed settings instead of --router (A-MoD: --direct, Direct
+  // γ-MoD), with its help; nullptr: none. convert_flag_keys writes the "router" key and the settings it fixes.
+  struct ConvertFlag {
+    const char* flag = nullptr;
+    const char* help = nullptr;
+  };
+  virtual ConvertFlag convert_flag() const { return {}; }
+  virtual void convert_flag_keys(nlohmann::json& j) const;
 };
 
 // Shared selections the methods compose.
@@ -124,6 +166,9 @@ at::Tensor select_by_capacity(RoutingStep& s, const at::Tensor& score);
 at::Tensor select_by_threshold(RoutingStep& s, double thr);
 // γ-MoD's and p-MoD's output weighting: only the MLP delta is scaled by the router weight w (a + w·m).
 at::Tensor combine_mlp_delta(const MoDConfig& cfg, const at::Tensor& a, const at::Tensor& m, const at::Tensor& w);
+// gmod convert with a parameter-free method's rule (FastV, PyramidDrop): it has no router, so no convert flag
+// (--direct) and no adaptive thresholds; std::invalid_argument naming the rule and the method otherwise.
+void refuse_router_options(const TokenSelector& method, const std::string& rule, const ConvertChoices& given);
 // FastV, p-MoD and PyramidDrop: only the image tokens are routable.
 void image_tokens_routable(RoutingMasks& m, const ForwardState& st);
 
