@@ -14,6 +14,12 @@ class AttentionSelector : public TokenSelector {
   const char* name() const override { return "attention"; }
   RouterKind kind() const override { return RouterKind::kAttention; }
   const char* display_name() const override { return "A-MoD"; }
+  // Layer 0 has no previous attention map; consecutive MoD layers only with amod_skipped carry / force_keep.
+  void check_layers(const MoDConfig& c, int num_layers, std::ostream& err) const override;
+  // Scores from the previous layer's attention, the weight from them (mod/router.h): no parameters.
+  LayerCosts layer_costs(int64_t) const override { return {}; }
+  bool scores_for_next(const MoDConfig& cfg, int layer_idx) const override { return cfg.is_mod_layer(layer_idx + 1); }
+  std::shared_ptr<DecoderBlock> scoring_layer(const MoDConfig& cfg, const DenseDecoderLayer& dense) const override;
   RoutingMasks masks(const MoDDecoderLayer& layer, const ForwardState& st, int64_t B, int64_t L, at::Device device,
                      int layer_idx, bool topk) const override;
   bool capacity_driven(bool) const override { return true; }

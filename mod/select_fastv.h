@@ -14,6 +14,20 @@ class FastVSelector : public TokenSelector {
   const char* name() const override { return "fastv"; }
   RouterKind kind() const override { return RouterKind::kFastV; }
   const char* display_name() const override { return "FastV"; }
+  // fastv_k and fastv_r in range; its layers are exactly [fastv_k, num_layers) at their original positions.
+  void check_layers(const MoDConfig& c, int num_layers, std::ostream& err) const override;
+  // A parameter-free ranking without gradient, no router weight.
+  LayerCosts layer_costs(int64_t) const override {
+    LayerCosts c;
+    c.learned_router = false;
+    c.weighted_output = false;
+    return c;
+  }
+  // Layer fastv_k - 1 scores: dense, it leaves the last row's attention.
+  bool scores_for_next(const MoDConfig& cfg, int layer_idx) const override { return layer_idx == cfg.fastv_k - 1; }
+  std::shared_ptr<DecoderBlock> scoring_layer(const MoDConfig&, const DenseDecoderLayer& dense) const override {
+    return std::make_shared<FastVScoringLayer>(dense);
+  }
   bool uses_topk_mode() const override { return false; }
   bool routes_packed() const override { return false; }
   bool capacity_driven(bool) const override { return false; }

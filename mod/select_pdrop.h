@@ -16,6 +16,24 @@ class PDropSelector : public TokenSelector {
   RouterKind kind() const override { return RouterKind::kPDrop; }
   bool layers_from_rule() const override { return true; }
   const char* display_name() const override { return "PyramidDrop"; }
+  // Its stages and ratios, and mod_layers_idx = every layer from the first stage on (validate_pdrop, mod/pdrop.h).
+  void check_section(const MoDConfig& c, int num_layers, std::ostream& err) const override {
+    validate_pdrop(c, num_layers, err);
+  }
+  // Parameter-free: no routing loss.
+  void apply_defaults(const nlohmann::json& j, MoDConfig& c) const override;
+  // A parameter-free ranking without gradient, no router weight.
+  LayerCosts layer_costs(int64_t) const override {
+    LayerCosts c;
+    c.learned_router = false;
+    c.weighted_output = false;
+    return c;
+  }
+  // mod.rule "pdrop:LAYERS:RATIOS": its stages and ratios, with mod.config's other PyramidDrop fields.
+  bool trains_by_rule(const std::string& rule) const override { return is_pdrop_rule(rule); }
+  MoDConfig run_rule_config(const std::string& rule, const MoDConfig& base, int num_layers) const override;
+  // mod.config names its stages: every layer from the first on.
+  std::optional<MoDConfig> layers_from_config(const MoDConfig& base, int num_layers) const override;
   bool uses_topk_mode() const override { return false; }
   bool capacity_driven(bool) const override { return false; }
   RoutingMasks masks(const MoDDecoderLayer& layer, const ForwardState& st, int64_t B, int64_t L, at::Device device,

@@ -1,5 +1,6 @@
 #include "mod/select_pmod.h"
 
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "mod/method_registry.h"
@@ -63,6 +64,12 @@ void PModSelector::check_convert_options(const std::string& rule, const ConvertC
   if (given.skip_frac_given || given.forced_given)
     throw std::invalid_argument("--rule " + rule + ": p-MoD keeps each layer's ratio of the image tokens (its "
                                 "schedule), so --skip-frac and --forced do not apply");
+}
+
+void PModSelector::apply_defaults(const nlohmann::json& j, MoDConfig& c) const {
+  if (!j.contains("rope_positions")) c.rope_positions = RopePositions::kOriginal;
+  if (!j.contains("router_init")) c.router_init = "zero";  // the official script's mod_special_init
+  if (!j.contains("router_aux_loss_coef")) c.router_aux_loss_coef = 0.0;  // no routing loss
 }
 
 MoDConfig PModSelector::rule_config(const std::string& rule, int num_layers, const ConvertChoices& given) const {

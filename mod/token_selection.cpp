@@ -62,6 +62,14 @@ MoDConfig TokenSelector::rule_config(const std::string& rule, int, const Convert
   throw std::logic_error(std::string(display_name()) + " has no conversion rule (" + rule + ")");
 }
 
+std::shared_ptr<DecoderBlock> TokenSelector::scoring_layer(const MoDConfig&, const DenseDecoderLayer&) const {
+  throw std::logic_error(std::string(display_name()) + " has no scoring layer");
+}
+
+MoDConfig TokenSelector::run_rule_config(const std::string& rule, const MoDConfig&, int) const {
+  throw std::logic_error(std::string(display_name()) + " has no run rule (" + rule + ")");
+}
+
 void TokenSelector::convert_flag_keys(nlohmann::json& j) const { j["router"] = name(); }
 
 at::Tensor combine_mlp_delta(const MoDConfig& cfg, const at::Tensor& a, const at::Tensor& m, const at::Tensor& w) {
