@@ -1,8 +1,10 @@
 // `gmod convert`: a dense Hugging Face model directory -> a γ-MoD one (mod/mod_checkpoint.h layout). The MoD
-// layers come from a conversion rule (mod/conversion.h); rules on ARank read it from `gmod arank`'s JSON. The new
-// routers are initialised as the MoD config says (router_init, router_init_seed); everything else is copied.
+// layers come from a conversion rule (mod/conversion.h), or from a method's own rule (TokenSelector::owns_rule: its
+// rule decides the layers and what they keep); rules on ARank read it from `gmod arank`'s JSON. The new routers are
+// initialised as the MoD config says (router_init, router_init_seed); everything else is copied.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,10 +17,9 @@
 #include "launch/cli_model.h"
 #include "model/pretrained.h"
 #include "mod/conversion.h"
-#include "mod/fastv.h"
-#include "mod/pdrop.h"
+#include "mod/method_registry.h"
 #include "mod/mod_checkpoint.h"
-#include "mod/pmod.h"
+#include "mod/token_selection.h"
 
 namespace gmod::cli {
 namespace {
@@ -70,12 +71,12 @@ ARankFile read_arank(const std::string& path, int n_layers) {
 struct ConvertOptions {
   std::string model, out, rule, arank;
   double skip_frac = 0.5;
-  std::string router = "gamma_shared";
+  std::string router = default_method_name();
   std::string forced = "questions_answers";
   std::string router_init = "kaiming_uniform";
   uint64_t router_seed = 0;
   std::string dtype = "fp32";
-  bool direct = false;            // Direct γ-MoD: the attention rule instead of a trained router
+  bool direct = false;            // the convert flag of a method (flag_method(): --direct, Direct γ-MoD)
   std::string adaptive = "none";  // adaptive inference thresholds (mod/routing_rule.h)
   double avg_seqlen = 0.0;        // 0: measured (--avg-seqlen-data, else the --arank file's "seqlen")
   DataOptions avg_data;           // --avg-seqlen-data / --avg-seqlen-images
@@ -108,6 +109,20 @@ SeqLenMean measure_avg_seqlen(const ConvertOptions& o, const std::shared_ptr<Mul
   return r;
 }
 
+// The method with a convert flag (TokenSelector::convert_flag: --direct), if one has.
+const TokenSelector* flag_method() {
+  for (const TokenSelector* m : registered_methods())
+    if (m->convert_flag().flag) return m;
+  return nullptr;
+}
+
+// "a, b or c".
+std::string either(const std::vector<std::string>& items, const std::string& last_sep) {
+  std::string s;
+  for (size_t i = 0; i < items.size(); ++i) s += (i == 0 ? "" : i + 1 == items.size() ? last_sep : ", ") + items[i];
+  return s;
+}
+
 int run_convert(const ConvertOptions& o) {
   nlohmann::json j = {{"router", o.router},
                       {"forced_keep", o.forced},
@@ -116,33 +131,32 @@ int run_convert(const ConvertOptions& o) {
                       {"router_init_seed", o.router_seed},
                       {"adaptive_threshold", o.adaptive},
                       {"avg_seqlen", o.avg_seqlen}};
-  // Direct γ-MoD (rebuttal to reviewer 6GUt): no trained router; the γ-MoD routable tokens (image ∪ system) that
-  // receive the least attention in the previous layer are skipped (A-MoD scores, carried across consecutive MoD
-  // layers), skip_frac of them, in the layers the rule picks.
-  if (o.direct) {
-    if (o.router != "gamma_shared") throw UsageError("--direct sets the router itself; drop --router " + o.router);
-    j["router"] = "attention";
-    j["amod_routable"] = "roles";
-    j["amod_skipped"] = "carry";
+  // A method's convert flag (--direct: Direct γ-MoD) selects it with the settings it fixes, instead of --router.
+  const TokenSelector* flagged = o.direct ? flag_method() : nullptr;
+  if (flagged) {
+    if (o.router != default_method_name())
+      throw UsageError(std::string(flagged->convert_flag().flag) + " sets the router itself; drop --router " + o.router);
+    flagged->convert_flag_keys(j);
   }
-  // FastV (mod/fastv.h): --rule fastv:K:R, every layer from K on, no router. PyramidDrop (mod/pdrop.h):
-  // --rule pdrop:LAYERS:RATIOS, every layer from its first stage on, no router. Both are parameter-free rules.
-  const bool pdrop = is_pdrop_rule(o.rule);
-  const bool fastv = o.rule.rfind("fastv:", 0) == 0 || pdrop;
-  if (fastv && (o.direct || o.adaptive != "none"))
-    throw UsageError("--rule " + o.rule + ": " + (pdrop ? "PyramidDrop" : "FastV") +
-                     " has no router, so no --direct or --adaptive-threshold");
-  // p-MoD (mod/pmod.h): --rule pmod[:official_31], the layers its ratio schedule routes, with its router and defaults
-  // (zero-initialised routers, no routing loss); official_31 is the original code's hard-coded denominator.
-  const bool pmod = o.rule == "pmod" || o.rule.rfind("pmod:", 0) == 0;
-  if (pmod && o.rule != "pmod" && o.rule != "pmod:official_31")
-    throw UsageError("--rule " + o.rule + ": expected pmod or pmod:official_31");
-  if (pmod && (o.direct || o.adaptive != "none" || (o.router != "gamma_shared" && o.router != "pmod")))
-    throw UsageError("--rule " + o.rule + " sets p-MoD's router and schedule itself: drop --direct, --router and "
-                     "--adaptive-threshold");
-  if (pmod && (o.skip_frac != ConvertOptions{}.skip_frac || o.forced != ConvertOptions{}.forced))
-    throw UsageError("--rule " + o.rule + ": p-MoD keeps each layer's ratio of the image tokens (its schedule), so "
-                     "--skip-frac and --forced do not apply");
+  // A method's own rule (FastV, p-MoD, PyramidDrop): the rule decides the layers and what they keep; the method
+  // refuses the options that do not go with it.
+  ConvertChoices given;
+  given.flag = o.direct;
+  given.adaptive = o.adaptive != "none";
+  given.router = o.router;
+  given.skip_frac_given = o.skip_frac != ConvertOptions{}.skip_frac;
+  given.forced_given = o.forced != ConvertOptions{}.forced;
+  given.router_init = o.router_init;
+  given.router_init_given = o.router_init != ConvertOptions{}.router_init;
+  given.router_seed = o.router_seed;
+  const TokenSelector* rule_method = method_for_rule(o.rule);
+  if (rule_method) {
+    try {
+      rule_method->check_convert_options(o.rule, given);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  }
   const bool by_seqlen = o.adaptive == "seqlen";
   if (!by_seqlen && (o.avg_seqlen > 0.0 || !o.avg_data.data.empty()))
     throw UsageError("--avg-seqlen and --avg-seqlen-data are for --adaptive-threshold seqlen");
@@ -157,23 +171,23 @@ int run_convert(const ConvertOptions& o) {
   ConversionRule rule;
   try {  // only the options feed these: their errors are usage errors
     mc = mod_config_from_json(j, "gmod convert options");
-    if (!fastv && !pmod) rule = parse_conversion_rule(o.rule);
+    if (!rule_method) rule = parse_conversion_rule(o.rule);
   } catch (const std::exception& e) {
     throw UsageError(e.what());
   }
   if (read_mod_config(o.model)) throw UsageError(o.model + ": already a MoD model (its config.json has \"mod\")");
 
   const bool by_arank =
-      !fastv && !pmod && (rule.kind == ConversionRule::Kind::kThreshold || rule.kind == ConversionRule::Kind::kKeepTop);
+      !rule_method && (rule.kind == ConversionRule::Kind::kThreshold || rule.kind == ConversionRule::Kind::kKeepTop);
   if (by_arank && o.arank.empty())
     throw UsageError("--rule " + o.rule + " selects layers by ARank: compute it with `gmod arank --model " + o.model +
                      " --data DATA.json --out arank.json` and pass --arank arank.json "
                      "(or use --rule layers:a,b or arank_mod, which need none)");
-  MoDConfig fastv_mc;
-  if (fastv) {  // checked before the weights are read
+  MoDConfig rule_mc;
+  const bool rule_early = rule_method && rule_method->rule_checked_before_weights();
+  if (rule_early) {  // checked before the weights are read
     try {
-      const int layers = load_model_config(o.model).text.num_hidden_layers;
-      fastv_mc = pdrop ? parse_pdrop(o.rule.substr(6), layers) : parse_fastv(o.rule.substr(6), layers);
+      rule_mc = rule_method->rule_config(o.rule, load_model_config(o.model).text.num_hidden_layers, given);
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("--rule ") + e.what());
     }
@@ -198,15 +212,14 @@ int run_convert(const ConvertOptions& o) {
                                "pass --avg-seqlen-data DATA.json or --avg-seqlen N");
     }
   }
-  if (fastv) {
-    mc = fastv_mc;
-  } else if (pmod) {
-    mc = pmod_config(n, o.rule == "pmod" ? PModDenominator::kDepth : PModDenominator::kOfficial31);
-    if (o.router_init != ConvertOptions{}.router_init) mc.router_init = o.router_init;  // else p-MoD's zero init
-    mc.router_init_seed = o.router_seed;
+  if (rule_early) {
+    mc = rule_mc;
+  } else if (rule_method) {
+    mc = rule_method->rule_config(o.rule, n, given);
   } else {
     mc.mod_layers = select_mod_layers(rule, n, arank);
-    mc.selection = rule.to_string() + (o.direct ? " (direct)" : "");
+    mc.selection = rule.to_string();
+    if (flagged) mc.selection += " (" + std::string(flagged->convert_flag().flag).substr(2) + ")";  // "(direct)"
   }
   // The MoD layers' ARank goes with the model (adaptive "arank" thresholds read it).
   if (!arank.empty())
@@ -226,9 +239,10 @@ int run_convert(const ConvertOptions& o) {
   for (int l : mc.mod_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
   std::cout << "wrote " << o.out << ": " << n << " layers, MoD layers [" << layers << "] (" << mc.selection
             << "), router " << to_string(mc.router);
-  if (pmod || pdrop) {  // the share of each sample's image tokens each MoD layer keeps
+  // A method's rule that keeps a share of the image tokens per layer (p-MoD, PyramidDrop): those shares.
+  if (rule_method && rule_method->image_keep_ratio(mc, mc.mod_layers.front(), n)) {
     std::cout << ", image tokens kept:";
-    for (int l : mc.mod_layers) std::printf(" %d %.3f", l, pmod ? pmod_ratio(mc, l, n) : pdrop_ratio(mc, l));
+    for (int l : mc.mod_layers) std::printf(" %d %.3f", l, *rule_method->image_keep_ratio(mc, l, n));
     std::cout << "\n";
   } else {
     std::cout << ", skip_frac " << mc.skip_frac << ", forced " << to_string(mc.forced_keep) << "\n";
@@ -241,26 +255,30 @@ Runner setup(CLI::App& app) {
   auto o = std::make_shared<ConvertOptions>();
   add(app, "--model", o->model, "dense Hugging Face model dir")->type_name("DIR")->required();
   add(app, "--out", o->out, "the γ-MoD model dir to write")->type_name("DIR")->required();
-  add(app, "--rule", o->rule,
-      "which layers become MoD: keep_top:N (all but the N highest-ARank layers), threshold:T (ARank < T), "
-      "layers:a,b, arank_mod, fastv:K:R (FastV: from layer K on drop the fraction R of the image tokens), "
-      "pdrop:LAYERS:RATIOS (PyramidDrop: stage s from layer LAYERS[s] on keeps RATIOS[s] of the image tokens, e.g. "
-      "pdrop:8,16,24:0.5,0.25,0.125), or pmod "
-      "(p-MoD: the layers its ratio schedule routes; pmod:official_31 with the original code's denominator 31)")
+  // The layer rules, then the methods' own rules (by name); --router picks among the methods without one.
+  std::vector<std::string> rules = {"keep_top:N (all but the N highest-ARank layers)", "threshold:T (ARank < T)",
+                                    "layers:a,b", "arank_mod"};
+  std::vector<std::string> routers;
+  const std::vector<const TokenSelector*> methods = registered_methods();
+  std::vector<const TokenSelector*> by_name = methods;
+  std::sort(by_name.begin(), by_name.end(), [](auto* a, auto* b) { return std::string(a->name()) < b->name(); });
+  for (const TokenSelector* m : by_name)
+    if (!m->rule_help().empty()) rules.push_back(m->rule_help());
+  for (const TokenSelector* m : methods)
+    if (m->rule_help().empty()) routers.push_back(m->name());
+  add(app, "--rule", o->rule, "which layers become MoD: " + either(rules, ", or "))
       ->type_name("RULE")
       ->required();
   add(app, "--arank", o->arank, "per-layer ARank of `gmod arank --out` (for keep_top and threshold)")
       ->type_name("JSON");
   add(app, "--skip-frac", o->skip_frac, "fraction of the routable tokens each MoD layer skips in training")
       ->check(between(0.0, 1.0));
-  add(app, "--router", o->router, "router: gamma_shared, per_layer or attention");
+  add(app, "--router", o->router, "router: " + either(routers, " or "));
   add(app, "--forced", o->forced, "tokens always kept: questions or questions_answers");
   add(app, "--router-init", o->router_init, "router weights: kaiming_uniform, xavier_uniform or zero");
   add(app, "--router-seed", o->router_seed, "seed of the router initialisation");
   add(app, "--dtype", o->dtype, "dtype of the written weights")->check(CLI::IsMember({"fp32", "bf16"}));
-  add_flag(app, "--direct", o->direct,
-      "Direct γ-MoD: no trained router, skip the routable tokens that get the least attention in the previous "
-      "layer (router attention, amod_routable roles, amod_skipped carry)");
+  if (const TokenSelector* m = flag_method()) add_flag(app, m->convert_flag().flag, o->direct, m->convert_flag().help);
   add(app, "--adaptive-threshold", o->adaptive,
       "inference thresholds: none, seqlen (δ_s·(1+ln(seqlen/avg_seqlen)), avg_seqlen from --avg-seqlen, "
       "--avg-seqlen-data or --arank) or arank "

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
-#include "mod/fastv.h"
-#include "mod/pdrop.h"
-#include "mod/pmod.h"
+#include "mod/method_registry.h"
+#include "mod/token_selection.h"
 
 namespace gmod {
 
@@ -61,9 +61,17 @@ ConversionRule parse_conversion_rule(const std::string& s) {
   return r;
 }
 
+namespace {
+// The method whose run rule `rule` is (p-MoD, PyramidDrop), or nullptr.
+const TokenSelector* run_rule_method(const std::string& rule) {
+  for (const TokenSelector* m : registered_methods())
+    if (m->trains_by_rule(rule)) return m;
+  return nullptr;
+}
+}  // namespace
+
 bool rule_needs_arank(const std::string& rule) {
-  if (is_pmod_rule(rule)) return false;
-  if (is_pdrop_rule(rule)) return false;
+  if (run_rule_method(rule)) return false;
   const ConversionRule r = parse_conversion_rule(rule);
   return r.kind == ConversionRule::Kind::kThreshold || r.kind == ConversionRule::Kind::kKeepTop;
 }
@@ -71,19 +79,8 @@ bool rule_needs_arank(const std::string& rule) {
 MoDConfig config_for_rule(const std::string& rule, const MoDConfig& base, int num_layers,
                           const std::vector<double>& arank) {
   if (!base.mod_layers.empty()) return base;
-  if (is_pmod_rule(rule)) return pmod_rule_config(rule, base, num_layers);
-  if (is_pdrop_rule(rule)) {  // PyramidDrop's stages and ratios, with base's other PyramidDrop fields
-    MoDConfig c = parse_pdrop(rule.substr(6), num_layers);
-    if (base.router == RouterKind::kPDrop) c.pdrop_unanswered = base.pdrop_unanswered;
-    return c;
-  }
-  if (base.router == RouterKind::kPDrop) {  // mod.config names its stages: every layer from the first on
-    MoDConfig c = base;
-    if (!c.pdrop_layers.empty())
-      for (int i = std::max(c.pdrop_layers.front(), 0); i < num_layers; ++i) c.mod_layers.push_back(i);
-    validate(c, num_layers, "mod.config (router pdrop)");
-    return c;
-  }
+  if (const TokenSelector* m = run_rule_method(rule)) return m->run_rule_config(rule, base, num_layers);
+  if (auto c = method_for(base.router).layers_from_config(base, num_layers)) return *c;
   const ConversionRule r = parse_conversion_rule(rule);
   MoDConfig c = base;
   c.mod_layers = select_mod_layers(r, num_layers, arank);
@@ -92,11 +89,12 @@ MoDConfig config_for_rule(const std::string& rule, const MoDConfig& base, int nu
 }
 
 std::vector<double> planned_kept_fractions(const MoDConfig& c, int num_layers, double routable) {
+  const TokenSelector& method = method_for(c.router);
   std::vector<double> out;
-  for (int l : c.mod_layers)
-    out.push_back(c.router == RouterKind::kPMoD    ? 1.0 - (1.0 - pmod_ratio(c, l, num_layers)) * routable
-                  : c.router == RouterKind::kPDrop ? 1.0 - (1.0 - pdrop_ratio(c, l)) * routable
-                                                   : 1.0 - c.skip_frac * routable);
+  for (int l : c.mod_layers) {
+    const std::optional<double> ratio = method.image_keep_ratio(c, l, num_layers);
+    out.push_back(ratio ? 1.0 - (1.0 - *ratio) * routable : 1.0 - c.skip_frac * routable);
+  }
   return out;
 }
 
@@ -164,26 +162,18 @@ void convert_to_mod(MultimodalLM& model, const MoDConfig& cfg) {
     if (!dense[i] && cfg.is_mod_layer(i))
       throw std::logic_error("convert_to_mod: layer " + std::to_string(i) + " is not a DenseDecoderLayer");
   }
-  std::shared_ptr<GammaRouterImpl> router;
-  if (cfg.router == RouterKind::kGammaShared && !cfg.mod_layers.empty()) {
-    const auto& w = dense[cfg.mod_layers.front()]->self_attn->q_proj->weight;
-    router = model.register_module(
-        "mod_router", std::make_shared<GammaRouterImpl>(w.size(1), cfg.router_init, cfg.router_init_seed, w.options()));
-  }
-  const bool amod = cfg.router == RouterKind::kAttention;
-  const bool fastv = cfg.router == RouterKind::kFastV;
+  const TokenSelector& method = method_for(cfg.router);
+  std::shared_ptr<GammaRouterImpl> router;  // the model's shared router (γ-MoD), if the method has one
+  if (!cfg.mod_layers.empty()) router = method.model_router(model, cfg, *dense[cfg.mod_layers.front()]);
   for (int i = 0; i < n; ++i) {
-    const bool next_is_mod = amod && cfg.is_mod_layer(i + 1);
-    if (fastv && i == cfg.fastv_k - 1) {  // FastV's scoring layer: dense, leaves the last row's attention
-      if (!dense[i]) throw std::logic_error("convert_to_mod: layer " + std::to_string(i) + " is not dense");
-      stack.set(i, std::make_shared<FastVScoringLayer>(*dense[i]));
-    } else if (cfg.is_mod_layer(i)) {
-      auto layer = std::make_shared<MoDDecoderLayer>(*dense[i], cfg, router, i, next_is_mod);
-      if (cfg.router == RouterKind::kPMoD) layer->pmod_ratio = pmod_ratio(cfg, i, n);
+    const bool scores = method.scores_for_next(cfg, i);  // leaves attention scores for the next MoD layer
+    if (cfg.is_mod_layer(i)) {
+      auto layer = std::make_shared<MoDDecoderLayer>(*dense[i], cfg, router, i, scores);
+      method.place(*layer, cfg, i, n);
       stack.set(i, layer);
-    } else if (next_is_mod) {
+    } else if (scores) {  // a dense scoring layer (A-MoD's before a MoD layer, FastV's at fastv_k - 1)
       if (!dense[i]) throw std::logic_error("convert_to_mod: layer " + std::to_string(i) + " is not dense");
-      stack.set(i, std::make_shared<AttentionScoringLayer>(*dense[i], cfg.amod_causal_normalise));
+      stack.set(i, method.scoring_layer(cfg, *dense[i]));
     }
   }
   if (!model.is_training()) model.eval();  // new modules start in training mode

@@ -1,7 +1,7 @@
 // What a MoD layer of each router kind costs in training beyond a dense layer on its kept tokens, for the memory
 // plan and the parameter counts (trainer/plan): the router's parameters, and which tensors the layer keeps for the
-// backward. The planner asks these instead of naming routers, so a new method states its costs here (mod/ owns
-// them) and `gmod plan` follows. Measured against the real layers by tests/trainer/mpi_memory_plan_test.cpp.
+// backward. The planner asks these instead of naming routers; each method states its costs in its file pair
+// (TokenSelector::layer_costs, mod/select_*.h) and `gmod plan` follows. Measured against the real layers by tests/trainer/mpi_memory_plan_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,8 @@ struct LayerCosts {
   bool weighted_output = true;
 };
 
-// With p-MoD's router bias on (its default).
+// The costs of the method registered for `kind` (mod/method_registry.h); p-MoD's with its router bias on (its
+// default).
 LayerCosts layer_costs(RouterKind kind, int64_t hidden);
 
 }  // namespace gmod

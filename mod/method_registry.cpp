@@ -52,6 +52,14 @@ const TokenSelector* find_method(const std::string& name) {
   return nullptr;
 }
 
+const TokenSelector* method_for_rule(const std::string& rule) {
+  for (const TokenSelector* m : registered_methods())
+    if (m->owns_rule(rule)) return m;
+  return nullptr;
+}
+
+std::string default_method_name() { return to_string(MoDConfig{}.router); }
+
 const TokenSelector& method_named(const std::string& name, const std::string& source) {
   return method_for(router_kind(name, source));
 }

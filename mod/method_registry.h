@@ -35,6 +35,11 @@ std::vector<const TokenSelector*> registered_methods();
 const TokenSelector& method_for(RouterKind kind);
 // By registered name ("gamma_shared", "pmod", ...); nullptr when unknown.
 const TokenSelector* find_method(const std::string& name);
+// The method whose gmod convert rule `rule` is (TokenSelector::owns_rule); nullptr: a layer rule of
+// mod/conversion.h.
+const TokenSelector* method_for_rule(const std::string& rule);
+// The method a MoD config names when it names none (MoDConfig's default router), by its registered name.
+std::string default_method_name();
 // By name, or std::invalid_argument naming `source` and the known names (as router_kind).
 const TokenSelector& method_named(const std::string& name, const std::string& source);
 

@@ -1,7 +1,7 @@
 #include "mod/mod_config.h"
 
-#include "mod/pdrop.h"
-#include "mod/pmod.h"
+#include "mod/method_registry.h"
+#include "mod/token_selection.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -159,37 +159,15 @@ void validate(const MoDConfig& c, int num_layers, const std::string& source) {
   if (!(c.decode_threshold >= 0.0 && c.decode_threshold <= 1.0)) err << "\n  decode_threshold expected in [0, 1]";
   if (c.router_init != "kaiming_uniform" && c.router_init != "xavier_uniform" && c.router_init != "zero")
     err << "\n  router_init = \"" << c.router_init << "\", expected kaiming_uniform, xavier_uniform or zero";
-  if (c.router == RouterKind::kAttention && c.is_mod_layer(0))
-    err << "\n  router attention (A-MoD) needs the previous layer's attention map, so layer 0 cannot be MoD";
-  if (c.router == RouterKind::kAttention && c.amod_skipped == AmodSkippedScore::kInterleaved)
-    for (size_t i = 1; i < c.mod_layers.size(); ++i)
-      if (c.mod_layers[i] == c.mod_layers[i - 1] + 1)
-        err << "\n  A-MoD layers " << c.mod_layers[i - 1] << " and " << c.mod_layers[i]
-            << " are consecutive: layer " << c.mod_layers[i]
-            << " would have no full attention map to route by (A-MoD interleaves MoD and dense layers); choose "
-               "interleaved layers or set amod_skipped to \"carry\" or \"force_keep\" (adaptations)";
-  if (c.router == RouterKind::kFastV) {
-    if (c.fastv_k < 1 || c.fastv_k >= num_layers)
-      err << "\n  fastv_k = " << c.fastv_k << ", expected [1, " << num_layers
-          << "): FastV scores the image tokens at layer fastv_k - 1 and prunes from layer fastv_k on";
-    if (!(c.fastv_r >= 0.0 && c.fastv_r <= 1.0)) err << "\n  fastv_r = " << c.fastv_r << ", expected [0, 1]";
-    bool tail = c.fastv_k >= 1 && c.fastv_k < num_layers && static_cast<int>(c.mod_layers.size()) == num_layers - c.fastv_k;
-    for (size_t i = 0; tail && i < c.mod_layers.size(); ++i) tail = c.mod_layers[i] == c.fastv_k + static_cast<int>(i);
-    if (!tail)
-      err << "\n  router fastv: mod_layers_idx must be every layer from fastv_k = " << c.fastv_k << " to "
-          << num_layers - 1;
-    if (c.rope_positions != RopePositions::kOriginal)
-      err << "\n  router fastv: rope_positions must be \"original\" (FastV keeps the tokens' positions)";
-  }
-  if (c.capacity_rule == CapacityRule::kOfficialPrefix && c.router != RouterKind::kGammaShared)
+  // The method's own checks (its file pair, mod/select_*.cpp), around the shared capacity ones.
+  const TokenSelector& method = method_for(c.router);
+  method.check_layers(c, num_layers, err);
+  if (c.capacity_rule == CapacityRule::kOfficialPrefix && !method.official_prefix_capacity())
     err << "\n  capacity_rule \"official_prefix\" reproduces γ-MoD's code; router " << to_string(c.router)
         << " routes by its own capacity (use router gamma_shared or capacity_rule \"roles\")";
   if (c.official_prefix < 1) err << "\n  official_prefix = " << c.official_prefix << ", expected >= 1";
-  if (c.router == RouterKind::kPMoD) validate_pmod(c, num_layers, err);
-  if (c.router == RouterKind::kPDrop) validate_pdrop(c, num_layers, err);
-  if (c.adaptive_threshold != AdaptiveThreshold::kNone &&
-      (c.router == RouterKind::kAttention || c.router == RouterKind::kFastV || c.router == RouterKind::kPMoD ||
-       c.router == RouterKind::kPDrop))
+  method.check_section(c, num_layers, err);
+  if (c.adaptive_threshold != AdaptiveThreshold::kNone && !method.has_thresholds())
     err << "\n  adaptive_threshold = \"" << to_string(c.adaptive_threshold) << "\" adapts the router thresholds; router "
         << to_string(c.router) << " has none";
   if (c.adaptive_threshold == AdaptiveThreshold::kSeqLen && !(c.avg_seqlen > 0.0))
@@ -318,13 +296,7 @@ MoDConfig mod_config_from_json(const nlohmann::json& j, const std::string& sourc
     if (j.contains("pdrop_ratios")) c.pdrop_ratios = j.at("pdrop_ratios").get<std::vector<double>>();
     if (j.contains("pdrop_unanswered"))
       c.pdrop_unanswered = parse_enum<PDropUnanswered>(j.at("pdrop_unanswered").get<std::string>(), source);
-    if (c.router == RouterKind::kPDrop && !j.contains("router_aux_loss_coef"))
-      c.router_aux_loss_coef = 0.0;  // PyramidDrop: parameter-free, no routing loss
-    if (c.router == RouterKind::kPMoD) {  // p-MoD's own defaults where the object does not say otherwise
-      if (!j.contains("rope_positions")) c.rope_positions = RopePositions::kOriginal;
-      if (!j.contains("router_init")) c.router_init = "zero";  // the official script's mod_special_init
-      if (!j.contains("router_aux_loss_coef")) c.router_aux_loss_coef = 0.0;  // no routing loss
-    }
+    method_for(c.router).apply_defaults(j, c);  // the method's own defaults where the object does not say otherwise
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(source + ": bad MoD config value: " + e.what());
   }

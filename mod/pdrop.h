@@ -36,7 +36,8 @@ MoDConfig parse_pdrop(const std::string& spec, int num_layers);
 // mod.rule / gmod convert --rule "pdrop:<spec>".
 bool is_pdrop_rule(const std::string& rule);
 
-// Appends "\n  <problem>" lines for bad PyramidDrop fields (validate() calls it when router is pdrop).
+// Appends "\n  <problem>" lines for bad PyramidDrop fields (validate() asks PDropSelector::check_section when router
+// is pdrop).
 void validate_pdrop(const MoDConfig& c, int num_layers, std::ostream& err);
 
 // trunc(n_img · ratio) in double, as the original's int(n * ratio).

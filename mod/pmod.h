@@ -38,7 +38,7 @@ std::vector<int> pmod_layers(const MoDConfig& c, int num_layers);
 // trunc(float(n_img) · float(ratio)): the image tokens a sample keeps (the original's float32 arithmetic).
 int64_t pmod_kept_images(int64_t n_img, double ratio);
 
-// Appends "\n  <problem>" lines for bad p-MoD fields (called by validate() when router is pmod).
+// Appends "\n  <problem>" lines for bad p-MoD fields (validate() asks PModSelector::check_section when router is pmod).
 void validate_pmod(const MoDConfig& c, int num_layers, std::ostream& err);
 
 // A MoDConfig for p-MoD with the official script's parameters (shiftedcos, factor 0.5, max 0.85, min 0.15,

@@ -1,6 +1,7 @@
 #include "mod/select_amod.h"
 
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "mod/method_registry.h"
@@ -66,6 +67,29 @@ void AttentionSelector::carry(const MoDDecoderLayer& layer, ForwardState& st, co
 TokenSelector::KernelUse AttentionSelector::deterministic_use(const MoDConfig& cfg) const {
   if (!cfg.amod_causal_normalise) return {};
   return {"A-MoD's causal column normalisation (mod/router.cpp)", "float cumsum", "mod.amod_causal_normalise false"};
+}
+
+void AttentionSelector::check_layers(const MoDConfig& c, int, std::ostream& err) const {
+  if (c.is_mod_layer(0))
+    err << "\n  router attention (A-MoD) needs the previous layer's attention map, so layer 0 cannot be MoD";
+  if (c.amod_skipped == AmodSkippedScore::kInterleaved)
+    for (size_t i = 1; i < c.mod_layers.size(); ++i)
+      if (c.mod_layers[i] == c.mod_layers[i - 1] + 1)
+        err << "\n  A-MoD layers " << c.mod_layers[i - 1] << " and " << c.mod_layers[i]
+            << " are consecutive: layer " << c.mod_layers[i]
+            << " would have no full attention map to route by (A-MoD interleaves MoD and dense layers); choose "
+               "interleaved layers or set amod_skipped to \"carry\" or \"force_keep\" (adaptations)";
+}
+
+std::shared_ptr<DecoderBlock> AttentionSelector::scoring_layer(const MoDConfig& cfg,
+                                                               const DenseDecoderLayer& dense) const {
+  return std::make_shared<AttentionScoringLayer>(dense, cfg.amod_causal_normalise);
+}
+
+void AttentionSelector::convert_flag_keys(nlohmann::json& j) const {
+  j["router"] = name();
+  j["amod_routable"] = to_string(AmodRoutable::kRoles);
+  j["amod_skipped"] = to_string(AmodSkippedScore::kCarry);
 }
 
 GMOD_REGISTER_METHOD(attention, AttentionSelector)

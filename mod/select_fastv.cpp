@@ -21,6 +21,20 @@ at::Tensor FastVSelector::select(RoutingStep& s) const {
   return fastv_selection(s.st.routing_scores, s.st.token_roles, s.masks.valid, s.layer.cfg.fastv_r);
 }
 
+void FastVSelector::check_layers(const MoDConfig& c, int num_layers, std::ostream& err) const {
+  if (c.fastv_k < 1 || c.fastv_k >= num_layers)
+    err << "\n  fastv_k = " << c.fastv_k << ", expected [1, " << num_layers
+        << "): FastV scores the image tokens at layer fastv_k - 1 and prunes from layer fastv_k on";
+  if (!(c.fastv_r >= 0.0 && c.fastv_r <= 1.0)) err << "\n  fastv_r = " << c.fastv_r << ", expected [0, 1]";
+  bool tail = c.fastv_k >= 1 && c.fastv_k < num_layers && static_cast<int>(c.mod_layers.size()) == num_layers - c.fastv_k;
+  for (size_t i = 0; tail && i < c.mod_layers.size(); ++i) tail = c.mod_layers[i] == c.fastv_k + static_cast<int>(i);
+  if (!tail)
+    err << "\n  router fastv: mod_layers_idx must be every layer from fastv_k = " << c.fastv_k << " to "
+        << num_layers - 1;
+  if (c.rope_positions != RopePositions::kOriginal)
+    err << "\n  router fastv: rope_positions must be \"original\" (FastV keeps the tokens' positions)";
+}
+
 MoDConfig FastVSelector::config_from_spec(const std::string& spec, int num_layers) const {
   return parse_fastv(spec, num_layers);
 }

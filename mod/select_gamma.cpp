@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "mod/method_registry.h"
+#include "model/llava.h"
 
 namespace gmod {
 
@@ -13,6 +14,20 @@ bool official_prefix(const MoDConfig& cfg, bool topk) {
   return cfg.capacity_rule == CapacityRule::kOfficialPrefix && topk;
 }
 }  // namespace
+
+LayerCosts GammaSharedSelector::layer_costs(int64_t hidden) const {
+  LayerCosts c;  // mod_router.weight [2, D], shared by every MoD layer (mod/router.h)
+  c.shared_router_params = 2 * hidden;
+  c.router_reads_normed = true;
+  return c;
+}
+
+std::shared_ptr<GammaRouterImpl> GammaSharedSelector::model_router(MultimodalLM& model, const MoDConfig& cfg,
+                                                                   const DenseDecoderLayer& first) const {
+  const auto& w = first.self_attn->q_proj->weight;
+  return model.register_module(
+      "mod_router", std::make_shared<GammaRouterImpl>(w.size(1), cfg.router_init, cfg.router_init_seed, w.options()));
+}
 
 void GammaSharedSelector::attach(MoDDecoderLayer& layer, const DenseDecoderLayer&, int layer_idx) const {
   if (!layer.shared_router)

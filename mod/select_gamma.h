@@ -15,6 +15,11 @@ class GammaSharedSelector : public TokenSelector {
   const char* name() const override { return "gamma_shared"; }
   RouterKind kind() const override { return RouterKind::kGammaShared; }
   const char* display_name() const override { return "γ-MoD"; }
+  bool official_prefix_capacity() const override { return true; }
+  bool has_thresholds() const override { return true; }
+  LayerCosts layer_costs(int64_t hidden) const override;
+  std::shared_ptr<GammaRouterImpl> model_router(MultimodalLM& model, const MoDConfig& cfg,
+                                                const DenseDecoderLayer& first) const override;
   void attach(MoDDecoderLayer& layer, const DenseDecoderLayer& dense, int layer_idx) const override;
   std::vector<at::Tensor> external_parameters(const MoDDecoderLayer& layer) const override;
   RoutingMasks masks(const MoDDecoderLayer& layer, const ForwardState& st, int64_t B, int64_t L, at::Device device,

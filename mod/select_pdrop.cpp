@@ -1,6 +1,8 @@
 #include "mod/select_pdrop.h"
 
+#include <algorithm>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "mod/method_registry.h"
@@ -44,6 +46,24 @@ void PDropSelector::after_select(RoutingStep& s, const at::Tensor& sel) const {
   const auto opts = s.h.options().dtype(at::kFloat);
   s.st.routing_scores =
       at::where(sel, at::zeros({}, opts), at::full({}, -std::numeric_limits<double>::infinity(), opts));
+}
+
+void PDropSelector::apply_defaults(const nlohmann::json& j, MoDConfig& c) const {
+  if (!j.contains("router_aux_loss_coef")) c.router_aux_loss_coef = 0.0;
+}
+
+MoDConfig PDropSelector::run_rule_config(const std::string& rule, const MoDConfig& base, int num_layers) const {
+  MoDConfig c = parse_pdrop(rule.substr(6), num_layers);
+  if (base.router == kind()) c.pdrop_unanswered = base.pdrop_unanswered;
+  return c;
+}
+
+std::optional<MoDConfig> PDropSelector::layers_from_config(const MoDConfig& base, int num_layers) const {
+  MoDConfig c = base;
+  if (!c.pdrop_layers.empty())
+    for (int i = std::max(c.pdrop_layers.front(), 0); i < num_layers; ++i) c.mod_layers.push_back(i);
+  validate(c, num_layers, "mod.config (router pdrop)");
+  return c;
 }
 
 MoDConfig PDropSelector::config_from_spec(const std::string& spec, int num_layers) const {

@@ -13,6 +13,12 @@ class PerLayerSelector : public TokenSelector {
   const char* name() const override { return "per_layer"; }
   RouterKind kind() const override { return RouterKind::kPerLayer; }
   const char* display_name() const override { return "per-layer MoD"; }
+  bool has_thresholds() const override { return true; }
+  LayerCosts layer_costs(int64_t hidden) const override {
+    LayerCosts c;  // llm.layers.{i}.router.weight [1, D]
+    c.layer_router_params = hidden;
+    return c;
+  }
   void attach(MoDDecoderLayer& layer, const DenseDecoderLayer& dense, int layer_idx) const override;
   MoDDecoderLayer::Scores score(const MoDDecoderLayer& layer, const at::Tensor& h) const override;
   at::Tensor select(RoutingStep& s) const override;

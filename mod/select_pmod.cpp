@@ -1,5 +1,8 @@
 #include "mod/select_pmod.h"
 
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
 #include "mod/method_registry.h"
 #include "mod/pmod.h"
 #include "mod/pmod_checkpoint.h"
@@ -51,6 +54,33 @@ at::Tensor PModSelector::skipped(RoutingStep& s) const {
 at::Tensor PModSelector::combine(const MoDConfig& cfg, const at::Tensor&, const at::Tensor& a, const at::Tensor& m,
                                  const at::Tensor& w) const {
   return combine_mlp_delta(cfg, a, m, w);
+}
+
+void PModSelector::check_convert_options(const std::string& rule, const ConvertChoices& given) const {
+  if (!is_pmod_rule(rule)) throw std::invalid_argument("--rule " + rule + ": expected pmod or pmod:official_31");
+  if (given.flag || given.adaptive || (given.router != default_method_name() && given.router != name()))
+    throw std::invalid_argument("--rule " + rule + " sets p-MoD's router and schedule itself: drop --direct, --router "
+                                "and --adaptive-threshold");
+  if (given.skip_frac_given || given.forced_given)
+    throw std::invalid_argument("--rule " + rule + ": p-MoD keeps each layer's ratio of the image tokens (its "
+                                "schedule), so --skip-frac and --forced do not apply");
+}
+
+void PModSelector::apply_defaults(const nlohmann::json& j, MoDConfig& c) const {
+  if (!j.contains("rope_positions")) c.rope_positions = RopePositions::kOriginal;
+  if (!j.contains("router_init")) c.router_init = "zero";  // the official script's mod_special_init
+  if (!j.contains("router_aux_loss_coef")) c.router_aux_loss_coef = 0.0;  // no routing loss
+}
+
+MoDConfig PModSelector::rule_config(const std::string& rule, int num_layers, const ConvertChoices& given) const {
+  MoDConfig mc = pmod_config(num_layers, rule == "pmod" ? PModDenominator::kDepth : PModDenominator::kOfficial31);
+  if (given.router_init_given) mc.router_init = given.router_init;  // else p-MoD's zero init
+  mc.router_init_seed = given.router_seed;
+  return mc;
+}
+
+std::optional<double> PModSelector::image_keep_ratio(const MoDConfig& cfg, int layer, int num_layers) const {
+  return pmod_ratio(cfg, layer, num_layers);
 }
 
 void PModSelector::save_original_layout(const MultimodalLM& model, const MoDConfig& cfg, const std::string& out) const {

@@ -1,6 +1,7 @@
 #include "mod/token_selection.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "mod/routing_rule.h"
@@ -57,6 +58,20 @@ void TokenSelector::save_original_layout(const MultimodalLM&, const MoDConfig&, 
   throw std::logic_error(std::string(display_name()) + " has no original checkpoint layout to export");
 }
 
+MoDConfig TokenSelector::rule_config(const std::string& rule, int, const ConvertChoices&) const {
+  throw std::logic_error(std::string(display_name()) + " has no conversion rule (" + rule + ")");
+}
+
+std::shared_ptr<DecoderBlock> TokenSelector::scoring_layer(const MoDConfig&, const DenseDecoderLayer&) const {
+  throw std::logic_error(std::string(display_name()) + " has no scoring layer");
+}
+
+MoDConfig TokenSelector::run_rule_config(const std::string& rule, const MoDConfig&, int) const {
+  throw std::logic_error(std::string(display_name()) + " has no run rule (" + rule + ")");
+}
+
+void TokenSelector::convert_flag_keys(nlohmann::json& j) const { j["router"] = name(); }
+
 at::Tensor combine_mlp_delta(const MoDConfig& cfg, const at::Tensor& a, const at::Tensor& m, const at::Tensor& w) {
   if (!cfg.scale_by_router || !w.defined()) return a + m;
   auto ws = w.to(m.scalar_type()).unsqueeze(-1);
@@ -83,6 +98,12 @@ at::Tensor select_by_threshold(RoutingStep& s, double thr) {
   // mod/routing_rule.h; compared in keep_prob's dtype as the static threshold is
   const auto thr_b = routing_thresholds(s.layer.cfg, s.layer_idx, thr, masks.valid.sum(1)).unsqueeze(1);  // [B, 1]
   return masks.forced | (masks.routable & (kp > thr_b.to(kp.scalar_type())));
+}
+
+void refuse_router_options(const TokenSelector& method, const std::string& rule, const ConvertChoices& given) {
+  if (given.flag || given.adaptive)
+    throw std::invalid_argument("--rule " + rule + ": " + method.display_name() +
+                                " has no router, so no --direct or --adaptive-threshold");
 }
 
 void image_tokens_routable(RoutingMasks& m, const ForwardState& st) {

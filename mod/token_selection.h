@@ -20,15 +20,33 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include "mod/layer_costs.h"
 #include "mod/mod_layer.h"
 
 namespace gmod {
 
 class SegmentLayout;  // model/segments.h
 class MultimodalLM;   // model/llava.h
+class BlockStack;     // model/llama.h
+
+// The options of `gmod convert` beside --rule, as a method whose rule decides its layers judges them
+// (TokenSelector::check_convert_options / rule_config).
+struct ConvertChoices {
+  bool flag = false;               // a method's convert flag (TokenSelector::convert_flag, e.g. --direct) is given
+  bool adaptive = false;           // --adaptive-threshold other than none
+  std::string router;              // --router
+  bool skip_frac_given = false;    // --skip-frac other than its default
+  bool forced_given = false;       // --forced other than its default
+  std::string router_init;         // --router-init
+  bool router_init_given = false;  // ... other than its default
+  uint64_t router_seed = 0;        // --router-seed
+};
 
 // What a layer's forward hands its method while routing a full sequence.
 struct RoutingStep {
@@ -55,6 +73,35 @@ class TokenSelector {
   // The method's name in messages ("γ-MoD", "p-MoD", ...).
   virtual const char* display_name() const = 0;
 
+  // Its config section (MoDConfig is one flat struct; mod/mod_config.cpp asks the method named by its router).
+  // validate() appends "\n  <problem>" lines: check_layers before the shared capacity checks (where the method's
+  // layers may be: A-MoD's dense layer before each, FastV's tail from fastv_k), check_section after them (p-MoD's
+  // schedule, PyramidDrop's stages).
+  virtual void check_layers(const MoDConfig& c, int num_layers, std::ostream& err) const {}
+  virtual void check_section(const MoDConfig& c, int num_layers, std::ostream& err) const {}
+  // Whether capacity_rule "official_prefix" (the original γ-MoD code's positional training capacity) applies.
+  virtual bool official_prefix_capacity() const { return false; }
+  // Whether the method routes by router thresholds at inference (which adaptive_threshold adapts).
+  virtual bool has_thresholds() const { return false; }
+  // mod_config_from_json: the method's defaults for the keys the object `j` does not set (p-MoD: original
+  // positions, zero router init, no routing loss; PyramidDrop: no routing loss).
+  virtual void apply_defaults(const nlohmann::json& j, MoDConfig& c) const {}
+  // What a MoD layer of the method costs in training beyond a dense layer on its kept tokens (mod/layer_costs.h).
+  virtual LayerCosts layer_costs(int64_t hidden) const = 0;
+
+  // Construction by convert_to_mod (mod/conversion.h): the router the model owns and every MoD layer shares
+  // (γ-MoD's "mod_router", registered on `model`; nullptr: none), built next to `first`, the first MoD layer's
+  // dense layer.
+  virtual std::shared_ptr<GammaRouterImpl> model_router(MultimodalLM& model, const MoDConfig& cfg,
+                                                        const DenseDecoderLayer& first) const {
+    return nullptr;
+  }
+  // Whether layer `layer_idx` leaves attention scores for the MoD layer after it (A-MoD: the layer before each MoD
+  // layer; FastV: layer fastv_k - 1). A dense one becomes scoring_layer(dense); a MoD layer emits them itself.
+  virtual bool scores_for_next(const MoDConfig& cfg, int layer_idx) const { return false; }
+  virtual std::shared_ptr<DecoderBlock> scoring_layer(const MoDConfig& cfg, const DenseDecoderLayer& dense) const;
+  // What a new MoD layer reads from its position in an LLM of num_layers layers (p-MoD: its image-token ratio).
+  virtual void place(MoDDecoderLayer& layer, const MoDConfig& cfg, int layer_idx, int num_layers) const {}
   // Construction: the routers the method adds to a new layer (layer.register_router) and what it checks.
   virtual void attach(MoDDecoderLayer& layer, const DenseDecoderLayer& dense, int layer_idx) const;
   // Parameters the layer uses but the model owns (γ-MoD's shared router).
@@ -115,6 +162,44 @@ class TokenSelector {
     std::string remedy;  // the setting that avoids it
   };
   virtual KernelUse deterministic_use(const MoDConfig& cfg) const { return {}; }
+
+  // gmod convert --rule RULE (launch/cmd_convert.cpp) for a method whose rule decides its layers (FastV, p-MoD,
+  // PyramidDrop); the layer rules of mod/conversion.h serve the others.
+  // Whether RULE is one of the method's (its prefix: it then reports a malformed RULE itself).
+  virtual bool owns_rule(const std::string& rule) const { return false; }
+  // The rule forms for --rule's help, e.g. "fastv:K:R (FastV: ...)"; empty: none.
+  virtual std::string rule_help() const { return ""; }
+  // The options that do not go with RULE: std::invalid_argument with the whole message (a usage error).
+  virtual void check_convert_options(const std::string& rule, const ConvertChoices& given) const {}
+  // Whether rule_config runs on config.json's depth before the weights are read (its std::invalid_argument then a
+  // usage error, "--rule " + message); else after them, on the loaded model's depth.
+  virtual bool rule_checked_before_weights() const { return false; }
+  // The MoDConfig RULE gives an LLM of num_layers layers.
+  virtual MoDConfig rule_config(const std::string& rule, int num_layers, const ConvertChoices& given) const;
+  // The share of a sample's image tokens layer `layer` keeps, when the method keeps a share per layer (p-MoD,
+  // PyramidDrop) rather than skip_frac of the routable tokens; gmod convert prints it, the planner plans by it.
+  virtual std::optional<double> image_keep_ratio(const MoDConfig& cfg, int layer, int num_layers) const {
+    return std::nullopt;
+  }
+  // A gmod convert flag that selects this method with fixed settings instead of --router (A-MoD: --direct, Direct
+  // γ-MoD), with its help; nullptr: none. convert_flag_keys writes the "router" key and the settings it fixes.
+  struct ConvertFlag {
+    const char* flag = nullptr;
+    const char* help = nullptr;
+  };
+  virtual ConvertFlag convert_flag() const { return {}; }
+  virtual void convert_flag_keys(nlohmann::json& j) const;
+
+  // A run's mod.rule (config_for_rule, mod/conversion.h): whether `rule` is one of the method's (p-MoD: exactly
+  // "pmod" or "pmod:official_31"; PyramidDrop: "pdrop:..."), and the MoDConfig it gives an LLM of num_layers layers
+  // from the run's mod.config `base` (validated; errors name the rule).
+  virtual bool trains_by_rule(const std::string& rule) const { return false; }
+  virtual MoDConfig run_rule_config(const std::string& rule, const MoDConfig& base, int num_layers) const;
+  // A run's mod.config naming this method without its layers, when the method's own fields decide them
+  // (PyramidDrop's stages; validated), whatever mod.rule says; nullopt: the rule decides.
+  virtual std::optional<MoDConfig> layers_from_config(const MoDConfig& base, int num_layers) const {
+    return std::nullopt;
+  }
 };
 
 // Shared selections the methods compose.
@@ -124,6 +209,9 @@ at::Tensor select_by_capacity(RoutingStep& s, const at::Tensor& score);
 at::Tensor select_by_threshold(RoutingStep& s, double thr);
 // γ-MoD's and p-MoD's output weighting: only the MLP delta is scaled by the router weight w (a + w·m).
 at::Tensor combine_mlp_delta(const MoDConfig& cfg, const at::Tensor& a, const at::Tensor& m, const at::Tensor& w);
+// gmod convert with a parameter-free method's rule (FastV, PyramidDrop): it has no router, so no convert flag
+// (--direct) and no adaptive thresholds; std::invalid_argument naming the rule and the method otherwise.
+void refuse_router_options(const TokenSelector& method, const std::string& rule, const ConvertChoices& given);
 // FastV, p-MoD and PyramidDrop: only the image tokens are routable.
 void image_tokens_routable(RoutingMasks& m, const ForwardState& st);
 

@@ -15,6 +15,7 @@
 
 #include "model/config.h"
 #include "model/cpu_kernels.h"
+#include "mod/method_registry.h"
 
 namespace gmod {
 
@@ -49,7 +50,7 @@ struct MemoryPlanInputs {
   std::string checkpointing = "none";
   int checkpoint_every = 2;                 // k of "every_k"
   std::vector<int> mod_layers;              // MoD decoder layers (empty = dense)
-  std::string mod_router = "gamma_shared";  // "gamma_shared" | "per_layer" | "attention" | "pmod" | "pdrop"
+  std::string mod_router = default_method_name();  // a registered method's name (mod/method_registry.h)
   // Fraction of a sample's tokens a MoD layer processes in training (k_b / L): 1 - skip_frac * routable / L.
   double mod_kept_fraction = 1.0;
   // The same per MoD layer (in mod_layers' order) where the layers differ (p-MoD's decaying ratios); empty: every
