@@ -5,7 +5,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <array>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -20,6 +22,20 @@ namespace gmod {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// "prepare A ms, write B ms, ...": the phases, from the stages a sync save reached on this rank: prepare =
+// the state handed to the writer, write = this rank's files written and fsynced (rank 0: model.h5 first), sync = the
+// ranks met, commit = rank 0's manifest, rename and retention (the others wait in the final barrier: "sync").
+std::string save_phases(double prepared, const std::array<double, kNumSaveStages>& at, double end) {
+  auto ms = [](double a, double b) { return std::to_string(int((b - a) * 1000)) + " ms"; };
+  const double written = at[size_t(SaveStage::kRankFileWritten)];
+  const double synced = at[size_t(SaveStage::kRanksSynced)];
+  const double pruned = at[size_t(SaveStage::kPruned)];
+  std::string out = "prepare " + ms(0, prepared) + ", write " + ms(prepared, written);
+  if (synced >= 0 && pruned >= 0)  // rank 0
+    return out + ", sync " + ms(written, synced) + ", commit " + ms(synced, pruned) + ", sync " + ms(pruned, end);
+  return out + ", sync and wait for the commit " + ms(written, end);
+}
 }  // namespace
 
 std::string Trainer::save_checkpoint(bool allow_async) {
@@ -75,8 +91,13 @@ std::string Trainer::save_checkpoint(bool allow_async) {
   o.keep_last = cfg_.checkpoint.keep_last;
   o.barrier = [this] { comm_->barrier(); };
   o.warn = [this](const std::string& w) { print("warning: " + w); };
+  // When each stage of the protocol was reached (seconds since the save began; the sync save prints them).
+  auto reached = std::make_shared<std::array<double, kNumSaveStages>>();
+  reached->fill(-1.0);
+  const double prepared = seconds_since(t0);
   // GMOD_FAULT_INJECT slow_save (tests: a node lost inside a save); runs in an asynchronous save's thread too.
-  o.on_stage = [step = step_, rank = rank_](SaveStage s) {
+  o.on_stage = [step = step_, rank = rank_, reached, t0](SaveStage s) {
+    (*reached)[size_t(s)] = seconds_since(t0);
     if (s == SaveStage::kRankFileWritten) inject_save_delay(step, rank);
   };
   CheckpointWriter writer(cfg_.run_dir, rank_, world_, o);
@@ -94,7 +115,9 @@ std::string Trainer::save_checkpoint(bool allow_async) {
   const PhaseDeadline phase("checkpoint save (every rank writes its share; rank 0 commits and applies retention)",
                             "parallel.save_timeout_s", cfg_.parallel.save_timeout_s);
   last_checkpoint_ = writer.save(c, mine);
-  print("checkpoint: " + last_checkpoint_ + " (" + std::to_string(int(seconds_since(t0) * 1000)) + " ms)");
+  const double total = seconds_since(t0);
+  print("checkpoint: " + last_checkpoint_ + " (" + std::to_string(int(total * 1000)) + " ms) [" +
+        save_phases(prepared, *reached, total) + "]");
   return last_checkpoint_;
 }
 

@@ -1,6 +1,8 @@
 // RAII over the HDF5 C API; see hdf5_file.h for the dtype mapping and the attribute conventions.
 #include "trainer/checkpoint/hdf5_file.h"
 
+#include "trainer/checkpoint/direct_write.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -141,12 +143,16 @@ void H5Id::reset() {
 
 // ---------------------------------------------------------------------------------------------------- H5File
 
-H5File H5File::create(const std::string& path) {
+H5File H5File::create(const std::string& path, bool direct_data) {
   silence_hdf5();
   H5Id fapl = make_fapl();
+  // Large objects (the deferred datasets) start on 4 KiB boundaries, as O_DIRECT writes need.
+  if (direct_data) H5Pset_alignment(fapl.get(), kDirectDataMinBytes, 4096);
   hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
   if (id < 0) throw Hdf5Error("HDF5: cannot create file " + path + ": " + take_error_stack());
-  return H5File(path, id);
+  H5File f(path, id);
+  if (direct_data) f.direct_ = std::make_unique<BackgroundRegionWriter>(path);
+  return f;
 }
 
 H5File H5File::open(const std::string& path, bool writable) {
@@ -157,7 +163,10 @@ H5File H5File::open(const std::string& path, bool writable) {
   return H5File(path, id);
 }
 
-H5File::~H5File() { file_.reset(); }
+H5File::~H5File() {
+  file_.reset();
+  direct_.reset();  // waits for its writes while direct_data_ still holds their memory
+}
 
 void H5File::close() {
   if (!file_.valid()) return;
@@ -170,6 +179,11 @@ void H5File::close() {
     throw Hdf5Error("HDF5: flush of " + path_ + " failed: " + stack);
   }
   if (H5Fclose(id) < 0) fail("close", "/");
+  if (direct_) {
+    direct_->finish();
+    direct_.reset();
+    direct_data_.clear();
+  }
 }
 
 void H5File::fail(const std::string& what, const std::string& obj) const {
@@ -247,12 +261,24 @@ void H5File::write_tensor(const std::string& name, const at::Tensor& t, bool che
   if (!space.valid()) fail("create dataspace for", name);
   H5Id lcpl(H5Pcreate(H5P_LINK_CREATE));
   H5Pset_create_intermediate_group(lcpl.get(), 1);
-  H5Id ds(H5Dcreate2(file_.get(), name.c_str(), st.file_type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
-  if (!ds.valid()) fail("create dataset", name);
   const size_t nbytes = size_t(c.numel()) * c.element_size();
-  if (c.numel() > 0 && H5Dwrite(ds.get(), st.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, c.data_ptr()) < 0)
+  // Deferred (direct_data): the dataset's space is allocated now, contiguous and never filled, and close() writes
+  // its bytes there after HDF5's metadata.
+  const bool defer = direct_ && c.dim() > 0 && nbytes >= kDirectDataMinBytes;
+  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  if (defer && (H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS) < 0 || H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY) < 0 ||
+                H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) < 0))
+    fail("set the layout of", name);
+  H5Id ds(H5Dcreate2(file_.get(), name.c_str(), st.file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT));
+  if (!ds.valid()) fail("create dataset", name);
+  if (c.numel() > 0 && !defer && H5Dwrite(ds.get(), st.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, c.data_ptr()) < 0)
     fail("write dataset", name);
   const haddr_t offset = c.numel() > 0 ? H5Dget_offset(ds.get()) : HADDR_UNDEF;
+  if (defer) {  // written in the background while the CRC below is computed
+    if (offset == HADDR_UNDEF) fail("allocate the space of", name);
+    direct_data_.push_back(c);
+    direct_->add({uint64_t(offset), c.data_ptr(), uint64_t(nbytes)});
+  }
   ds.reset();
   set_attr(name, "dtype", h5_dtype_name(t.scalar_type()));
   if (checksum) {

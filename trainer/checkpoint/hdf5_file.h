@@ -14,9 +14,11 @@
 
 #include <hdf5.h>
 
+#include "trainer/checkpoint/direct_write.h"
 #include "trainer/checkpoint/file_crc.h"
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -61,8 +63,12 @@ struct H5TensorInfo {
 // created on write. Not copyable; movable.
 class H5File {
  public:
-  // Creates (truncating an existing file) for writing.
-  static H5File create(const std::string& path);
+  // Creates (truncating an existing file) for writing. With `direct_data`, datasets of at least
+  // kDirectDataMinBytes are placed at 4 KiB-aligned offsets, allocated but never filled by HDF5, and their bytes are
+  // written there with O_DIRECT by a background thread (trainer/checkpoint/direct_write.h) while the file is built;
+  // close() waits for them. The file's format is the same.
+  static H5File create(const std::string& path, bool direct_data = false);
+  static constexpr uint64_t kDirectDataMinBytes = 1u << 20;
   // Opens an existing file read-only (or read-write).
   static H5File open(const std::string& path, bool writable = false);
 
@@ -71,7 +77,8 @@ class H5File {
   ~H5File();
 
   const std::string& path() const { return path_; }
-  // Flushes and closes, throwing on failure (the destructor closes silently).
+  // Flushes and closes, and waits for the direct_data writes, throwing on failure. The destructor closes silently
+  // (an abandoned file).
   void close();
 
   void create_group(const std::string& name);
@@ -118,6 +125,10 @@ class H5File {
   void read_dataset(const std::string& name, const H5TensorInfo& info, void* buf, bool verify) const;
   H5Id file_;
   std::vector<KnownCrcRegion> written_;
+  // direct_data: the large datasets' bytes, written in the background while the file is built, and their memory
+  // (contiguous CPU tensors) kept alive until close() has waited for the writes.
+  std::unique_ptr<BackgroundRegionWriter> direct_;
+  std::vector<at::Tensor> direct_data_;
 };
 
 // zlib CRC-32 of a byte range (continuing from `crc`, 0 to start).
