@@ -9,6 +9,7 @@
 #include <set>
 
 #include "model/json_file.h"
+#include "model/mrope.h"
 #include "model/qwen2_5_vl_vision.h"
 #include "model/safetensors.h"
 #include "tests/common/paths.h"
@@ -120,6 +121,84 @@ TEST(Qwen25Vision, RejectsGridsThatDoNotFitThePixels) {
                std::invalid_argument);
   EXPECT_THROW(enc->features(at::zeros({16, dim + 1}), at::tensor({1, 4, 4}, at::kLong).view({1, 3})),
                std::invalid_argument);
+}
+
+std::string mrope_dir() { return test::fixture("qwen2_5_vl/mrope"); }
+
+MRopeConfig fixture_mrope_config() {
+  const auto path = vision_dir() + "/config.json";
+  return MRopeConfig::from_json(load_json_file(path), path);
+}
+
+TEST(MRope, ConfigReadsTheFixtureAndPublishedLayouts) {
+  const auto c = fixture_mrope_config();
+  const auto meta = load_json_file(mrope_dir() + "/meta.json");
+  EXPECT_EQ(c.image_token_id, meta.at("image_token_id").get<int64_t>());
+  EXPECT_EQ(c.video_token_id, meta.at("video_token_id").get<int64_t>());
+  EXPECT_EQ(c.spatial_merge_size, meta.at("spatial_merge_size").get<int64_t>());
+  EXPECT_EQ(c.tokens_per_second, meta.at("tokens_per_second").get<int64_t>());
+  EXPECT_EQ(c.mrope_section, meta.at("mrope_section").get<std::vector<int64_t>>());
+  EXPECT_EQ(c.rope_theta, meta.at("rope_theta").get<double>());
+  EXPECT_EQ(c.head_dim, meta.at("head_dim").get<int64_t>());
+  // The published Qwen2.5-VL-7B config.json: text fields at the top, rope_scaling {type: mrope}.
+  auto pub =
+      nlohmann::json::parse(R"({"hidden_size": 3584, "num_attention_heads": 28, "rope_theta": 1000000.0,
+    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "image_token_id": 151655,
+    "video_token_id": 151656, "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2}})");
+  const auto p = MRopeConfig::from_json(pub, "config.json");
+  EXPECT_EQ(p.head_dim, 128);
+  EXPECT_EQ(p.mrope_section, (std::vector<int64_t>{16, 24, 24}));
+  pub["rope_scaling"]["mrope_section"] = {16, 24, 16};
+  EXPECT_THROW(MRopeConfig::from_json(pub, "config.json"), std::invalid_argument);
+}
+
+TEST(MRope, PositionIdsAndDeltasEqualTransformers) {
+  SafetensorsFile ref(mrope_dir() + "/reference.safetensors");
+  const auto out = mrope_positions(ref.tensor("input.input_ids"), ref.tensor("input.attention_mask"),
+                                   ref.tensor("input.image_grid_thw"), ref.tensor("input.video_grid_thw"),
+                                   ref.tensor("input.second_per_grid_ts"), fixture_mrope_config());
+  const auto want = ref.tensor("position_ids");
+  ASSERT_EQ(out.positions.sizes(), want.sizes());
+  EXPECT_TRUE(out.positions.equal(want)) << "first difference at flat index "
+                                         << (out.positions != want).flatten().nonzero().min().item<int64_t>();
+  EXPECT_TRUE(out.deltas.equal(ref.tensor("rope_deltas"))) << out.deltas << ref.tensor("rope_deltas");
+  // What the fixture claims: left padding, a text-only row, non-integer video steps (2.7 per frame: ids 0 2 5,
+  // truncated; rounding would give 0 3 5).
+  const auto mask = ref.tensor("input.attention_mask");
+  EXPECT_EQ(mask.select(1, 0).min().item<int64_t>(), 0);
+  EXPECT_EQ(ref.tensor("input.second_per_grid_ts").item<float>(), 0.9f);
+  EXPECT_EQ(ref.tensor("input.image_grid_thw").size(0), 2);
+  EXPECT_EQ(ref.tensor("input.video_grid_thw")[0][0].item<int64_t>(), 3);
+}
+
+TEST(MRope, CosSinMatchTransformersRotaryEmbedding) {
+  SafetensorsFile ref(mrope_dir() + "/reference.safetensors");
+  const auto c = fixture_mrope_config();
+  auto [cos, sin] = MRotaryEmbedding(c).cos_sin(ref.tensor("position_ids"), at::kFloat);
+  ASSERT_EQ(cos.sizes(), ref.tensor("cos").sizes());
+  const double ec = (cos - ref.tensor("cos")).abs().max().item<double>();
+  const double es = (sin - ref.tensor("sin")).abs().max().item<double>();
+  EXPECT_LT(ec, 1e-6);
+  EXPECT_LT(es, 1e-6);
+  std::cout << "M-RoPE: max cos diff " << ec << ", max sin diff " << es << "\n";
+  // 2-D positions: the same id on all three axes, i.e. plain 1-D rotary.
+  auto flat = at::arange(7, at::kLong).view({1, 7});
+  auto [c1, s1] = MRotaryEmbedding(c).cos_sin(flat, at::kFloat);
+  auto [c2, s2] = RotaryEmbedding(c.head_dim, c.rope_theta).cos_sin(flat, at::kFloat);
+  EXPECT_LT((c1 - c2).abs().max().item<double>(), 1e-6);
+  EXPECT_LT((s1 - s2).abs().max().item<double>(), 1e-6);
+}
+
+TEST(MRope, RejectsTokensThatDoNotFitTheGrids) {
+  const auto c = fixture_mrope_config();
+  const auto im = c.image_token_id;
+  auto ids = at::tensor({int64_t{5}, im, im, im, int64_t{6}}, at::kLong).view({1, 5});
+  auto grid = at::tensor({int64_t{1}, int64_t{4}, int64_t{4}}, at::kLong).view({1, 3});  // 4 tokens, not 3
+  EXPECT_THROW(mrope_positions(ids, {}, grid, {}, {}, c), std::invalid_argument);
+  auto two = at::tensor({int64_t{1}, int64_t{2}, int64_t{6}, int64_t{1}, int64_t{2}, int64_t{2}}, at::kLong)
+                 .view({2, 3});
+  EXPECT_THROW(mrope_positions(ids, {}, two, {}, {}, c), std::invalid_argument);  // a grid left over
+  EXPECT_THROW(mrope_positions(ids, {}, {}, {}, {}, c), std::invalid_argument);   // no grid
 }
 
 }  // namespace
