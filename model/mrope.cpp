@@ -8,57 +8,11 @@ namespace gmod {
 
 namespace {
 
-// The text model's fields: text_config when the file has one, else the top level (the published checkpoints).
-const nlohmann::json& text_part(const nlohmann::json& config) {
-  return config.contains("text_config") && config.at("text_config").is_object() ? config.at("text_config")
-                                                                                : config;
-}
-
-const nlohmann::json* rope_object(const nlohmann::json& j) {
-  for (const char* key : {"rope_parameters", "rope_scaling"})
-    if (j.contains(key) && j.at(key).is_object() && j.at(key).contains("mrope_section")) return &j.at(key);
-  return nullptr;
-}
-
 std::string grid_text(int64_t t, int64_t h, int64_t w) {
   return "(" + std::to_string(t) + ", " + std::to_string(h) + ", " + std::to_string(w) + ")";
 }
 
 }  // namespace
-
-MRopeConfig MRopeConfig::from_json(const nlohmann::json& config, const std::string& where) {
-  MRopeConfig c;
-  const auto& text = text_part(config);
-  auto field = [&](const char* key) -> const nlohmann::json& {
-    if (config.contains(key)) return config.at(key);
-    if (text.contains(key)) return text.at(key);
-    throw std::invalid_argument(where + ": no " + key);
-  };
-  c.image_token_id = field("image_token_id").get<int64_t>();
-  c.video_token_id = field("video_token_id").get<int64_t>();
-  if (!config.contains("vision_config")) throw std::invalid_argument(where + ": no vision_config");
-  const auto& v = config.at("vision_config");
-  c.spatial_merge_size = v.value("spatial_merge_size", c.spatial_merge_size);
-  c.tokens_per_second = v.value("tokens_per_second", c.tokens_per_second);
-  const nlohmann::json* rope = rope_object(text);
-  if (!rope) rope = rope_object(config);
-  if (!rope) throw std::invalid_argument(where + ": no mrope_section in rope_parameters or rope_scaling");
-  c.mrope_section = rope->at("mrope_section").get<std::vector<int64_t>>();
-  if (rope->contains("rope_theta"))
-    c.rope_theta = rope->at("rope_theta").get<double>();
-  else if (text.contains("rope_theta"))
-    c.rope_theta = text.at("rope_theta").get<double>();
-  const auto hidden = text.at("hidden_size").get<int64_t>(),
-             heads = text.at("num_attention_heads").get<int64_t>();
-  c.head_dim = text.contains("head_dim") && !text.at("head_dim").is_null()
-                   ? text.at("head_dim").get<int64_t>()
-                   : hidden / heads;
-  const int64_t sum = std::accumulate(c.mrope_section.begin(), c.mrope_section.end(), int64_t{0});
-  if (c.mrope_section.size() != 3 || sum * 2 != c.head_dim)
-    throw std::invalid_argument(where + ": mrope_section must be 3 sections summing to head_dim / 2 = " +
-                                std::to_string(c.head_dim / 2) + ", sums to " + std::to_string(sum));
-  return c;
-}
 
 MRopePositions mrope_positions(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                                const at::Tensor& image_grid_thw, const at::Tensor& video_grid_thw,

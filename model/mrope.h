@@ -21,20 +21,9 @@
 #include <vector>
 
 #include "model/layers.h"
+#include "model/qwen2_5_vl_config.h"
 
 namespace gmod {
-
-struct MRopeConfig {
-  int64_t image_token_id = 151655, video_token_id = 151656;
-  int64_t spatial_merge_size = 2, tokens_per_second = 2;
-  std::vector<int64_t> mrope_section = {16, 24, 24};  // frequencies per axis (t, h, w); sums to head_dim / 2
-  double rope_theta = 1e6;
-  int64_t head_dim = 128;
-  // From a Qwen2.5-VL config.json: token ids at the top, merge size and tokens_per_second in vision_config,
-  // the section and theta in text_config.rope_parameters (transformers 5) or the top-level rope_scaling /
-  // rope_theta (the published checkpoints). `where` names the file in errors.
-  static MRopeConfig from_json(const nlohmann::json& config, const std::string& where);
-};
 
 struct MRopePositions {
   at::Tensor positions;  // [3, B, L] int64

@@ -14,15 +14,6 @@ namespace {
 
 class Group : public torch::nn::Module {};  // a named level in the parameter path
 
-int64_t positive(const nlohmann::json& j, const char* key, int64_t fallback, const std::string& where) {
-  if (!j.contains(key)) return fallback;
-  const auto v = j.at(key).get<int64_t>();
-  if (v <= 0)
-    throw std::invalid_argument(where + ": vision_config." + key + " must be positive, got " +
-                                std::to_string(v));
-  return v;
-}
-
 // rotate_half of the last axis: (x1, x2) -> (-x2, x1).
 at::Tensor rotate_half(const at::Tensor& x) {
   const int64_t h = x.size(-1) / 2;
@@ -30,43 +21,6 @@ at::Tensor rotate_half(const at::Tensor& x) {
 }
 
 }  // namespace
-
-Qwen25VisionConfig Qwen25VisionConfig::from_json(const nlohmann::json& j, const std::string& where) {
-  if (!j.is_object()) throw std::invalid_argument(where + ": vision_config is not an object");
-  Qwen25VisionConfig c;
-  c.depth = positive(j, "depth", c.depth, where);
-  c.hidden_size = positive(j, "hidden_size", c.hidden_size, where);
-  c.intermediate_size = positive(j, "intermediate_size", c.intermediate_size, where);
-  c.num_heads = positive(j, "num_heads", c.num_heads, where);
-  c.in_channels = positive(j, j.contains("in_chans") ? "in_chans" : "in_channels", c.in_channels, where);
-  c.patch_size = positive(j, "patch_size", c.patch_size, where);
-  c.temporal_patch_size = positive(j, "temporal_patch_size", c.temporal_patch_size, where);
-  c.spatial_merge_size = positive(j, "spatial_merge_size", c.spatial_merge_size, where);
-  c.window_size = positive(j, "window_size", c.window_size, where);
-  c.out_hidden_size = positive(j, "out_hidden_size", c.out_hidden_size, where);
-  c.tokens_per_second = positive(j, "tokens_per_second", c.tokens_per_second, where);
-  if (j.contains("fullatt_block_indexes"))
-    c.fullatt_block_indexes = j.at("fullatt_block_indexes").get<std::vector<int64_t>>();
-  if (j.contains("hidden_act")) c.hidden_act = j.at("hidden_act").get<std::string>();
-  if (j.contains("rope_parameters") && j.at("rope_parameters").is_object() &&
-      j.at("rope_parameters").contains("rope_theta"))
-    c.rope_theta = j.at("rope_parameters").at("rope_theta").get<double>();
-  if (c.hidden_act != "silu" && c.hidden_act != "gelu")
-    throw std::invalid_argument(where + ": vision_config.hidden_act '" + c.hidden_act +
-                                "' is not supported (silu, gelu)");
-  if (c.hidden_size % c.num_heads != 0 || c.head_dim() % 4 != 0)
-    throw std::invalid_argument(where + ": vision_config hidden_size " + std::to_string(c.hidden_size) +
-                                " / num_heads " + std::to_string(c.num_heads) +
-                                " must be a head size divisible by 4 (2-D rotary)");
-  if (c.window_units() < 1)
-    throw std::invalid_argument(where + ": vision_config.window_size " + std::to_string(c.window_size) +
-                                " is smaller than one merge block (spatial_merge_size * patch_size)");
-  for (auto i : c.fullatt_block_indexes)
-    if (i < 0 || i >= c.depth)
-      throw std::invalid_argument(where + ": vision_config.fullatt_block_indexes holds " + std::to_string(i) +
-                                  ", outside depth " + std::to_string(c.depth));
-  return c;
-}
 
 Qwen25VisionLayout Qwen25VisionLayout::of(const at::Tensor& grid_thw, const Qwen25VisionConfig& c) {
   if (grid_thw.dim() != 2 || grid_thw.size(1) != 3)
@@ -232,13 +186,19 @@ at::Tensor Qwen25VisionEncoder::features(const at::Tensor& pixel_values, const a
     auto run = [block, cos, sin, segments](const at::Tensor& x) {
       return block->forward(x, cos, sin, segments);
     };
-    h = checkpoint_blocks
+    h = checkpoint_units_
             ? checkpointed_unit(run, h, block->parameters(), "Qwen2.5-VL vision block " + std::to_string(i))
             : run(h);
   }
   auto merged = ln_q->forward(h).reshape({n / unit, unit * d});
   merged = merger_fc2->forward(at::gelu(merger_fc1->forward(merged)));
   return merged.index_select(0, unwindow);
+}
+
+at::Tensor Qwen25VisionEncoder::features(const at::Tensor& pixel_values) {
+  (void)pixel_values;
+  throw std::invalid_argument(
+      "Qwen2.5-VL vision: features need each image's grid_thw (ModelInputs::image_grid_thw)");
 }
 
 void Qwen25VisionEncoder::load(const SafetensorsFile& file, const std::string& prefix) {

@@ -20,34 +20,16 @@
 #pragma once
 
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "model/layers.h"
+#include "model/qwen2_5_vl_config.h"
+#include "model/vision_tower.h"
 
 namespace gmod {
 
 class SafetensorsFile;
-
-// A Qwen2.5-VL config.json's vision_config.
-struct Qwen25VisionConfig {
-  int64_t depth = 32, hidden_size = 1280, intermediate_size = 3420, num_heads = 16, in_channels = 3,
-          patch_size = 14, temporal_patch_size = 2, spatial_merge_size = 2, window_size = 112,
-          out_hidden_size = 3584, tokens_per_second = 2;
-  std::vector<int64_t> fullatt_block_indexes = {7, 15, 23, 31};
-  std::string hidden_act = "silu";  // the blocks' MLP ("silu" or "gelu"); the merger's GELU is fixed
-  double rope_theta = 10000.0;      // vision_config.rope_parameters.rope_theta when given
-
-  int64_t head_dim() const { return hidden_size / num_heads; }
-  int64_t patch_dim() const { return in_channels * temporal_patch_size * patch_size * patch_size; }
-  int64_t merge_unit() const { return spatial_merge_size * spatial_merge_size; }
-  // Merged units per window side (window_size / spatial_merge_size / patch_size).
-  int64_t window_units() const { return window_size / spatial_merge_size / patch_size; }
-  // From a config.json's "vision_config" object (in_chans or in_channels); `where` names it in errors, which
-  // say which field was missing or inconsistent.
-  static Qwen25VisionConfig from_json(const nlohmann::json& vision_config, const std::string& where);
-};
 
 // The patch order the encoder attends in and the segments it attends within, for one grid_thw. Plain
 // integers: computed on the CPU, no autograd.
@@ -74,9 +56,19 @@ class Qwen25VisionBlock : public torch::nn::Module {
   bool silu;
 };
 
-class Qwen25VisionEncoder : public torch::nn::Module {
+// As the model's vision tower (MultimodalLM's `vision.`): token_features() with grid_thw; no projector
+// follows.
+class Qwen25VisionEncoder : public VisionTower {
  public:
   explicit Qwen25VisionEncoder(const Qwen25VisionConfig& c);
+  at::Tensor features(const at::Tensor& pixel_values) override;  // throws: needs grid_thw
+  at::Tensor token_features(const at::Tensor& pixel_values, const at::Tensor& grid_thw) override {
+    return features(pixel_values, grid_thw);
+  }
+  int64_t feature_dim() const override { return config.out_hidden_size; }
+  int64_t tokens_per_image() const override { return 0; }
+  int image_size() const override { return 0; }
+  bool projects_to_text() const override { return true; }
   // pixel_values [N, C*T*P*P], grid_thw [n, 3] int64 -> [N / merge^2, out_hidden_size] in the parameter
   // dtype.
   at::Tensor features(const at::Tensor& pixel_values, const at::Tensor& grid_thw);
@@ -86,8 +78,7 @@ class Qwen25VisionEncoder : public torch::nn::Module {
   // mis-shaped tensor throws naming the file and the tensor.
   void load(const SafetensorsFile& file, const std::string& prefix);
 
-  Qwen25VisionConfig config;
-  bool checkpoint_blocks = false;  // recompute each block in the backward instead of keeping its activations
+  Qwen25VisionConfig config;  // blocks are recomputed in the backward with set_activation_checkpointing(true)
   at::Tensor patch_embed;          // [D, C, T, P, P]
   std::vector<std::shared_ptr<Qwen25VisionBlock>> blocks;
   std::shared_ptr<RMSNormImpl> ln_q;

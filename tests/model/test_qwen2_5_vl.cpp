@@ -6,10 +6,15 @@
 #include <torch/torch.h>
 
 #include <iostream>
+#include <map>
 #include <set>
 
+#include "model/hf_names.h"
 #include "model/json_file.h"
+#include "model/llava.h"
+#include "model/lm_loss.h"
 #include "model/mrope.h"
+#include "model/pretrained.h"
 #include "model/qwen2_5_vl_vision.h"
 #include "model/safetensors.h"
 #include "tests/common/paths.h"
@@ -19,9 +24,11 @@ using namespace gmod;
 namespace {
 
 std::string vision_dir() { return test::fixture("qwen2_5_vl/vision"); }
+std::string full_dir() { return test::fixture("qwen2_5_vl/full"); }  // the model: config and weights
 
+// The encoder alone, from the model's config.json and its visual.* weights (the published names).
 std::shared_ptr<Qwen25VisionEncoder> load_vision() {
-  const auto dir = vision_dir();
+  const auto dir = full_dir();
   const auto cfg = load_json_file(dir + "/config.json");
   auto enc = std::make_shared<Qwen25VisionEncoder>(
       Qwen25VisionConfig::from_json(cfg.at("vision_config"), dir + "/config.json"));
@@ -83,7 +90,7 @@ TEST(Qwen25Vision, BlockCheckpointingGivesBitwiseTheSameGradients) {
   std::vector<at::Tensor> grads[2];
   for (int ck = 0; ck < 2; ++ck) {
     auto enc = load_vision();
-    enc->checkpoint_blocks = ck == 1;
+    enc->set_activation_checkpointing(ck == 1);
     auto px = ref.tensor("input.pixel_values").clone().requires_grad_(true);
     (enc->features(px, ref.tensor("input.grid_thw")) * ref.tensor("upstream")).sum().backward();
     grads[ck].push_back(px.grad());
@@ -126,7 +133,7 @@ TEST(Qwen25Vision, RejectsGridsThatDoNotFitThePixels) {
 std::string mrope_dir() { return test::fixture("qwen2_5_vl/mrope"); }
 
 MRopeConfig fixture_mrope_config() {
-  const auto path = vision_dir() + "/config.json";
+  const auto path = full_dir() + "/config.json";
   return MRopeConfig::from_json(load_json_file(path), path);
 }
 
@@ -162,8 +169,8 @@ TEST(MRope, PositionIdsAndDeltasEqualTransformers) {
   EXPECT_TRUE(out.positions.equal(want)) << "first difference at flat index "
                                          << (out.positions != want).flatten().nonzero().min().item<int64_t>();
   EXPECT_TRUE(out.deltas.equal(ref.tensor("rope_deltas"))) << out.deltas << ref.tensor("rope_deltas");
-  // What the fixture claims: left padding, a text-only row, non-integer video steps (2.7 per frame: ids 0 2 5,
-  // truncated; rounding would give 0 3 5).
+  // What the fixture claims: left padding, a text-only row, non-integer video steps (2.7 per frame: ids 0 2
+  // 5, truncated; rounding would give 0 3 5).
   const auto mask = ref.tensor("input.attention_mask");
   EXPECT_EQ(mask.select(1, 0).min().item<int64_t>(), 0);
   EXPECT_EQ(ref.tensor("input.second_per_grid_ts").item<float>(), 0.9f);
@@ -199,6 +206,113 @@ TEST(MRope, RejectsTokensThatDoNotFitTheGrids) {
                  .view({2, 3});
   EXPECT_THROW(mrope_positions(ids, {}, two, {}, {}, c), std::invalid_argument);  // a grid left over
   EXPECT_THROW(mrope_positions(ids, {}, {}, {}, {}, c), std::invalid_argument);   // no grid
+}
+
+ModelInputs full_inputs(const SafetensorsFile& ref) {
+  ModelInputs in;
+  in.input_ids = ref.tensor("input.input_ids").clone();
+  in.attention_mask = ref.tensor("input.attention_mask").to(at::kBool);
+  in.labels = ref.tensor("input.labels").clone();
+  in.pixel_values = ref.tensor("input.pixel_values").clone();
+  in.image_grid_thw = ref.tensor("input.image_grid_thw").clone();
+  return in;
+}
+
+double max_abs_on_valid(const at::Tensor& a, const at::Tensor& b, const at::Tensor& valid) {
+  return (a - b).abs().masked_select(valid.unsqueeze(-1).expand_as(a)).max().item<double>();
+}
+
+// Qwen2_5_VLForConditionalGeneration as gmod's MultimodalLM (the vision encoder as its tower, no projector,
+// the Qwen2 decoder with M-RoPE tables), loaded from save_pretrained's files: logits within 1e-5 on real
+// tokens, loss within 1e-5, every parameter's gradient within 1e-4 relative (test_hf_parity.cpp's bounds),
+// every parameter covered.
+TEST(Qwen25VL, LogitsLossAndEveryGradientMatchTransformers) {
+  auto model = load_pretrained(full_dir());
+  ASSERT_TRUE(model->vision);
+  EXPECT_FALSE(model->projector);
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  auto in = full_inputs(ref);
+  auto out = model->forward(in);
+  const double logit_err = max_abs_on_valid(out.logits, ref.tensor("logits"), in.attention_mask);
+  EXPECT_LT(logit_err, 1e-5) << "max abs logit difference";
+  EXPECT_NEAR(out.lm_loss.item<double>(), ref.tensor("loss").item<double>(), 1e-5);
+  out.lm_loss.backward();
+  auto params = model->named_parameters();
+  std::map<std::string, bool> covered;
+  for (const auto& p : params) covered[p.key()] = false;
+  int compared = 0;
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& name : ref.names()) {
+    if (name.rfind("grad.", 0) != 0) continue;
+    const auto g = hf_to_gmod(name.substr(5));
+    if (!g || !params.contains(*g)) {
+      ADD_FAILURE() << "transformers parameter " << name.substr(5) << " has no gmod parameter";
+      continue;
+    }
+    EXPECT_FALSE(covered[*g]) << *g << " covered twice";
+    covered[*g] = true;
+    const auto& grad = params[*g].grad();
+    if (!grad.defined()) {
+      ADD_FAILURE() << *g << " has no gradient in gmod";
+      continue;
+    }
+    const auto r = ref.tensor(name);
+    const double diff = (grad - r).norm().item<double>(),
+                 rel = diff / std::max(r.norm().item<double>(), 1e-30);
+    // 1e-8 floor as test_hf_parity.cpp: key biases have an exactly-zero true gradient (rounding noise both
+    // sides).
+    EXPECT_TRUE(rel < 1e-4 || diff < 1e-8) << "gradient of " << *g << ": relative L2 difference " << rel;
+    if (diff >= 1e-8 && rel > worst) worst = rel, worst_name = *g;
+    ++compared;
+  }
+  for (const auto& [g, seen] : covered) EXPECT_TRUE(seen) << "gmod parameter " << g << " has no reference";
+  EXPECT_EQ(compared, load_json_file(full_dir() + "/reference.json").at("gradients").get<int>());
+  std::cout << "Qwen2.5-VL: max logit diff " << logit_err << ", worst relative gradient diff " << worst
+            << " (" << worst_name << ")\n";
+}
+
+// The trainer's label-only loss path (model/lm_loss.h) runs the same decoder part, M-RoPE included.
+TEST(Qwen25VL, LabelOnlyLossPathMatchesTransformersLoss) {
+  auto model = load_pretrained(full_dir());
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  ForwardState st;
+  auto out = forward_label_loss(*model, full_inputs(ref), st, 8);
+  EXPECT_NEAR(out.lm_loss.item<double>(), ref.tensor("loss").item<double>(), 1e-5);
+}
+
+// gmod in bf16 is as close to the fp32 truth as transformers in bf16 (as test_hf_parity.cpp's bf16 case).
+TEST(Qwen25VL, Bf16LogitsTrackTransformersBf16) {
+  auto model = load_pretrained(full_dir(), at::kBFloat16);
+  SafetensorsFile ref(full_dir() + "/reference.safetensors"),
+      ref16(full_dir() + "/reference_bf16.safetensors");
+  auto in = full_inputs(ref);
+  in.pixel_values = in.pixel_values.to(at::kBFloat16);
+  at::NoGradGuard ng;
+  auto out = model->forward(in);
+  const double ours = max_abs_on_valid(out.logits, ref.tensor("logits"), in.attention_mask);
+  const double theirs = max_abs_on_valid(ref16.tensor("logits"), ref.tensor("logits"), in.attention_mask);
+  EXPECT_LT(ours, 2.0 * theirs + 1e-3)
+      << "gmod bf16 error " << ours << " vs transformers bf16 error " << theirs;
+  std::cout << "Qwen2.5-VL bf16: max logit error gmod " << ours << ", transformers " << theirs << "\n";
+}
+
+// The batch exercises what it claims: left and right padding, a text-only row, several images, windows that
+// cut.
+TEST(Qwen25VL, FixtureCoversPaddingTextOnlyRowsAndCutWindows) {
+  const auto c = load_model_config(full_dir());
+  ASSERT_TRUE(c.qwen_vision && c.mrope);
+  EXPECT_EQ(c.text.family, LlmFamily::kQwen2);
+  EXPECT_TRUE(c.text.qkv_bias);
+  EXPECT_LT(c.text.num_key_value_heads, c.text.num_attention_heads);
+  EXPECT_EQ(c.text.mrope_section, (std::vector<int64_t>{2, 3, 3}));
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  const auto mask = ref.tensor("input.attention_mask"), ids = ref.tensor("input.input_ids");
+  EXPECT_EQ(mask.select(1, 0).min().item<int64_t>(), 0) << "a left-padded row";
+  EXPECT_EQ(mask.select(1, -1).min().item<int64_t>(), 0) << "a right-padded row";
+  EXPECT_EQ((ids == c.image_token_id).sum(1).min().item<int64_t>(), 0) << "a text-only row";
+  const auto layout = Qwen25VisionLayout::of(ref.tensor("input.image_grid_thw"), *c.qwen_vision);
+  EXPECT_GT(layout.window_lengths.size(), layout.frame_lengths.size());
 }
 
 }  // namespace
