@@ -89,7 +89,10 @@ void check_positive(std::vector<std::string>& errors, const std::string& where, 
 LlmFamily parse_family(const nlohmann::json& j, const std::string& where, std::vector<std::string>& errors) {
   std::string type = "llama";
   Reader{j, where, errors}.optional("model_type", type);
-  if (type == "qwen2" || type == "llava_qwen" || type == "llava_qwen2") return LlmFamily::kQwen2;
+  // Qwen2.5-VL's text model is Qwen2 with M-RoPE (its top-level config is the text config in the published files).
+  if (type == "qwen2" || type == "llava_qwen" || type == "llava_qwen2" || type == "qwen2_5_vl" ||
+      type == "qwen2_5_vl_text")
+    return LlmFamily::kQwen2;
   if (type == "mistral" || type == "llava_mistral" || type == "mgm_mistral") return LlmFamily::kMistral;
   // γ-MoD's own: mod_llava_llama (LLaVA-1.5 / LLaVA-HR based), mod_mgm (Mini-Gemini based), both LLaMA. Other
   // methods' own LLaMA types are registered by them (model/model_types.h).
@@ -106,6 +109,7 @@ RopeScaling parse_rope_scaling(const nlohmann::json& o, const std::string& where
   Reader r{o, where, errors};
   if (o.contains("rope_type")) r.optional("rope_type", s.type);
   else r.optional("type", s.type);
+  if (s.type == "mrope") s.type = "default";  // Qwen2.5-VL's published name: default frequencies, 3-D positions
   double partial = 1.0;
   r.optional("partial_rotary_factor", partial);
   if (partial != 1.0)
@@ -196,6 +200,12 @@ LlamaConfig parse_llama_config(const nlohmann::json& j, const std::string& where
     }
     if (std::string(key) == "rope_parameters") Reader{j[key], where + key + ": ", errors}.optional("rope_theta", c.rope_theta);
     c.rope_scaling = parse_rope_scaling(j[key], where + key + ": ", errors);
+    if (j[key].contains("mrope_section")) {
+      if (!j[key]["mrope_section"].is_array())
+        errors.push_back(where + key + ": mrope_section must be a list of three integers");
+      else
+        for (const auto& v : j[key]["mrope_section"]) c.mrope_section.push_back(v.get<int64_t>());
+    }
     break;
   }
   r.optional("max_position_embeddings", c.max_position_embeddings);
@@ -305,12 +315,51 @@ int LlavaConfig::image_input_size() const {
   return multipath ? multipath->input_image_size : mgm ? mgm->image_size_aux : vision ? vision->image_size : 0;
 }
 
+namespace {
+
+// Qwen2_5_VLForConditionalGeneration: the Qwen2 text model with M-RoPE, the vision encoder, no projector.
+void parse_qwen2_5_vl(const nlohmann::json& j, const std::string& where, LlavaConfig& c,
+                      std::vector<std::string>& errors) {
+  const bool nested = j.contains("text_config") && j["text_config"].is_object();
+  nlohmann::json text = nested ? j["text_config"] : j;
+  if (!nested) text["model_type"] = "qwen2_5_vl_text";
+  c.text = parse_llama_config(text, where + (nested ? "text_config: " : ""), errors);
+  if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
+      !(nested && j["text_config"].contains("tie_word_embeddings")))
+    c.text.tie_word_embeddings = j["tie_word_embeddings"];
+  if (!j.contains("vision_config") || !j["vision_config"].is_object()) {
+    errors.push_back(where + "missing object 'vision_config'");
+    return;
+  }
+  try {
+    c.qwen_vision = Qwen25VisionConfig::from_json(j["vision_config"], where + "vision_config");
+    c.mrope = MRopeConfig::from_json(j, where.substr(0, where.size() - 2));
+  } catch (const std::exception& e) {
+    errors.push_back(e.what());
+    return;
+  }
+  c.image_token_id = static_cast<int>(c.mrope->image_token_id);
+  if (c.image_token_id < 0 || c.image_token_id >= c.text.vocab_size)
+    errors.push_back(where + "image_token_id " + std::to_string(c.image_token_id) + " is outside the vocabulary");
+  if (c.qwen_vision->out_hidden_size != c.text.hidden_size)
+    errors.push_back(where + "vision_config.out_hidden_size " + std::to_string(c.qwen_vision->out_hidden_size) +
+                     " differs from the text model's hidden_size " + std::to_string(c.text.hidden_size));
+  if (c.text.mrope_section != c.mrope->mrope_section)
+    errors.push_back(where + "the text model has no mrope_section matching the model's");
+}
+
+}  // namespace
+
 LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& source) {
   std::vector<std::string> errors;
   LlavaConfig c;
   if (!j.is_object()) throw std::runtime_error(source + ": config is not a JSON object");
   const std::string where = source + ": ";
-  if (j.contains("text_config")) {  // transformers LlavaForConditionalGeneration
+  std::string top_type;
+  if (j.contains("model_type") && j["model_type"].is_string()) top_type = j["model_type"];
+  if (top_type == "qwen2_5_vl") {  // Qwen2.5-VL: text fields in text_config (transformers 5) or at the top
+    parse_qwen2_5_vl(j, where, c, errors);
+  } else if (j.contains("text_config")) {  // transformers LlavaForConditionalGeneration
     if (!j["text_config"].is_object()) errors.push_back(where + "text_config is not an object");
     else c.text = parse_llama_config(j["text_config"], where + "text_config: ", errors);
     if (!j.contains("vision_config") || !j["vision_config"].is_object())

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "model/qwen2_5_vl_config.h"
+
 namespace gmod {
 
 // The decoder families gmod builds, chosen by config.json's model_type. What differs between them is data in
@@ -48,6 +50,9 @@ struct LlamaConfig {
   bool attention_bias = false;  // LLaMA: biases on q/k/v/o_proj
   bool qkv_bias = false;        // Qwen2: biases on q/k/v_proj only (o_proj has none)
   int sliding_window = 0;       // > 0: a query sees only the last sliding_window positions, itself included (Mistral)
+  // Qwen2.5-VL's M-RoPE (model/mrope.h): frequencies per position axis (t, h, w), summing to head_dim / 2; empty:
+  // 1-D rotary. The decoder takes 3-D positions (ForwardState::mrope_positions) when this is set.
+  std::vector<int64_t> mrope_section;
   bool mlp_bias = false;
   double initializer_range = 0.02;
   int bos_token_id = 1;
@@ -122,6 +127,10 @@ struct LlavaConfig {
   std::optional<ClipVisionConfig> vision;  // absent: a text-only LLM
   std::optional<MultipathConfig> multipath;  // present: LLaVA-HR's multipath tower with `vision` as its fast path
   std::optional<MgmConfig> mgm;  // present: MGM's two-path tower with `vision` as its low-resolution CLIP
+  // Qwen2.5-VL (model_type qwen2_5_vl): its vision encoder instead of `vision` (absent then), no projector, and the
+  // 3-D rotary positions of image tokens (text.mrope_section, image_token_id).
+  std::optional<Qwen25VisionConfig> qwen_vision;
+  std::optional<MRopeConfig> mrope;
   std::string projector_type = "mlp2x_gelu";
   std::string projector_hidden_act = "gelu";
   int image_token_id = 32000;

@@ -43,7 +43,11 @@ struct ForwardState {
   at::Tensor key_valid;    // [B, L] bool, true = real token; undefined = no padding
   at::Tensor token_roles;  // [B, L] int8 TokenRole; undefined when unknown (MoD then routes nothing)
   at::Tensor host_role_counts;  // [B|S, 4] int64 CPU (count_routing_roles); undefined = MoD layers count themselves
-  at::Tensor cos, sin;     // [B|1, L, Dh] rotary tables for `positions`
+  at::Tensor cos, sin;     // [B|1, L, Dh] rotary tables for `positions` (or for mrope_positions)
+  // [3, B, L] int64 (temporal, height, width) for M-RoPE models (LlamaConfig::mrope_section) when the batch has
+  // images; the rotary tables then come from these. Undefined: the tables come from `positions` (also M-RoPE's with
+  // equal axes, i.e. text only).
+  at::Tensor mrope_positions;
   AttentionMask mask;      // full-sequence mask (undefined `allowed` = plain causal; `segments` for packed rows)
   // Packed rows (model/segments.h; also in `mask`): then host_role_counts has one row per segment, and MoD layers
   // route each segment as its own sample. segment_index / segment_slots: its view_index on the batch's device.

@@ -12,6 +12,9 @@ bool starts_with(const std::string& s, const std::string& p) { return s.compare(
 const std::vector<std::pair<std::string, std::string>>& read_rules() {
   static const std::vector<std::pair<std::string, std::string>> rules = {
       {"model.language_model.", "llm."},
+      // Qwen2.5-VL's vision encoder (model/qwen2_5_vl_vision.h): transformers 5's and the published names
+      {"model.visual.", "vision."},
+      {"visual.", "vision."},
       {"language_model.model.", "llm."},
       {"language_model.lm_head.", "lm_head."},
       {"model.multi_modal_projector.", "projector."},

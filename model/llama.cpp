@@ -32,11 +32,15 @@ LlamaModel::LlamaModel(const LlamaConfig& c) : config(c), rope(c.dim_per_head(),
   layers = register_module("layers", std::make_shared<BlockStack>());
   for (int i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<DenseDecoderLayer>(c));
   norm = register_module("norm", std::make_shared<RMSNormImpl>(c.hidden_size, c.rms_norm_eps));
+  if (!c.mrope_section.empty()) mrope.emplace(c.dim_per_head(), c.rope_theta, c.mrope_section);
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& inputs_embeds, ForwardState& st) {
   st.rope = &rope;
-  auto [cos, sin] = rope.cos_sin(st.positions, inputs_embeds.scalar_type());
+  if (st.mrope_positions.defined() && !mrope)
+    throw std::invalid_argument("3-D rotary positions given to a model without mrope_section");
+  auto [cos, sin] = st.mrope_positions.defined() ? mrope->cos_sin(st.mrope_positions, inputs_embeds.scalar_type())
+                                                 : rope.cos_sin(st.positions, inputs_embeds.scalar_type());
   st.cos = cos;
   st.sin = sin;
   auto h = inputs_embeds;

@@ -3,6 +3,9 @@
 
 #include "model/activation_checkpoint.h"
 #include "model/decoder_layer.h"
+#include "model/mrope.h"
+
+#include <optional>
 
 namespace gmod {
 
@@ -19,6 +22,7 @@ class LlamaModel : public torch::nn::Module {
 
   LlamaConfig config;
   RotaryEmbedding rope;
+  std::optional<MRotaryEmbedding> mrope;  // config.mrope_section set: the tables of ForwardState::mrope_positions
   at::Tensor embed_tokens;  // [V, D] (registered as "embed_tokens.weight")
   int64_t padding_idx = -1;  // config.pad_token_id (negative ids count from the end, as nn.Embedding); -1: none
   std::shared_ptr<BlockStack> layers;

@@ -21,10 +21,11 @@ MultimodalLM::MultimodalLM(const LlavaConfig& c) : config(c) {
     auto h = register_module("lm_head", std::make_shared<Holder>());
     lm_head = h->register_parameter("weight", at::empty({c.text.vocab_size, c.text.hidden_size}));
   }
-  if (c.vision) {
-    vision = register_module("vision", make_vision_tower(c));
-    projector =
-        register_module("projector", std::make_shared<ProjectorImpl>(vision->feature_dim(), c.text.hidden_size));
+  if (auto tower = make_vision_tower(c)) {
+    vision = register_module("vision", tower);
+    if (!vision->projects_to_text())
+      projector =
+          register_module("projector", std::make_shared<ProjectorImpl>(vision->feature_dim(), c.text.hidden_size));
   }
 }
 
@@ -37,7 +38,9 @@ void MultimodalLM::init_weights(uint64_t seed, const std::string& prefix) {
     auto& t = p.value();
     const bool vision_param = name.rfind("vision.", 0) == 0;
     if (vision_param && vision->init_parameter(name.substr(7), t, gen)) continue;
-    const double std = vision_param ? config.vision->initializer_range : config.text.initializer_range;
+    const double std = !vision_param ? config.text.initializer_range
+                       : config.vision ? config.vision->initializer_range
+                                       : config.qwen_vision->initializer_range;
     auto ends = [&](const char* s) {
       std::string suf(s);
       return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
@@ -54,10 +57,19 @@ void MultimodalLM::init_weights(uint64_t seed, const std::string& prefix) {
 at::Tensor MultimodalLM::image_features(const at::Tensor& pixel_values) {
   if (!vision) throw std::invalid_argument("image inputs given to a model without a vision tower");
   auto h = vision->features(pixel_values);  // [N, T, Dv]
+  if (!projector) return h;
   return projector->forward(h.to(projector->linear_1->weight.scalar_type()));
 }
 
-at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values) {
+at::Tensor MultimodalLM::image_token_features(const at::Tensor& pixel_values, const at::Tensor& grid_thw) {
+  if (!vision) throw std::invalid_argument("image inputs given to a model without a vision tower");
+  auto h = vision->token_features(pixel_values, grid_thw);  // [T, Dv]
+  if (!projector) return h;
+  return projector->forward(h.to(projector->linear_1->weight.scalar_type()));
+}
+
+at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values,
+                                      const at::Tensor& grid_thw) {
   auto is_img = input_ids == config.image_token_id;  // [B, L]
   check_token_ids(input_ids, is_img);
   // A model composed from parts keeps the LLM's vocabulary and uses id vocab_size as the image placeholder (as
@@ -70,15 +82,16 @@ at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Ten
                                   ") but no images");
     return emb;
   }
-  auto feats = image_features(pixel_values).to(emb.scalar_type());  // [N, T, D]
+  auto feats = image_token_features(pixel_values, grid_thw).to(emb.scalar_type());  // [T, D]
   const int64_t n_pos = is_img.sum().item<int64_t>();
-  if (n_pos != feats.size(0) * feats.size(1)) {
+  if (n_pos != feats.size(0)) {
     std::ostringstream os;
     os << "batch has " << n_pos << " image-token positions (id " << config.image_token_id << ") but "
-       << feats.size(0) << " images x " << feats.size(1) << " tokens = " << feats.size(0) * feats.size(1);
+       << pixel_values.size(0) << (grid_thw.defined() ? " image patches" : " images") << " give " << feats.size(0)
+       << " image tokens";
     throw std::invalid_argument(os.str());
   }
-  return emb.masked_scatter(is_img.unsqueeze(-1), feats.reshape({-1, feats.size(-1)}));
+  return emb.masked_scatter(is_img.unsqueeze(-1), feats);
 }
 
 void MultimodalLM::check_token_ids(const at::Tensor& input_ids, const at::Tensor& is_img) const {
@@ -148,9 +161,27 @@ at::Tensor MultimodalLM::logits(const at::Tensor& hidden) const {
   return at::linear(hidden, lm_head_weight()).to(at::kFloat);
 }
 
+at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) {
+  const bool given_3d = in.positions.defined() && in.positions.dim() == 3;
+  if (given_3d) {  // explicit M-RoPE positions: the temporal row stands for the 1-D ones (what MoD layers read)
+    ModelInputs flat = in;
+    flat.positions = in.positions.select(0, 0);
+    prepare_forward_state(st, flat);
+    st.mrope_positions = in.positions;
+  } else {
+    prepare_forward_state(st, in);
+  }
+  if (!given_3d && config.mrope && in.image_grid_thw.defined() && !in.positions.defined()) {
+    // As transformers: with images, every row's ids from get_rope_index; without, 0..L-1 (the 1-D default).
+    if (in.segments) throw std::invalid_argument("M-RoPE positions of packed rows are not supported");
+    st.mrope_positions = mrope_positions(in.input_ids, in.attention_mask, in.image_grid_thw, {}, {}, *config.mrope)
+                             .positions.to(in.input_ids.device());
+  }
+  return llm->forward(embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw), st);
+}
+
 ModelOutput MultimodalLM::forward(const ModelInputs& in, ForwardState& st) {
-  prepare_forward_state(st, in);
-  auto h = llm->forward(embed_inputs(in.input_ids, in.pixel_values), st);
+  auto h = hidden_states(in, st);
   ModelOutput out;
   out.logits = logits(h);
   if (in.labels.defined()) {

@@ -20,9 +20,13 @@ class ProjectorImpl : public torch::nn::Module {
 struct ModelInputs {
   at::Tensor input_ids;       // [B, L] int64, images expanded to image_seq_length() image tokens each
   at::Tensor pixel_values;    // [N_images, 3, S, S] in the order the images occur; undefined if none
+                              // (Qwen2.5-VL: the images' patches [N_patches, C*T*P*P], with image_grid_thw)
+  at::Tensor image_grid_thw;  // [N_images, 3] int64 patch grid of each image, for towers of variable grids; the
+                              // M-RoPE positions of the batch follow from it (model/mrope.h)
   at::Tensor attention_mask;  // [B, L] bool, true = real token; undefined = no padding
   at::Tensor labels;          // [B, L] int64 with -100 = ignored; undefined = no loss
-  at::Tensor positions;       // [B, L] int64; undefined = 0..L-1
+  at::Tensor positions;       // [B, L] int64, or [3, B, L] for M-RoPE models; undefined = 0..L-1 (M-RoPE with
+                              // images: model/mrope.h's ids from image_grid_thw)
   at::Tensor token_roles;     // [B, L] int8 TokenRole (for MoD routing); optional
   at::Tensor host_role_counts;  // [B, 4] int64 CPU count_routing_roles(token_roles, attention_mask); optional
                                 // (packed rows: [S, 4] count_segment_roles)
@@ -43,13 +47,19 @@ class MultimodalLM : public torch::nn::Module {
  public:
   explicit MultimodalLM(const LlavaConfig& c);
 
-  // Embeddings with image features spliced in: [B, L, D].
-  at::Tensor embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values);
+  // Embeddings with image features spliced in: [B, L, D]. `grid_thw`: ModelInputs::image_grid_thw.
+  at::Tensor embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values,
+                          const at::Tensor& grid_thw = {});
   // Throws a named std::invalid_argument (count, first id, sample and position) when an id that is not an image
   // position (`is_img`) lies outside [0, vocab_size). embed_inputs calls it: every command's forward is covered.
   void check_token_ids(const at::Tensor& input_ids, const at::Tensor& is_img) const;
   // Projected image features [N_images, image_seq_length, D].
   at::Tensor image_features(const at::Tensor& pixel_values);
+  // Projected features of every image-token position, in order: [sum of tokens, D] (towers of variable grids).
+  at::Tensor image_token_features(const at::Tensor& pixel_values, const at::Tensor& grid_thw);
+  // The decoder's final-normed hidden states [B, L, D] for `in` (ForwardState prepared here, M-RoPE positions
+  // included).
+  at::Tensor hidden_states(const ModelInputs& in, ForwardState& st);
   // Full forward. `st` may request attention maps; routing layers report into it.
   ModelOutput forward(const ModelInputs& in, ForwardState& st);
   ModelOutput forward(const ModelInputs& in) {
@@ -68,7 +78,7 @@ class MultimodalLM : public torch::nn::Module {
   std::shared_ptr<LlamaModel> llm;
   at::Tensor lm_head;  // [V, D]; undefined when tied
   std::shared_ptr<VisionTower> vision;  // nullptr: text-only
-  std::shared_ptr<ProjectorImpl> projector;
+  std::shared_ptr<ProjectorImpl> projector;  // nullptr when the tower projects to the LLM itself (Qwen2.5-VL)
 };
 
 // Shifted next-token cross-entropy (fp32), ignore_index -100. Returns (sum, count).

@@ -120,9 +120,7 @@ std::pair<at::Tensor, int64_t> label_only_lm_loss_sum(const at::Tensor& hidden, 
 ModelOutput forward_label_loss(MultimodalLM& model, const ModelInputs& in, ForwardState& st,
                                int64_t chunk_rows) {
   if (!in.labels.defined()) throw std::invalid_argument("lm_loss: forward_label_loss needs labels");
-  // The decoder part of MultimodalLM::forward (model/llava.cpp), unchanged.
-  prepare_forward_state(st, in);
-  at::Tensor h = model.llm->forward(model.embed_inputs(in.input_ids, in.pixel_values), st);  // [B, L, D]
+  at::Tensor h = model.hidden_states(in, st);  // [B, L, D]: the decoder part of MultimodalLM::forward
   ModelOutput out;
   auto [sum, count] = label_only_lm_loss_sum(h, model.lm_head_weight(), in.labels, chunk_rows);
   out.lm_loss_sum = sum;

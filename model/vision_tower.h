@@ -1,15 +1,17 @@
 // The vision tower interface: all that the LLM side (MultimodalLM, projector, MoD, trainer, checkpoint code)
 // knows of the tower that turns images into patch features. Implementations: the CLIP tower of LLaVA-1.5
-// (model/clip_tower.h), LLaVA-HR's CLIP + ConvNeXt multipath tower (model/multipath_tower.h) and Mini-Gemini's
-// CLIP + ConvNeXt tower with patch info mining (model/mgm_tower.h), chosen by the model config in
-// make_vision_tower. A tower registers its parameters under its own names; MultimodalLM puts it at `vision.`, and
-// each tower's checkpoint names are mapped in model/hf_names.cpp.
+// (model/clip_tower.h), LLaVA-HR's CLIP + ConvNeXt multipath tower (model/multipath_tower.h), Mini-Gemini's
+// CLIP + ConvNeXt tower with patch info mining (model/mgm_tower.h) and Qwen2.5-VL's encoder of variable patch grids
+// (model/qwen2_5_vl_vision.h), chosen by the model config in make_vision_tower. A tower registers its parameters
+// under its own names; MultimodalLM puts it at `vision.`, and each tower's checkpoint names are mapped in
+// model/hf_names.cpp.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "model/config.h"
@@ -21,10 +23,22 @@ class VisionTower : public torch::nn::Module {
   // Normalised pixels [N, C, S, S] (S = image_size()) -> patch features [N, tokens_per_image(),
   // feature_dim()] in the tower's parameter dtype; these are what the projector maps.
   virtual at::Tensor features(const at::Tensor& pixel_values) = 0;
+  // The features of every image of a batch, one row per LLM image-token position in the order they occur:
+  // [sum of tokens, feature_dim()]. `grid_thw` [N_images, 3] gives each image's patch grid for towers of variable
+  // grids (pixel_values then holds the images' patches, [N_patches, patch_dim]); fixed-size towers take no grid and
+  // return features() flattened.
+  virtual at::Tensor token_features(const at::Tensor& pixel_values, const at::Tensor& grid_thw) {
+    if (grid_thw.defined()) throw std::invalid_argument("this vision tower takes square images, not grid_thw");
+    auto f = features(pixel_values);
+    return f.reshape({-1, f.size(-1)});
+  }
   virtual int64_t feature_dim() const = 0;
+  // Tokens per image; 0 when it varies with the image (grid_thw).
   virtual int64_t tokens_per_image() const = 0;
-  // The side of the square images preprocessing must produce.
+  // The side of the square images preprocessing must produce; 0 when the tower takes any patch grid.
   virtual int image_size() const = 0;
+  // True when the features already have the LLM's width (Qwen2.5-VL's merger): the model has no projector.
+  virtual bool projects_to_text() const { return false; }
   // Random initialisation of one parameter as the original model initialises it (`name` relative to the
   // tower). Returns false to leave it to MultimodalLM's default (normal(0, initializer_range), norms 1,
   // biases 0), which draws from `gen` in parameter order.
