@@ -78,7 +78,7 @@ AttentionMask AttentionMask::causal(const at::Tensor& key_valid, int64_t lq, int
     // A padded query whose keys are all masked would produce NaN; let it see itself.
     if (lq + q_offset <= lk) allowed = allowed | (ki == qi).unsqueeze(0).unsqueeze(0);
   }
-  return AttentionMask{allowed};
+  return AttentionMask{allowed, nullptr};
 }
 
 AttentionMask AttentionMask::within_window(int64_t window, int64_t lq, int64_t lk, at::Device device) const {
@@ -86,7 +86,7 @@ AttentionMask AttentionMask::within_window(int64_t window, int64_t lq, int64_t l
   auto qi = at::arange(lk - lq, lk, opts).unsqueeze(1);
   auto ki = at::arange(lk, opts).unsqueeze(0);
   auto band = ((ki <= qi) & (ki > qi - window)).unsqueeze(0).unsqueeze(0);  // [1,1,Lq,Lk], causal within the window
-  return AttentionMask{allowed.defined() ? allowed & band : band};
+  return AttentionMask{allowed.defined() ? allowed & band : band, nullptr};
 }
 
 namespace {
