@@ -123,6 +123,7 @@ class Trainer {
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<RunDirLock> run_lock_;  // rank 0: held for the trainer's lifetime
   std::string resume_dir_;
+  double resume_verify_s_ = 0;  // choose_resume's time (the CRC checks), printed by resume_if_requested
   DataPosition start_position_;
   nlohmann::json saved_schedule_;  // LR schedule state from the checkpoint (null when starting fresh)
   std::unique_ptr<MetricsLogger> logger_;

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -78,6 +79,11 @@ std::string Trainer::verify_spread(const std::string& dir) {
 void Trainer::choose_resume() {
   resume_dir_.clear();
   if (cfg_.resume == "none") return;
+  struct Timer {  // resume_verify_s_ = this call's time, whichever way it returns
+    double& out;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    ~Timer() { out = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  } timer{resume_verify_s_};
   // Every file's CRC is read once (~95 GB at 7B), spread over the ranks: a phase with its own deadline.
   const PhaseDeadline phase("checkpoint verification on resume (the ranks check the files' CRCs)",
                             "parallel.resume_check_timeout_s", cfg_.parallel.resume_check_timeout_s);
@@ -155,6 +161,7 @@ void Trainer::resume_if_requested() {
     return;
   }
   const std::string dir = resume_dir_;
+  const auto t0 = std::chrono::steady_clock::now();
   CheckpointReader reader(dir);
   reader.set_files_verified(true);  // choose_resume checked every file's CRC (verify_spread)
   const int saved_world = reader.world_size();
@@ -273,7 +280,10 @@ void Trainer::resume_if_requested() {
         " rank(s), ZeRO-" + std::to_string(saved_stage) + ") -> " + std::to_string(world_) + " rank(s), ZeRO-" +
         std::to_string(cfg_.optimizer.zero_stage) + "; data epoch " + std::to_string(start_position_.epoch) + " sample " +
         std::to_string(start_position_.consumed_samples) +
-        (saved_global != global_batch_ ? "; global batch changed from " + std::to_string(saved_global) : ""));
+        (saved_global != global_batch_ ? "; global batch changed from " + std::to_string(saved_global) : "") +
+        "; CRCs verified in " + std::to_string(int(resume_verify_s_ * 1000)) + " ms, state read in " +
+        std::to_string(int(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1000)) +
+        " ms");
 }
 
 }  // namespace gmod
