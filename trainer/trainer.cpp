@@ -144,6 +144,7 @@ Trainer::Trainer(RunPlan plan, std::shared_ptr<Comm> comm)
   }
   setup_optimizer();
   resume_if_requested();
+  if (cfg_.checkpoint.async && cfg_.checkpoint.every > 0) reserve_snapshot();
   LoaderConfig lc{cfg_.batch.micro_batch, rank_, world_,
                   SamplerConfig{cfg_.seed, global_batch_, cfg_.data.group_by_modality_length, 0},
                   cfg_.data.workers, cfg_.data.prefetch, -1, cfg_.data.max_bad_fraction, 200, true, device_.is_cuda()};

@@ -80,6 +80,9 @@ class Trainer {
   const TrainConfig& config() const { return cfg_; }
 
  private:
+  void reserve_snapshot();  // checkpoint.async: the host snapshot made at start (trainer_save.cpp)
+  std::vector<int64_t> held_bytes(const std::vector<int64_t>& bytes, const std::vector<int>& owner,
+                                  const AdamWShardState& st) const;
   void load_model();
   void convert_model();            // MoD conversion (ARank first when the rule needs it)
   std::vector<double> run_arank();

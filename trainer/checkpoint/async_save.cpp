@@ -51,6 +51,10 @@ void SnapshotArena::begin(const std::vector<int64_t>& tensor_bytes, bool pinned)
   used_ = 0;
 }
 
+void SnapshotArena::touch() {
+  if (buf_.defined()) buf_.zero_();
+}
+
 at::Tensor SnapshotArena::take(const at::Tensor& t) {
   const int64_t bytes = t.numel() * int64_t(t.element_size());
   if (used_ + bytes > capacity_bytes())

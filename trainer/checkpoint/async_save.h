@@ -56,6 +56,8 @@ class SnapshotArena {
   // A host copy of `t` in the arena, after the previous ones of this snapshot.
   at::Tensor take(const at::Tensor& t);
   int64_t capacity_bytes() const { return buf_.defined() ? buf_.numel() : 0; }
+  // Writes every page of the buffer once, so that the first snapshot copies into memory already mapped.
+  void touch();
 
  private:
   at::Tensor buf_;  // [capacity] uint8
