@@ -89,8 +89,8 @@ TEST(RecordLengths, FastPathEqualsParseRecordOrDefersToIt) {
 }
 
 // A file of random records, good and bad, with records larger than a read block: the scan over workers and blocks
-// (words counted 16 bytes at a time) equals parse_record with words counted a character at a time, record by record, for the JSON list and the JSONL layout, and only the doubtful records take
-// parse_record.
+// (words counted 16 bytes at a time) equals parse_record with words counted a character at a time, record by
+// record, for the JSON list and the JSONL layout, and only the doubtful records take parse_record.
 TEST(RecordLengths, FileScanEqualsParsingEveryRecord) {
   gmod::test::TempDir dir;
   std::mt19937 rng(47);

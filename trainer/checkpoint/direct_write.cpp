@@ -43,7 +43,8 @@ DirectWriteStats write_regions_direct(const std::string& path, const std::vector
   if (regions.empty()) return stats;
   Fd buffered, direct;
   buffered.fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (buffered.fd < 0) throw std::runtime_error("checkpoint: cannot open " + path + " for writing: " + std::strerror(errno));
+  if (buffered.fd < 0)
+    throw std::runtime_error("checkpoint: cannot open " + path + " for writing: " + std::strerror(errno));
   direct.fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);  // EINVAL where the file system has none
   // Two bounce buffers: the next chunk is copied while the previous one is being written.
   std::unique_ptr<char, decltype(&std::free)> bounce[2] = {{nullptr, &std::free}, {nullptr, &std::free}};

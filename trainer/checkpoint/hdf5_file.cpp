@@ -262,11 +262,12 @@ void H5File::write_tensor(const std::string& name, const at::Tensor& t, bool che
   H5Id lcpl(H5Pcreate(H5P_LINK_CREATE));
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   const size_t nbytes = size_t(c.numel()) * c.element_size();
-  // Deferred (direct_data): the dataset's space is allocated now, contiguous and never filled, and close() writes
-  // its bytes there after HDF5's metadata.
+  // Deferred (direct_data): the dataset's space is allocated now, contiguous and never filled by HDF5; the
+  // background writer puts its bytes there with O_DIRECT, and close() waits for it.
   const bool defer = direct_ && c.dim() > 0 && nbytes >= kDirectDataMinBytes;
   H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
-  if (defer && (H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS) < 0 || H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY) < 0 ||
+  if (defer && (H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS) < 0 ||
+                H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY) < 0 ||
                 H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) < 0))
     fail("set the layout of", name);
   H5Id ds(H5Dcreate2(file_.get(), name.c_str(), st.file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT));
