@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <zlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -92,5 +94,19 @@ TEST(DirectWrite, Hdf5FileWithDirectDataReadsBackBitwise) {
   for (const auto& [n, t] : tensors) {
     const at::Tensor r = f.read_tensor(n, /*verify=*/true);
     EXPECT_TRUE(at::equal(r, t.contiguous())) << n;
+  }
+}
+
+// crc32_bytes splits buffers of 64 MiB and more over two threads (crc32_combine): the same value as zlib's one pass,
+// with and without a CRC to continue from.
+TEST(DirectWrite, SplitCrcEqualsOnePass) {
+  std::vector<unsigned char> buf((100u << 20) + 3);
+  std::mt19937 rng(11);
+  for (auto& b : buf) b = static_cast<unsigned char>(rng());
+  for (const uint32_t start : {0u, 0x1234abcdu}) {
+    uLong one = start;
+    for (size_t off = 0; off < buf.size(); off += 1u << 30)
+      one = crc32(one, buf.data() + off, uInt(std::min<size_t>(buf.size() - off, 1u << 30)));
+    EXPECT_EQ(crc32_bytes(buf.data(), buf.size(), start), uint32_t(one)) << start;
   }
 }
