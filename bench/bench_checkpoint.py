@@ -164,6 +164,9 @@ def main():
             f"{gbs(r['peer_bytes'], r['peer_load_s']):.2f} GB/s",
             f"{r['load_s'] / r['peer_load_s']:.2f}", f"{r['step_alone_ms']:.0f}",
             f"{r['step_inflight_ms']:.0f} ({r['inflight_steps']})"))
+    if rows and "crc_gbps" in rows[0]:
+        print(f"CRC-32 kernel alone (component figure, 256 MiB in memory): gmod (ISA-L) {rows[0]['crc_gbps']:.1f} GB/s, "
+              f"zlib {rows[0]['zlib_crc_gbps']:.1f} GB/s")
     print("save/dd: gmod's sync save rate over dd's direct write (target >= 0.8); save/torch: torch.save time over "
           "gmod's; of it CRCs: the resume's CRC check of every file (spread over the ranks) inside gmod's load time; "
           "load ratio: gmod load time over torch.load's (target <= 1.2; gmod also checks every file's CRC "

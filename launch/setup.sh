@@ -11,7 +11,8 @@ VENV="$CACHE/venv-torch-$TORCH_VERSION-py$PYVER"
 
 PKGS=(libopenmpi-dev openmpi-bin libhdf5-dev hdf5-helpers nlohmann-json3-dev libsentencepiece-dev
       libgtest-dev libgmock-dev libpcre2-dev libjpeg-dev libpng-dev ccache gnuplot-nox libcli11-dev
-      libcpp-httplib-dev libicu-dev libsimdjson-dev libavformat-dev libavcodec-dev libswscale-dev libavutil-dev)
+      libcpp-httplib-dev libicu-dev libsimdjson-dev libavformat-dev libavcodec-dev libswscale-dev libavutil-dev
+      libisal-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

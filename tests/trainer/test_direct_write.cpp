@@ -97,9 +97,9 @@ TEST(DirectWrite, Hdf5FileWithDirectDataReadsBackBitwise) {
   }
 }
 
-// crc32_bytes splits buffers of 64 MiB and more over two threads (crc32_combine): the same value as zlib's one pass,
-// with and without a CRC to continue from.
-TEST(DirectWrite, SplitCrcEqualsOnePass) {
+// crc32_bytes (ISA-L's kernel) is zlib's CRC-32: the same value as zlib's one pass over a 100 MiB buffer and over
+// sizes that end inside its 64- and 16-byte blocks, from 0 and from a CRC to continue from.
+TEST(DirectWrite, CrcEqualsZlib) {
   std::vector<unsigned char> buf((100u << 20) + 3);
   std::mt19937 rng(11);
   for (auto& b : buf) b = static_cast<unsigned char>(rng());
@@ -108,5 +108,7 @@ TEST(DirectWrite, SplitCrcEqualsOnePass) {
     for (size_t off = 0; off < buf.size(); off += 1u << 30)
       one = crc32(one, buf.data() + off, uInt(std::min<size_t>(buf.size() - off, 1u << 30)));
     EXPECT_EQ(crc32_bytes(buf.data(), buf.size(), start), uint32_t(one)) << start;
+    for (const size_t n : {size_t(0), size_t(1), size_t(15), size_t(63), size_t(64), size_t(65), size_t(4099)})
+      EXPECT_EQ(crc32_bytes(buf.data() + 5, n, start), uint32_t(crc32(start, buf.data() + 5, uInt(n)))) << n;
   }
 }

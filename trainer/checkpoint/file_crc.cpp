@@ -1,7 +1,7 @@
 // File CRC-32s for checkpoints; see file_crc.h.
 #include "trainer/checkpoint/file_crc.h"
 
-#include "trainer/checkpoint/hdf5_file.h"
+#include "trainer/checkpoint/crc32.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

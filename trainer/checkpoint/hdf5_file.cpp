@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <c10/core/GradMode.h>
 
@@ -16,7 +15,6 @@
 #include <cstring>
 #include <memory>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 namespace gmod {
@@ -474,33 +472,6 @@ nlohmann::json H5File::attr_json(const std::string& obj, const std::string& key)
   } catch (const nlohmann::json::exception& e) {
     throw Hdf5Error("HDF5: attribute " + key + " of '" + obj + "' in " + path_ + " is not valid JSON: " + e.what());
   }
-}
-
-// ---------------------------------------------------------------------------------------------------- CRC-32
-
-namespace {
-uint32_t crc32_serial(const Bytef* p, size_t n, uLong c) {
-  while (n > 0) {
-    uInt chunk = uInt(std::min<size_t>(n, size_t(1) << 30));
-    c = ::crc32(c, p, chunk);
-    p += chunk;
-    n -= chunk;
-  }
-  return uint32_t(c);
-}
-}  // namespace
-
-// Large buffers (a checkpoint's optimizer state) in two halves on two threads, joined with crc32_combine: the same
-// value as one pass, in about half the time where a core is free (a save's CRC runs beside its O_DIRECT write).
-uint32_t crc32_bytes(const void* data, size_t n, uint32_t crc) {
-  const auto* p = static_cast<const Bytef*>(data);
-  if (n < (size_t(64) << 20) || std::thread::hardware_concurrency() < 2) return crc32_serial(p, n, crc);
-  const size_t half = n / 2;
-  uint32_t second = 0;
-  std::thread t([&] { second = crc32_serial(p + half, n - half, 0); });
-  const uint32_t first = crc32_serial(p, half, crc);
-  t.join();
-  return uint32_t(::crc32_combine(first, second, z_off_t(n - half)));
 }
 
 }  // namespace gmod

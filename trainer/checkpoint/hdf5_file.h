@@ -14,6 +14,7 @@
 
 #include <hdf5.h>
 
+#include "trainer/checkpoint/crc32.h"
 #include "trainer/checkpoint/direct_write.h"
 #include "trainer/checkpoint/file_crc.h"
 
@@ -131,8 +132,6 @@ class H5File {
   std::vector<at::Tensor> direct_data_;
 };
 
-// zlib CRC-32 of a byte range (continuing from `crc`, 0 to start).
-uint32_t crc32_bytes(const void* data, size_t n, uint32_t crc = 0);
 // Torch dtype name as stored in the `dtype` attribute ("float32", "bfloat16", ...); throws for unsupported dtypes.
 std::string h5_dtype_name(at::ScalarType t);
 
