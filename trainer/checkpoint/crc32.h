@@ -1,6 +1,6 @@
 // CRC-32 of checkpoint bytes: zlib's value (the gzip polynomial, reflected), computed with Intel ISA-L's
 // carry-less-multiply kernel (Debian's libisal-dev), which picks the CPU's widest variant at run time. On this
-// project's 2-core machines it runs at ~12 GB/s against zlib's ~1.9 GB/s (bench/bench_checkpoint_io --crc), so a
+// project's 2-core machines it runs at ~12 GB/s against zlib's ~1.9 GB/s (bench/bench_checkpoint.py prints both), so a
 // save's or a resume's checksum no longer bounds it: every tensor is checksummed once, in the pass that writes or
 // reads it. tests/trainer/test_direct_write.cpp compares the value with zlib's.
 #pragma once
