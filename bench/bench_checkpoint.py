@@ -149,7 +149,8 @@ def main():
     print(f"checkpoint I/O: fp32 weights + ZeRO-1 AdamW state (16 B/param), {args.threads} thread(s) per rank, "
           f"best of {args.reps}, page cache warm for loads")
     hdr = ("params", "np", "GB", "dd direct", "dd fsync", "gmod sync", "torch.save", "save/dd", "save/torch",
-           "async stall", "async total", "gmod load", "of it CRCs", "torch.load", "load ratio", "step ms", "step ms+save")
+           "async stall", "async total", "gmod load", "of it check", "torch.load", "load ratio", "step ms",
+           "step ms+save", "+save nice0")
     print(("{:>8} {:>3} {:>6} " + "{:>11} " * (len(hdr) - 3)).format(*hdr))
     for r in rows:
         dd = r["dd_direct"] or r["dd_fsync"]
@@ -163,15 +164,17 @@ def main():
             f"{gbs(r['bytes'], r['load_s']):.2f} GB/s", f"{r['load_verify_s']:.2f} s",
             f"{gbs(r['peer_bytes'], r['peer_load_s']):.2f} GB/s",
             f"{r['load_s'] / r['peer_load_s']:.2f}", f"{r['step_alone_ms']:.0f}",
-            f"{r['step_inflight_ms']:.0f} ({r['inflight_steps']})"))
+            f"{r['step_inflight_ms']:.0f} ({r['inflight_steps']})", f"{r['step_inflight_plain_ms']:.0f}"))
     if rows and "crc_gbps" in rows[0]:
         print(f"CRC-32 kernel alone (component figure, 256 MiB in memory): gmod (ISA-L) {rows[0]['crc_gbps']:.1f} GB/s, "
               f"zlib {rows[0]['zlib_crc_gbps']:.1f} GB/s")
     print("save/dd: gmod's sync save rate over dd's direct write (target >= 0.8); save/torch: torch.save time over "
-          "gmod's; of it CRCs: the resume's CRC check of every file (spread over the ranks) inside gmod's load time; "
-          "load ratio: gmod load time over torch.load's (target <= 1.2; gmod also checks every file's CRC "
+          "gmod's; of it check: the resume's check of every file before loading (spread over the ranks; HDF5 "
+          "metadata and small datasets, the large tensors' CRCs are checked as they are read) inside gmod's load "
+          "time; load ratio: gmod load time over torch.load's (target <= 1.2; gmod also checks every byte's CRC "
           "and broadcasts the weights to every rank); step ms+save: the stand-in step while the async write is in "
-          "flight (steps overlapped)")
+          "flight (steps overlapped), the writer at background priority (nice +10, the trainer's default); "
+          "+save nice0: the same with the writer at the trainer's priority")
 
 
 if __name__ == "__main__":

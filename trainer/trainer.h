@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -95,6 +96,7 @@ class Trainer {
   // `auto` with checkpoints but none valid throws; newer invalid ones are set aside as step-<N>.corrupt.
   void choose_resume();
   void resume_if_requested();  // loads resume_dir_ (after model, data and optimizer exist)
+  std::string load_resume_dir();  // one attempt: "" or why resume_dir_ failed while read (the same on every rank)
   // Throws (or warns with resume_allow_changes) when seed, data, batch or model parts differ from the checkpoint's.
   void check_resume_compatible(const std::string& dir, const nlohmann::json& saved_cfg,
                                const nlohmann::json& saved_state) const;
@@ -127,6 +129,7 @@ class Trainer {
   std::unique_ptr<RunDirLock> run_lock_;  // rank 0: held for the trainer's lifetime
   std::string resume_dir_;
   double resume_verify_s_ = 0;  // choose_resume's time (the CRC checks), printed by resume_if_requested
+  std::map<std::string, std::string> corrupt_on_load_;  // checkpoints whose tensors failed their CRCs while read
   DataPosition start_position_;
   nlohmann::json saved_schedule_;  // LR schedule state from the checkpoint (null when starting fresh)
   std::unique_ptr<MetricsLogger> logger_;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <iostream>
 #include <map>
 
 #include "parallel/watchdog.h"
@@ -54,6 +55,13 @@ void Trainer::check_resume_compatible(const std::string& dir, const json& saved_
 // that a resume reads each file once in all instead of rank 0 reading everything while the others wait. Returns ""
 // or what failed (rank 0 names the lowest failing file; the others get a placeholder).
 std::string Trainer::verify_spread(const std::string& dir) {
+  // resume=auto_or_scratch checks every byte before loading: were a tensor found bad while loading the last valid
+  // candidate, the job would start from scratch over weights that hold part of it. Otherwise the large tensors'
+  // CRCs are checked as they are read (one pass; CheckpointManager::verify_file_deferring_data).
+  const bool defer_data = cfg_.resume != "auto_or_scratch";
+  auto check = [&](const std::string& f) {
+    return defer_data ? CheckpointManager::verify_file_deferring_data(dir, f) : CheckpointManager::verify_file(dir, f);
+  };
   std::vector<std::string> files;
   try {
     files = CheckpointManager::manifest_files(dir);
@@ -63,7 +71,7 @@ std::string Trainer::verify_spread(const std::string& dir) {
   int64_t first_bad = int64_t(files.size()) + 1;
   if (files.empty()) first_bad = 0;
   for (size_t k = size_t(rank_); k < files.size(); k += size_t(world_))
-    if (!CheckpointManager::verify_file(dir, files[k]).empty()) {
+    if (!check(files[k]).empty()) {
       first_bad = int64_t(k);
       break;
     }
@@ -72,7 +80,7 @@ std::string Trainer::verify_spread(const std::string& dir) {
   if (bad >= n) return "";
   if (rank_ != 0) return "a file failed its check";
   if (files.empty()) return CheckpointManager::verify(dir, false);
-  const std::string why = CheckpointManager::verify_file(dir, files[size_t(bad)]);
+  const std::string why = check(files[size_t(bad)]);
   return why.empty() ? files[size_t(bad)] + " failed its check on another rank" : why;
 }
 
@@ -125,7 +133,10 @@ void Trainer::choose_resume() {
     if (step < 0) break;
     const std::string dir =
         (fs::path(mgr.checkpoints_dir()) / CheckpointManager::step_dir_name(step)).string();
-    const std::string why = verify_spread(dir);
+    // A checkpoint whose tensors failed their CRCs while an earlier attempt loaded it (resume_if_requested) is
+    // passed over like one that fails here.
+    const auto bad_on_load = corrupt_on_load_.find(dir);
+    const std::string why = bad_on_load != corrupt_on_load_.end() ? bad_on_load->second : verify_spread(dir);
     if (why.empty()) {
       found = step;
       break;
@@ -155,15 +166,37 @@ void Trainer::choose_resume() {
 }
 
 void Trainer::resume_if_requested() {
+  // A tensor that fails its CRC while read: this checkpoint is passed over as the check before loading would have
+  // (resume=auto: the next older valid one is chosen and loaded over what was read; every parameter and state
+  // buffer is overwritten), or named (resume=<dir>).
+  for (std::string why; !(why = load_resume_dir()).empty();) {
+    if (!resume_is_auto())
+      throw std::runtime_error("resume: checkpoint " + resume_dir_ + " is not valid: " + why);
+    const std::string bad = resume_dir_;
+    corrupt_on_load_[bad] = why;
+    choose_resume();
+    // Nothing valid left: resume=auto refuses inside choose_resume; resume=auto_or_scratch checked every byte before
+    // loading (verify_spread), so only a file changed since then gets here.
+    if (resume_dir_.empty())
+      throw std::runtime_error("resume: " + cfg_.run_dir + "/checkpoints has no valid checkpoint left (" + bad +
+                               " failed while loading: " + why + "; it is kept as .corrupt); the weights hold part of "
+                               "it, start the job again to train from scratch");
+  }
+}
+
+std::string Trainer::load_resume_dir() {
   if (resume_dir_.empty()) {
     if (resume_is_auto())
       print("resume: no valid checkpoint in " + cfg_.run_dir + "/checkpoints, starting from scratch");
-    return;
+    return "";
   }
   const std::string dir = resume_dir_;
   const auto t0 = std::chrono::steady_clock::now();
   CheckpointReader reader(dir);
-  reader.set_files_verified(true);  // choose_resume checked every file's CRC (verify_spread)
+  // choose_resume checked each file's CRC with the large datasets at their stored CRCs (verify_spread); those are
+  // checked here, in the pass that reads them, and the ranks agree on the verdict after the last read.
+  std::vector<std::string> crc_failures;
+  reader.collect_crc_failures(&crc_failures);
   const int saved_world = reader.world_size();
   const json& saved_cfg = reader.config();
   check_resume_compatible(dir, saved_cfg, reader.trainer_state());
@@ -250,6 +283,13 @@ void Trainer::resume_if_requested() {
   } else {
     at::manual_seed(rank_seed(cfg_.seed, step_, rank_));
   }
+  // The verdict: the lowest rank that saw a bad tensor (each failing rank names its own).
+  for (const auto& f : crc_failures) std::cerr << "resume: rank " << rank_ << ": " << f << std::endl;
+  const int first_bad =
+      int(-comm_->all_reduce(-double(crc_failures.empty() ? world_ : rank_), ReduceOp::Max));
+  if (first_bad < world_)
+    return (rank_ == first_bad ? crc_failures.front() : "a tensor failed its CRC-32 on rank " + std::to_string(first_bad)) +
+           " (while loading)";
 
   const json& ts = reader.trainer_state();
   skipped_total_ = ts.value("skipped_total", int64_t(0));
@@ -281,9 +321,11 @@ void Trainer::resume_if_requested() {
         std::to_string(cfg_.optimizer.zero_stage) + "; data epoch " + std::to_string(start_position_.epoch) + " sample " +
         std::to_string(start_position_.consumed_samples) +
         (saved_global != global_batch_ ? "; global batch changed from " + std::to_string(saved_global) : "") +
-        "; CRCs verified in " + std::to_string(int(resume_verify_s_ * 1000)) + " ms, state read in " +
+        "; files checked in " + std::to_string(int(resume_verify_s_ * 1000)) +
+        " ms, state read and its tensors' CRCs checked in " +
         std::to_string(int(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1000)) +
         " ms");
+  return "";
 }
 
 }  // namespace gmod

@@ -3,6 +3,7 @@
 // SIGTERM, a corrupt newest checkpoint, activation checkpointing with the overlapped reduction. Each test is its own
 // ctest entry (see CMakeLists.txt).
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/hdf5_file.h"
 
 #include "data/demo_dataset.h"
 #include "model/safetensors.h"
@@ -268,6 +269,56 @@ TEST(TrainE2E, CorruptNewestCheckpointIsPassedOver) {
   // The corrupt one is kept, out of the way, never deleted.
   EXPECT_TRUE(std::filesystem::exists(ckpt(run, 3) + ".corrupt/model.h5")) << log;
   EXPECT_NE(log.find("kept as " + ckpt(run, 3) + ".corrupt"), std::string::npos) << log;
+}
+
+// A resume reads the weights once: the check before loading takes the large datasets at their stored CRCs, and each
+// is checked as it is read. A byte flipped inside rank 1's optimizer state (which only rank 1 reads) passes the check
+// before loading; rank 1 finds it while reading, every rank agrees, and the job resumes from the older checkpoint
+// as if the check had caught it, bitwise, keeping the corrupt one. With resume=<that dir>, the error names it.
+TEST(TrainE2E, CorruptTensorFoundWhileLoadingIsPassedOver) {
+  TempDir t;
+  const std::string run = t.str("corrupt_on_load");
+  const std::string cfg = write_config(run, {{"checkpoint", {{"every", 1}, {"keep_last", 3}}}});
+  ASSERT_EQ(gmod_train(2, cfg, {"schedule.exit_at_step=3"}), 0) << slurp(cfg + ".log");
+  const auto first = step_metrics(run);
+  ASSERT_EQ(first.size(), 3u);
+  const std::string victim = ckpt(run, 3) + "/optim-rank-1.h5";
+  std::vector<gmod::KnownCrcRegion> large;
+  {
+    const gmod::H5File f = gmod::H5File::open(victim);
+    large = f.checksummed_regions(gmod::CheckpointReader::kDeferredCrcBytes);
+  }
+  ASSERT_FALSE(large.empty()) << victim << " has no dataset of 64 KiB or more: the test model is too small";
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = std::streamoff(large[0].offset + large[0].bytes / 2);
+    char c = 0;
+    f.seekg(at);
+    f.get(c);
+    f.seekp(at);
+    f.put(char(c ^ 0x5a));
+  }
+  // The check before loading passes it (metadata and small datasets only); the full-file CRC does not.
+  EXPECT_EQ(gmod::CheckpointManager::verify_file_deferring_data(ckpt(run, 3), "optim-rank-1.h5"), "");
+  EXPECT_NE(gmod::CheckpointManager::verify_file(ckpt(run, 3), "optim-rank-1.h5"), "");
+
+  const std::string explicit_cfg = write_config(run + "_explicit", {{"resume", ckpt(run, 3)}});
+  EXPECT_NE(gmod_train(2, explicit_cfg, {"schedule.exit_at_step=4"}), 0);
+  const std::string elog = slurp(explicit_cfg + ".log");
+  EXPECT_NE(elog.find("resume: checkpoint " + ckpt(run, 3) + " is not valid"), std::string::npos) << elog;
+  EXPECT_NE(elog.find("checksum mismatch for dataset"), std::string::npos) << elog;
+
+  ASSERT_EQ(gmod_train(2, cfg, {"schedule.exit_at_step=4"}), 0) << slurp(cfg + ".log");
+  const std::string log = slurp(cfg + ".log");
+  EXPECT_NE(log.find("checksum mismatch for dataset"), std::string::npos) << log;  // rank 1 names the tensor
+  EXPECT_NE(log.find("(while loading)"), std::string::npos) << log;
+  EXPECT_NE(log.find("resume: " + ckpt(run, 2)), std::string::npos) << log;
+  std::vector<int64_t> order;
+  auto after = step_metrics(run, &order);
+  EXPECT_EQ(order, (std::vector<int64_t>{1, 2, 3, 3, 4}));
+  EXPECT_EQ(after[3]["loss"].dump(), first.at(3)["loss"].dump());
+  EXPECT_TRUE(std::filesystem::exists(ckpt(run, 3) + ".corrupt/optim-rank-1.h5")) << log;
+  EXPECT_EQ(gmod::CheckpointManager::verify(ckpt(run, 3)), "");  // re-saved
 }
 
 // Converted layers leave parameter names unchanged, so resuming with another conversion must be refused, not loaded.

@@ -1,6 +1,12 @@
 // AsyncCheckpointSave: see async_save.h.
 #include "trainer/checkpoint/async_save.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -9,9 +15,24 @@
 
 namespace gmod {
 
-AsyncCheckpointSave::AsyncCheckpointSave(CheckpointWriter writer, CheckpointContent content, RankState mine)
+namespace {
+// This thread only (Linux: nice and I/O priority are per thread; threads it starts inherit them). Best effort: a
+// refusal leaves the default priority.
+void lower_this_thread_priority() {
+  const auto tid = pid_t(::syscall(SYS_gettid));
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, id_t(tid));
+  if (errno == 0) (void)::setpriority(PRIO_PROCESS, id_t(tid), std::min(now + 10, 19));
+  constexpr int kWhoProcess = 1, kClassBestEffort = 2, kClassShift = 13;  // linux/ioprio.h
+  (void)::syscall(SYS_ioprio_set, kWhoProcess, tid, (kClassBestEffort << kClassShift) | 7);
+}
+}  // namespace
+
+AsyncCheckpointSave::AsyncCheckpointSave(CheckpointWriter writer, CheckpointContent content, RankState mine,
+                                         bool background_priority)
     : writer_(std::move(writer)), content_(std::move(content)), mine_(std::move(mine)) {
-  thread_ = std::thread([this] {
+  thread_ = std::thread([this, background_priority] {
+    if (background_priority) lower_this_thread_priority();
     const auto t0 = std::chrono::steady_clock::now();
     try {
       writer_.write_files(content_, mine_);

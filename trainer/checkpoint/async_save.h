@@ -20,7 +20,11 @@ namespace gmod {
 class AsyncCheckpointSave {
  public:
   // Starts the background write. `content` and `mine` must not share memory with tensors training will modify.
-  AsyncCheckpointSave(CheckpointWriter writer, CheckpointContent content, RankState mine);
+  // With `background_priority` (the default) the writer thread, and the threads it starts, run at nice +10 and the
+  // lowest best-effort I/O priority: where training keeps every core busy (a CPU run, data workers) the write takes
+  // what is left instead of slowing the steps (bench/bench_checkpoint.py measures the step beside a write both ways).
+  AsyncCheckpointSave(CheckpointWriter writer, CheckpointContent content, RankState mine,
+                      bool background_priority = true);
   ~AsyncCheckpointSave();
   AsyncCheckpointSave(const AsyncCheckpointSave&) = delete;
   AsyncCheckpointSave& operator=(const AsyncCheckpointSave&) = delete;

@@ -167,9 +167,17 @@ class CheckpointReader {
   // The files holding the weights: model.h5, then its parts (model-rank-<r>.h5) when the ranks wrote them.
   std::vector<std::string> model_files() const;
 
-  // The caller has just checked every file's CRC against the manifest (Trainer::verify_spread, the resume's check):
-  // reads then skip the per-tensor CRCs, whose bytes that check covered (one pass over the data instead of two).
+  // The caller has just checked every file's CRC against the manifest (CheckpointManager::verify_file): reads then
+  // skip the per-tensor CRCs, whose bytes that check covered.
   void set_files_verified(bool verified) { files_verified_ = verified; }
+  // Datasets of at least this many bytes are checked while read (verify_file_deferring_data leaves them out): every
+  // dataset that large (weights, optimizer state) is read by some rank on resume; the smaller ones (generator
+  // states, some of which only their own rank reads) are checked with the metadata, before loading.
+  static constexpr uint64_t kDeferredCrcBytes = 64u << 10;
+  // With a sink, a tensor whose CRC-32 does not match its `crc32` attribute is read anyway and its message appended
+  // there instead of thrown, so that every rank finishes the collective load and the ranks then agree on the
+  // verdict (Trainer::resume_if_requested). The resume's one pass: verify_file_deferring_data, then this.
+  void collect_crc_failures(std::vector<std::string>* sink) { crc_failures_ = sink; }
 
   // One old rank's optim file. Tensors named in `into` are read into those tensors (same element count; e.g. the
   // optimizer's live buffers, so a same-world resume needs no temporaries) and returned as them.
@@ -182,6 +190,7 @@ class CheckpointReader {
   int64_t step_ = 0;
   int world_size_ = 0;
   bool files_verified_ = false;
+  std::vector<std::string>* crc_failures_ = nullptr;
 };
 
 struct CheckpointEntry {
@@ -217,6 +226,11 @@ class CheckpointManager {
   // of them ("" when it matches): for spreading the CRC work of a resume over the ranks.
   static std::vector<std::string> manifest_files(const std::string& step_dir);
   static std::string verify_file(const std::string& step_dir, const std::string& fname);
+  // The same check with the data of an HDF5 file's large datasets (CheckpointReader::kDeferredCrcBytes and more)
+  // taken at their stored `crc32` attributes: it reads HDF5's metadata and the small datasets only. It proves the
+  // file intact provided each of those datasets matches its attribute, which the reader then checks as it reads
+  // them (CheckpointReader::collect_crc_failures): a resume reads the weights once, not twice.
+  static std::string verify_file_deferring_data(const std::string& step_dir, const std::string& fname);
 
   // Removes leftover *.tmp directories of steps <= up_to_step except `keep` (a directory name), and *.tmp names
   // that carry no step. Rank 0 only, inside a commit. A later step's *.tmp is left alone: with asynchronous saves
@@ -231,7 +245,7 @@ class CheckpointManager {
 
  private:
   static std::string check_file(const std::filesystem::path& dir, const std::string& fname, const nlohmann::json& info,
-                                bool checksums);
+                                bool checksums, bool defer_data = false);
   std::string run_dir_;
   std::function<void(const std::string&)> warn_;
 };

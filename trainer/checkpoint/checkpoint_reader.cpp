@@ -87,7 +87,8 @@ std::map<std::string, std::string> tensor_files(const std::string& dir) {
 // The model files of a checkpoint, opened once each.
 class ModelFiles {
  public:
-  explicit ModelFiles(std::string dir) : dir_(std::move(dir)), where_(tensor_files(dir_)) {}
+  ModelFiles(std::string dir, std::vector<std::string>* crc_failures)
+      : dir_(std::move(dir)), where_(tensor_files(dir_)), crc_failures_(crc_failures) {}
   bool has(const std::string& name) const { return where_.count(name) > 0; }
   const std::string& file_of(const std::string& name) const {
     auto it = where_.find(name);
@@ -98,7 +99,10 @@ class ModelFiles {
   H5File& open(const std::string& name) {
     const std::string& file = file_of(name);
     auto it = open_.find(file);
-    if (it == open_.end()) it = open_.emplace(file, H5File::open((fs::path(dir_) / file).string())).first;
+    if (it == open_.end()) {
+      it = open_.emplace(file, H5File::open((fs::path(dir_) / file).string())).first;
+      it->second.set_crc_failures(crc_failures_);
+    }
     return it->second;
   }
 
@@ -106,6 +110,7 @@ class ModelFiles {
   std::string dir_;
   std::map<std::string, std::string> where_;
   std::map<std::string, H5File> open_;
+  std::vector<std::string>* crc_failures_;
 };
 
 }  // namespace
@@ -122,12 +127,12 @@ std::vector<std::string> CheckpointReader::model_files() const {
 }
 
 at::Tensor CheckpointReader::read_model_tensor(const std::string& name) const {
-  ModelFiles files(dir_);
+  ModelFiles files(dir_, crc_failures_);
   return files.open(name).read_tensor(name, !files_verified_);
 }
 
 NamedTensors CheckpointReader::read_model() const {
-  ModelFiles files(dir_);
+  ModelFiles files(dir_, crc_failures_);
   NamedTensors out;
   for (const auto& n : model_tensor_names()) out.emplace_back(n, files.open(n).read_tensor(n, !files_verified_));
   return out;
@@ -158,7 +163,7 @@ void CheckpointReader::load_model_into(const NamedTensors& params, bool strict, 
         throw std::runtime_error("checkpoint: " + index + " has tensor '" + n +
                                  "' that the model does not (strict load)");
   }
-  ModelFiles files(dir_);
+  ModelFiles files(dir_, crc_failures_);
   // Check everything before modifying anything (metadata only).
   for (const auto& [name, p] : params) {
     H5File& f = files.open(name);
@@ -200,6 +205,7 @@ RankState CheckpointReader::read_rank_state(int rank, const std::map<std::string
     throw std::out_of_range("checkpoint: rank " + std::to_string(rank) + " out of range for " + dir_ +
                             " (saved with world size " + std::to_string(world_size_) + ")");
   H5File f = H5File::open((fs::path(dir_) / optim_file(rank)).string());
+  f.set_crc_failures(crc_failures_);
   RankState s;
   s.rank = int(f.attr_int("/", "rank"));
   s.world_size = int(f.attr_int("/", "world_size"));

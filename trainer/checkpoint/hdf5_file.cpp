@@ -226,6 +226,28 @@ std::vector<std::string> H5File::list_datasets(const std::string& group) const {
   return names;
 }
 
+std::vector<KnownCrcRegion> H5File::checksummed_regions(uint64_t min_bytes) const {
+  silence_hdf5();
+  struct Walk {
+    const H5File* file;
+    uint64_t min_bytes;
+    std::vector<KnownCrcRegion> out;
+  } walk{this, min_bytes, {}};
+  auto cb = [](hid_t root, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+    if (info->type != H5O_TYPE_DATASET) return 0;
+    auto& w = *static_cast<Walk*>(data);
+    H5Id ds(H5Dopen2(root, name, H5P_DEFAULT));
+    if (!ds.valid()) return -1;
+    const hsize_t bytes = H5Dget_storage_size(ds.get());
+    const haddr_t offset = H5Dget_offset(ds.get());  // HADDR_UNDEF unless contiguous and allocated
+    if (bytes < w.min_bytes || offset == HADDR_UNDEF || !w.file->has_attr(name, "crc32")) return 0;
+    w.out.push_back({uint64_t(offset), uint64_t(bytes), uint32_t(w.file->attr_int(name, "crc32"))});
+    return 0;
+  };
+  if (H5Ovisit2(file_.get(), H5_INDEX_NAME, H5_ITER_INC, cb, &walk, H5O_INFO_BASIC) < 0) fail("walk", "/");
+  return walk.out;
+}
+
 std::string h5_dtype_name(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return "float32";
@@ -341,7 +363,9 @@ void H5File::read_dataset(const std::string& name, const H5TensorInfo& info, voi
     if (want != got) {
       char msg[64];
       std::snprintf(msg, sizeof(msg), "stored %08x, computed %08x", want, got);
-      throw Hdf5Error("HDF5: checksum mismatch for dataset '" + name + "' in " + path_ + " (" + msg + ")");
+      const std::string what = "HDF5: checksum mismatch for dataset '" + name + "' in " + path_ + " (" + msg + ")";
+      if (!crc_failures_) throw Hdf5Error(what);
+      crc_failures_->push_back(what);
     }
   }
 }

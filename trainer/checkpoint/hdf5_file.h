@@ -100,6 +100,12 @@ class H5File {
   // Where each checksummed dataset's bytes went in the file, with their CRC-32: crc32_file_with_known of the closed
   // file then reads only HDF5's metadata.
   const std::vector<KnownCrcRegion>& written_regions() const { return written_; }
+  // The same for a file opened for reading: every contiguous dataset of at least `min_bytes` that carries a `crc32`
+  // attribute, anywhere in the file (the stored CRCs, not checked here: a reader checks them as it reads).
+  std::vector<KnownCrcRegion> checksummed_regions(uint64_t min_bytes) const;
+  // With a sink, a read whose `crc32` check fails appends the message there and returns the bytes read instead of
+  // throwing (a resume agrees over the ranks first: a throw inside a broadcast would leave the others waiting).
+  void set_crc_failures(std::vector<std::string>* sink) { crc_failures_ = sink; }
 
   // Attributes on object `obj` ("/" for the file's root). Setting replaces an existing attribute of that name.
   void set_attr(const std::string& obj, const std::string& key, const std::string& value);
@@ -126,6 +132,7 @@ class H5File {
   void read_dataset(const std::string& name, const H5TensorInfo& info, void* buf, bool verify) const;
   H5Id file_;
   std::vector<KnownCrcRegion> written_;
+  std::vector<std::string>* crc_failures_ = nullptr;
   // direct_data: the large datasets' bytes, written in the background while the file is built, and their memory
   // (contiguous CPU tensors) kept alive until close() has waited for the writes.
   std::unique_ptr<BackgroundRegionWriter> direct_;
