@@ -4,6 +4,7 @@
 // - a MoD layer (each method, its selection forced to the fixture's) matches transformers' Qwen2_5_VLDecoderLayer run
 //   on the gathered tokens at their gathered [3, B, K] ids, within 1e-5 (test_hf_parity.cpp's logit bound);
 // - at capacity 1.0 the MoD model's logits equal the dense model's and transformers';
+// - PyramidDrop's rank pass keeps the image tokens transformers' attention at the 3-D ids ranks first;
 // - each method trains a step on an image batch (finite loss, router gradients), with activation checkpointing too;
 // - packed rows get per-sample 3-D ids (the packed forward equals the unpacked one);
 // - greedy generation with images equals transformers' generate (tokens and every step's logits) and, with MoD layers
@@ -18,6 +19,7 @@
 #include "mod/fastv.h"
 #include "mod/generate.h"
 #include "mod/mod_layer.h"
+#include "mod/pdrop.h"
 #include "mod/pmod.h"
 #include "model/activation_checkpoint.h"
 #include "model/llava.h"
@@ -111,6 +113,53 @@ TEST(MRopeMoD, KeptTokensMatchTransformersLayerAtTheirGathered3DPositions) {
   }
 }
 
+// PyramidDrop's rank pass at a boundary in layer 1 keeps each sample's top half of its image tokens by the attention
+// of its instruction query: with the queries pdrop_queries picks, the kept set is the one transformers' layer-1
+// attention probabilities at the 3-D ids give (the fixture's eager attention over each row's real tokens).
+TEST(MRopeMoD, PDropRankUsesTheAttentionAt3DPositions) {
+  SafetensorsFile ref(mod_ref());
+  auto cfg = methods().back().cfg;
+  ASSERT_EQ(cfg.router, RouterKind::kPDrop);
+  auto model = converted(cfg);
+  model->train(true);
+  auto layer = mod_layers(*model).at(0);
+  auto in = batch(*model);
+  ForwardState st;
+  prepare_forward_state(st, in);
+  st.mrope_positions = ref.tensor("position_ids");
+  st.rope = &model->llm->rope;
+  std::tie(st.cos, st.sin) = model->llm->mrope->cos_sin(st.mrope_positions, at::kFloat);
+  const auto valid = in.attention_mask;
+  const auto kept = pdrop_rank(*layer, ref.tensor("hidden"), st, valid, 1);  // [B, L]
+
+  const auto c = compact(valid);
+  const auto roles_c = in.token_roles.to(at::kLong).gather(1, c.index);
+  const auto queries = pdrop_queries(roles_c, c.valid, false);
+  const auto probs = ref.tensor("attn_probs");  // [B, H, L, L], real tokens first
+  const int64_t B = valid.size(0), K = c.kmax;
+  int ranked = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto image_c = c.valid[b] & (roles_c[b] == static_cast<int64_t>(TokenRole::kImage));
+    const int64_t n_img = image_c.sum().item<int64_t>();
+    if (n_img == 0) continue;
+    const auto q = queries[b].nonzero().squeeze(1);
+    ASSERT_GT(q.numel(), 0) << "row " << b;
+    // Mean over heads and query rows of transformers' probabilities, over the compacted slots.
+    const auto score = probs[b].narrow(1, 0, K).narrow(2, 0, K).index_select(1, q).mean(at::IntArrayRef{0, 1});  // [K]
+    const int64_t keep = pdrop_kept_images(n_img, 0.5);
+    const auto key = at::where(image_c, score, at::full_like(score, -1.0));
+    const auto order = std::get<1>(key.sort(0, /*descending=*/true));
+    // Far from a tie: the last kept and the first dropped image token differ by more than rounding.
+    EXPECT_GT((key[order[keep - 1]] - key[order[keep]]).item().toDouble(), 1e-6) << "row " << b;
+    auto want = at::zeros({K}, at::kBool).index_fill(0, order.narrow(0, 0, keep), true);
+    const auto got_c = kept[b].gather(0, c.index[b]) & image_c;
+    EXPECT_TRUE(got_c.equal(want)) << "row " << b << ": kept image slots " << got_c.nonzero().flatten()
+                                   << " vs transformers' top " << keep << " " << want.nonzero().flatten();
+    ++ranked;
+  }
+  EXPECT_EQ(ranked, 2);
+}
+
 // At capacity 1.0 (every token kept, no router scaling) the MoD model is the dense one under M-RoPE.
 TEST(MRopeMoD, FullCapacityEqualsDenseAndTransformers) {
   auto dense = load_pretrained(full_dir());
@@ -141,12 +190,16 @@ TEST(MRopeMoD, FullCapacityEqualsDenseAndTransformers) {
 }
 
 // One training step per method on the image batch: finite loss, tokens skipped, gradients on the routers (on the
-// layer's attention for the parameter-free methods); with activation checkpointing the same loss and gradients.
+// layer's attention for the parameter-free methods); with activation checkpointing (γ-MoD, PyramidDrop) the same loss
+// and gradients.
 TEST(MRopeMoD, EveryMethodTrainsOnAnImageBatch) {
   for (const auto& [name, cfg] : methods()) {
     std::vector<double> losses;
     std::vector<at::Tensor> grads;
+    const std::string n = name;
+    const bool both = n == "gamma_shared" || n == "pdrop";  // checkpointed too: the MoD layer's and the rank's path
     for (const char* ckpt : {"none", "full"}) {
+      if (!both && std::string(ckpt) == "full") continue;
       auto model = converted(cfg);
       model->llm->activation_checkpointing = parse_activation_checkpointing(ckpt);
       model->train(true);
@@ -172,6 +225,7 @@ TEST(MRopeMoD, EveryMethodTrainsOnAnImageBatch) {
       grads.push_back(g.clone());
     }
     // Checkpointed layers recompute at the same 3-D positions (ForwardState::mrope_positions travels with them).
+    if (!both) continue;
     EXPECT_NEAR(losses[0], losses[1], 1e-6) << name;
     EXPECT_LT((grads[0] - grads[1]).abs().max().item<double>(), 1e-6) << name;
   }
