@@ -8,7 +8,8 @@
 // - each method trains a step on an image batch (finite loss, router gradients), with activation checkpointing too;
 // - packed rows get per-sample 3-D ids (the packed forward equals the unpacked one);
 // - greedy generation with images equals transformers' generate (tokens and every step's logits) and, with MoD layers
-//   skipping in prefill and decode, the full forward with the routing replayed at the 3-D positions.
+//   skipping in prefill and decode, the full forward with the routing replayed at the 3-D positions; an image prompt
+//   joining a running batch decodes as transformers' generate of it alone.
 // Planted bug (by hand, noted in docs/mod.md): the kept tokens at 1-D positions turns the first case red.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -16,6 +17,7 @@
 #include <iostream>
 
 #include "mod/conversion.h"
+#include "mod/decode_batch.h"
 #include "mod/fastv.h"
 #include "mod/generate.h"
 #include "mod/mod_layer.h"
@@ -327,6 +329,51 @@ TEST(MRopeMoD, GreedyGenerateWithImagesMatchesTransformersGenerate) {
       for (int64_t t = 0; t < T; ++t)
         EXPECT_LT((res.step_logits[t][b] - wl[t]).abs().max().item<double>(), 1e-5) << "row " << b << " step " << t;
     }
+  }
+}
+
+// Continuous batching (DecodeBatch, `gmod serve`): row 1's image prompt joins while row 0's decodes two steps ahead;
+// each decodes as transformers' generate of it alone (tokens and logits).
+TEST(MRopeMoD, ImagePromptJoiningARunningBatchDecodesAsTransformersAlone) {
+  auto model = load_pretrained(full_dir());
+  auto full = batch(*model);
+  SafetensorsFile ref(mod_ref());
+  const auto patches = full.image_grid_thw.prod(1);
+  const int64_t p01 = patches.narrow(0, 0, 2).sum().item<int64_t>(), p2 = patches[2].item<int64_t>();
+  auto prompt = [&](int64_t b, int64_t first_patch, int64_t n_patches, int64_t first_grid, int64_t n_grids) {
+    ModelInputs p;
+    p.input_ids = full.input_ids[b].masked_select(full.attention_mask[b]).unsqueeze(0);
+    p.attention_mask = at::ones_like(p.input_ids, at::kBool);
+    p.pixel_values = full.pixel_values.narrow(0, first_patch, n_patches);
+    p.image_grid_thw = full.image_grid_thw.narrow(0, first_grid, n_grids);
+    return p;
+  };
+  const auto a = prompt(0, 0, p01, 0, 2), b = prompt(1, p01, p2, 2, 1);
+  const auto want0 = ref.tensor("generate.row0.logits"), want1 = ref.tensor("generate.row1.logits");
+  const int64_t T = want0.size(0);
+  DecodeBatch batch(*model);
+  at::NoGradGuard ng;
+  auto logits = batch.admit(a, T).logits;  // [1, V]
+  std::vector<std::vector<at::Tensor>> got(2);
+  got[0].push_back(logits[0]);
+  for (int t = 0; t < 2; ++t) {
+    logits = batch.step(logits.argmax(-1));
+    got[0].push_back(logits[0]);
+  }
+  const auto joined = batch.admit(b, T);
+  ASSERT_EQ(joined.rows, std::vector<int64_t>{1});
+  got[1].push_back(joined.logits[0]);
+  auto next = at::stack({logits[0].argmax(), joined.logits[0].argmax()});
+  while (static_cast<int64_t>(got[1].size()) < T) {
+    logits = batch.step(next);
+    if (static_cast<int64_t>(got[0].size()) < T) got[0].push_back(logits[0]);
+    got[1].push_back(logits[1]);
+    next = logits.argmax(-1);
+  }
+  for (int r = 0; r < 2; ++r) {
+    const auto& want = r == 0 ? want0 : want1;
+    for (size_t t = 0; t < got[r].size(); ++t)
+      EXPECT_LT((got[r][t] - want[int64_t(t)]).abs().max().item<double>(), 1e-5) << "row " << r << " step " << t;
   }
 }
 
