@@ -181,7 +181,8 @@ TEST(MRopeMoD, FullCapacityEqualsDenseAndTransformers) {
     const auto got = model->forward(in, st).logits;
     for (const auto& t : st.tokens) EXPECT_EQ(t.processed, t.total) << name;
     EXPECT_LT(test::max_abs_valid(got, want, in.attention_mask), 1e-5) << name << " against dense";
-    EXPECT_LT(test::max_abs_valid(got, ref.tensor("logits"), in.attention_mask), 1e-5) << name << " against transformers";
+    EXPECT_LT(test::max_abs_valid(got, ref.tensor("logits"), in.attention_mask), 1e-5)
+        << name << " against transformers";
   }
   // p-MoD keeping every image token (ratio 1) and PyramidDrop keeping them all (ratio 1.0).
   auto pdrop = config_for_rule("pdrop:1:1.0", MoDConfig{}, 2);
@@ -419,14 +420,16 @@ TEST(MRopeMoD, CachedMoDDecodeEqualsReplayedFullForwardAt3DPositions) {
 
   layer->forced_selection = at::cat(layer->recorded, 1);
   layer->record_selection = false;
-  const auto m3 = mrope_positions(p.input_ids, p.attention_mask, p.image_grid_thw, {}, {}, *model->config.mrope).positions;
+  const auto m3 =
+      mrope_positions(p.input_ids, p.attention_mask, p.image_grid_thw, {}, {}, *model->config.mrope).positions;
   const auto next = m3.amax(0).masked_fill(p.attention_mask.logical_not(), -1).amax(1) + 1;  // [2]
   auto fed = (next.unsqueeze(1) + at::arange(T - 1).unsqueeze(0)).unsqueeze(0).expand({3, 2, T - 1});
   ModelInputs f = p;
   f.input_ids = at::cat({p.input_ids, cached.tokens.narrow(1, 0, T - 1)}, 1);
   f.attention_mask = at::cat({p.attention_mask, at::ones({2, T - 1}, at::kBool)}, 1);
   f.positions = at::cat({m3, fed}, 2);
-  f.token_roles = at::cat({p.token_roles, at::full({2, T - 1}, static_cast<int64_t>(TokenRole::kAnswer)).to(at::kChar)}, 1);
+  const auto answer = at::full({2, T - 1}, static_cast<int64_t>(TokenRole::kAnswer)).to(at::kChar);
+  f.token_roles = at::cat({p.token_roles, answer}, 1);
   at::NoGradGuard ng;
   const auto logits = model->forward(f).logits;
   for (int64_t t = 0; t < T; ++t)
