@@ -249,7 +249,8 @@ TEST(MRopeMoD, CompactedPositionsAreRefusedForMRopeModels) {
 }
 
 // Rows 0 and 1 of the batch (row 1 without its left padding) packed into one row: per-segment 3-D ids, so the
-// packed forward's logits equal the unpacked batch's, dense and with γ-MoD routing each segment.
+// packed forward's logits equal the unpacked batch's, dense and with γ-MoD and PyramidDrop (its rank pass on the
+// segment-major view) routing each segment.
 TEST(MRopeMoD, PackedRowsTakePerSample3DPositions) {
   auto probe = load_pretrained(full_dir());
   auto full = batch(*probe);
@@ -284,15 +285,25 @@ TEST(MRopeMoD, PackedRowsTakePerSample3DPositions) {
   layout->rows = {{n0, n1}};
   packed.segments = layout;
 
-  MoDConfig gamma = methods().at(0).cfg;
-  for (const bool mod : {false, true}) {
-    auto model = mod ? converted(gamma) : load_pretrained(full_dir());
+  for (const char* which : {"dense", "gamma_shared", "pdrop"}) {
+    const std::string w = which;
+    std::shared_ptr<MultimodalLM> model;
+    for (const auto& m : methods())
+      if (w == m.name) model = converted(m.cfg);
+    if (!model) model = load_pretrained(full_dir());
     model->train(true);
     at::NoGradGuard ng;
-    const auto a = model->forward(unpacked).logits, p = model->forward(packed).logits;
+    ForwardState sa, sp;
+    const auto a = model->forward(unpacked, sa).logits, p = model->forward(packed, sp).logits;
     const double e0 = (p[0].narrow(0, 0, n0) - a[0]).abs().max().item<double>();
     const double e1 = (p[0].narrow(0, n0, n1) - a[1].narrow(0, 0, n1)).abs().max().item<double>();
-    EXPECT_LT(std::max(e0, e1), 1e-5) << (mod ? "γ-MoD" : "dense") << ": packed against unpacked logits";
+    EXPECT_LT(std::max(e0, e1), 1e-5) << w << ": packed against unpacked logits";
+    if (w == "dense") continue;
+    ASSERT_EQ(sa.tokens.size(), sp.tokens.size()) << w;
+    for (size_t i = 0; i < sa.tokens.size(); ++i) {  // the same tokens skipped, per segment as per sample
+      EXPECT_EQ(sa.tokens[i].processed, sp.tokens[i].processed) << w << " layer " << sa.tokens[i].layer;
+      if (sp.tokens[i].layer == 1) EXPECT_LT(sp.tokens[i].processed, sp.tokens[i].total) << w;
+    }
   }
 }
 
