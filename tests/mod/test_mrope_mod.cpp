@@ -4,6 +4,7 @@
 // - a MoD layer (each method, its selection forced to the fixture's) matches transformers' Qwen2_5_VLDecoderLayer run
 //   on the gathered tokens at their gathered [3, B, K] ids, within 1e-5 (test_hf_parity.cpp's logit bound);
 // - at capacity 1.0 the MoD model's logits equal the dense model's and transformers';
+// - ARank's layer-by-layer forward gives transformers' maps' ARank;
 // - PyramidDrop's rank pass keeps the image tokens transformers' attention at the 3-D ids ranks first;
 // - each method trains a step on an image batch (finite loss, router gradients), with activation checkpointing too;
 // - packed rows get per-sample 3-D ids (the packed forward equals the unpacked one);
@@ -15,7 +16,9 @@
 #include <torch/torch.h>
 
 #include <iostream>
+#include <limits>
 
+#include "mod/arank.h"
 #include "mod/conversion.h"
 #include "mod/decode_batch.h"
 #include "mod/fastv.h"
@@ -160,6 +163,36 @@ TEST(MRopeMoD, PDropRankUsesTheAttentionAt3DPositions) {
     ++ranked;
   }
   EXPECT_EQ(ranked, 2);
+}
+
+// ARank (γ-MoD's conversion rule) runs the dense model layer by layer at the batch's 3-D ids, with the images'
+// grids: layer 1's ARank is that of transformers' layer-1 attention maps at those ids (the fixture's eager maps).
+TEST(MRopeMoD, ARankUsesTheAttentionMapsAt3DPositions) {
+  auto model = load_pretrained(full_dir());
+  auto in = batch(*model);
+  const auto r = compute_arank(*model, {in});
+  ASSERT_EQ(r.layers.size(), 2u);
+  SafetensorsFile ref(mod_ref());
+  const auto probs = ref.tensor("attn_probs");
+  ARankAccumulator acc(2);
+  double worst = std::numeric_limits<double>::infinity();
+  for (int64_t b = 0; b < probs.size(0); ++b) {
+    const int64_t n = in.attention_mask[b].sum().item<int64_t>();
+    const auto maps = probs[b].narrow(1, 0, n).narrow(2, 0, n);
+    acc.add(1, attention_rank(maps));
+    // No singular value near the rank's cut (σ_max · n · eps_fp32, arank.h): maps this close to transformers' have
+    // the same ranks under other kernels.
+    const auto sv = at::linalg_svdvals(maps - at::diag_embed(maps.diagonal(0, -2, -1)));  // [H, n]
+    const auto cut = sv.select(1, 0) * static_cast<double>(n) * std::numeric_limits<float>::epsilon();
+    const double margin = ((sv - cut.unsqueeze(1)).abs() / cut.unsqueeze(1)).min().item<double>();
+    EXPECT_GT(margin, 1e-2) << "row " << b << ": a singular value within " << margin << " of the rank's cut";
+    worst = std::min(worst, margin);
+  }
+  const auto want = acc.result().layers[1];
+  EXPECT_EQ(r.layers[1].mean, want.mean);
+  EXPECT_EQ(r.layers[1].std, want.std);
+  std::cout << "M-RoPE ARank of layer 1: " << r.layers[1].mean << " (transformers' maps: " << want.mean
+            << "; nearest singular value " << worst << " of the cut away, relative)\n";
 }
 
 // At capacity 1.0 (every token kept, no router scaling) the MoD model is the dense one under M-RoPE.
