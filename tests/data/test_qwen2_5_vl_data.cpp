@@ -1,6 +1,7 @@
 // Qwen2.5-VL samples through gmod's data pipeline (data/image_prep.h, Dataset, collate) against transformers'
 // Qwen2_5_VLProcessor (tests/fixtures/make_qwen2_5_vl_data_fixtures.py -> tests/fixtures/qwen2_5_vl/data/): the ids
-// exactly, the supervised spans exactly, image_grid_thw exactly, pixel_values within kFloatTol.
+// exactly, the supervised spans exactly, image_grid_thw exactly, pixel_values within kFloatTol; and the model run on
+// the collated batch against transformers' on the processor's outputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,9 @@
 #include "data/pack.h"
 #include "data/tokenizer.h"
 #include "model/config.h"
+#include "model/llava.h"
+#include "model/pretrained.h"
+#include "model/safetensors.h"
 #include "tests/common/paths.h"
 
 using gmod::test::fixture;
@@ -191,4 +195,38 @@ TEST(Qwen25VlData, MissingImageIsANamedBadRecord) {
   EXPECT_EQ(bad.reason, "image");
   EXPECT_NE(bad.message.find("big.png"), std::string::npos) << bad.message;
   EXPECT_EQ(bad.id, "llava_one_image");
+}
+
+// The collated batch drives the model as the processor's outputs drive transformers: both records as one right-padded
+// batch (M-RoPE ids from Batch::image_grid_thw, the tower on the concatenated patches) against each record run alone
+// in Qwen2_5_VLForConditionalGeneration (the fixture's weights are far from uniform attention, so that positions and
+// image features move the logits well beyond the bound): logits at every supervised position and the batch's loss
+// within 1e-5, test_hf_parity.cpp's bounds.
+TEST(Qwen25VlData, ModelOnTheBatchMatchesTransformers) {
+  const QwenData s = qwen_data();
+  gmod::Dataset ds(s.dc, s.tok);
+  std::vector<gmod::PreparedSample> samples = {ds.prepare(0), ds.prepare(1)};
+  const gmod::Batch b = gmod::collate(samples, ds.encoder().pad_id(), ds.config().image.crop);
+  auto model = gmod::load_pretrained(dir() + "/model");
+  model->eval();
+  const gmod::ModelInputs in = gmod::to_model_inputs(b, at::kCPU);
+  at::NoGradGuard no_grad;
+  const gmod::ModelOutput out = model->forward(in);
+  gmod::SafetensorsFile ref(dir() + "/reference.safetensors");
+  const auto r = reference();
+  double worst = 0;
+  for (int64_t k = 0; k < 2; ++k) {
+    std::vector<int64_t> positions;
+    for (const auto& a : r["records"][size_t(k)]["answers"])
+      for (int64_t t = a[0].get<int64_t>(); t < a[1].get<int64_t>(); ++t) positions.push_back(t);
+    const at::Tensor ours = out.logits[k].index_select(0, at::tensor(positions, at::kLong));
+    const at::Tensor theirs = ref.tensor("record" + std::to_string(k) + ".answer_logits");
+    ASSERT_EQ(ours.sizes(), theirs.sizes());
+    worst = std::max(worst, (ours - theirs).abs().max().item<double>());
+  }
+  const double loss = out.lm_loss.item<double>(), want = ref.tensor("batch_loss").item<double>();
+  std::printf("logits at %d supervised positions: max abs difference %.3g; loss %.6f vs %.6f\n",
+              int(out.supervised_tokens), worst, loss, want);
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_NEAR(loss, want, 1e-5);
 }
