@@ -22,7 +22,8 @@
 // Only assistant answers and their end-of-turn token ("</s>", "<|im_end|>", "<|eot_id|>"; for plain the
 // caption and "\n") are supervised; the "\n" after "<|im_end|>" and the headers are not (LLaVA-NeXT's
 // preprocess_qwen / preprocess_llama3 also supervise every header and separator token; docs/data.md). Each
-// `<image>` placeholder becomes image_seq_length tokens of id image_token_id, role kImage.
+// `<image>` placeholder becomes image_seq_length tokens of id image_token_id, role kImage, or the span given for that
+// image (encode's `image_tokens`: native-resolution images, data/image_prep.h).
 //
 // Tokenisation follows LLaVA's tokenizer_image_token: the prompt is split at `<image>` and every chunk is
 // encoded on its own (special strings such as "</s>" inside a chunk are recognised by the tokenizer). Piece

@@ -155,6 +155,22 @@ TEST(Qwen25VlData, SamplesMatchTheProcessor) {
   EXPECT_THROW(gmod::collate_packed(again, ds.encoder().pad_id(), ds.config().image.crop, 4096), std::invalid_argument);
 }
 
+TEST(Qwen25VlData, CollateRefusesMixedImageKinds) {
+  const QwenData s = qwen_data();
+  gmod::Dataset ds(s.dc, s.tok);
+  std::vector<gmod::PreparedSample> samples = {ds.prepare(1), ds.prepare(2)};
+  samples[1].grids.clear();  // as a fixed-size crop would come
+  samples[1].pixels[0].assign(3 * 8 * 8, 0.0f);
+  try {
+    gmod::collate(samples, ds.encoder().pad_id(), 8);
+    ADD_FAILURE() << "expected a refusal";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("mixes native-resolution images (1) with fixed-size crops (1)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Qwen25VlData, TruncationKeepsWholeImagesOfWholeRounds) {
   // Record 0: round 1 (two images) ends with its answer's <|im_end|>, after 164 tokens (the "\n" after it starts
   // the next round, as the encoder lays chatml out); the whole record is 214.
