@@ -76,10 +76,6 @@ Batch collate_packed(std::vector<PreparedSample>& samples, int32_t pad_id, int i
   }
   samples.clear();
   Batch one = collate(ordered, pad_id, image_size);  // one sample per row: the per-sample copies, images in order
-  // Native-resolution images need M-RoPE ids per segment (model/mrope.h computes them per row); not there yet.
-  if (one.image_grid_thw.defined())
-    throw std::invalid_argument("data.pack_to: packing samples with native-resolution images (M-RoPE positions per "
-                                "packed sample) is not supported; set data.pack_to 0");
   const int64_t R = static_cast<int64_t>(rows.size());
   Batch b;
   b.input_ids = at::full({R, L}, pad_id, at::kLong);
@@ -100,6 +96,9 @@ Batch collate_packed(std::vector<PreparedSample>& samples, int32_t pad_id, int i
     }
   }
   b.pixel_values = one.pixel_values;
+  // Native-resolution images: their grids in the same (segment) order; the model computes each segment's M-RoPE ids
+  // from them as its own sample's (MultimodalLM::hidden_states).
+  b.image_grid_thw = one.image_grid_thw;
   b.positions = layout->positions(L);
   b.segments = layout;
   b.indices = std::move(one.indices);

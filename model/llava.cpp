@@ -174,7 +174,9 @@ at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) 
   } else {
     prepare_forward_state(st, in);
   }
-  if (!given_3d && config.mrope && in.image_grid_thw.defined() && !in.positions.defined()) {
+  // A packed batch's 1-D positions (restarting per segment, data/pack.h) do not stand for 3-D ids: with images its
+  // segments' ids are computed here as well.
+  if (!given_3d && config.mrope && in.image_grid_thw.defined() && (!in.positions.defined() || in.segments)) {
     // As transformers: with images, every row's ids from get_rope_index; without, 0..L-1 (the 1-D default).
     if (!in.segments) {
       st.mrope_positions = mrope_positions(in.input_ids, in.attention_mask, in.image_grid_thw, {}, {}, *config.mrope)
