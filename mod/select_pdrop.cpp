@@ -59,7 +59,12 @@ void PDropSelector::apply_defaults(const nlohmann::json& j, MoDConfig& c) const 
 
 MoDConfig PDropSelector::run_rule_config(const std::string& rule, const MoDConfig& base, int num_layers) const {
   MoDConfig c = parse_pdrop(rule.substr(6), num_layers);
-  if (base.router == kind()) c.pdrop_unanswered = base.pdrop_unanswered;
+  // mod.config with router pdrop: its settings the rule does not carry (rope_positions "original" is what an
+  // M-RoPE model needs; the default stays the original's "compacted").
+  if (base.router == kind()) {
+    c.pdrop_unanswered = base.pdrop_unanswered;
+    c.rope_positions = base.rope_positions;
+  }
   return c;
 }
 
