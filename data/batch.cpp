@@ -9,11 +9,28 @@ namespace gmod {
 Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_size) {
   Batch b;
   const int64_t B = static_cast<int64_t>(samples.size());
-  int64_t L = 0, n_images = 0;
+  int64_t L = 0, n_images = 0, n_grids = 0, patch_rows = 0, patch_values = 0;
   for (const auto& s : samples) {
     L = std::max<int64_t>(L, static_cast<int64_t>(s.sample.ids.size()));
     n_images += static_cast<int64_t>(s.pixels.size());
+    if (s.grids.empty()) continue;
+    if (s.grids.size() != s.pixels.size())
+      throw std::runtime_error("collate: sample " + s.sample.id + " has " + std::to_string(s.pixels.size()) +
+                               " images but " + std::to_string(s.grids.size()) + " grids");
+    n_grids += static_cast<int64_t>(s.grids.size());
+    for (size_t i = 0; i < s.grids.size(); ++i) {
+      patch_rows += s.grids[i][0] * s.grids[i][1] * s.grids[i][2];
+      patch_values += static_cast<int64_t>(s.pixels[i].size());
+    }
   }
+  const bool native = n_grids > 0;
+  if (native && n_grids != n_images)
+    throw std::runtime_error("collate: the batch mixes native-resolution images (" + std::to_string(n_grids) +
+                             ") with fixed-size crops (" + std::to_string(n_images - n_grids) + ")");
+  const int64_t row_size = native ? patch_values / patch_rows : 0;
+  if (native && row_size * patch_rows != patch_values)
+    throw std::runtime_error("collate: " + std::to_string(patch_values) + " patch values do not make " +
+                             std::to_string(patch_rows) + " equal rows (images of different patch sizes)");
   b.input_ids = at::full({B, L}, pad_id, at::kLong);
   b.labels = at::full({B, L}, kIgnoreIndex, at::kLong);
   b.attention_mask = at::zeros({B, L}, at::kBool);
@@ -23,10 +40,17 @@ Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_si
   auto mask = b.attention_mask.accessor<bool, 2>();
   auto roles = b.token_roles.accessor<int8_t, 2>();
   const int64_t image_numel = 3LL * image_size * image_size;
-  if (n_images > 0) b.pixel_values = at::empty({n_images, 3, image_size, image_size}, at::kFloat);
+  if (native) {
+    b.pixel_values = at::empty({patch_rows, row_size}, at::kFloat);
+    b.image_grid_thw = at::empty({n_images, 3}, at::kLong);
+  } else if (n_images > 0) {
+    b.pixel_values = at::empty({n_images, 3, image_size, image_size}, at::kFloat);
+  }
   float* px = n_images > 0 ? b.pixel_values.data_ptr<float>() : nullptr;
+  int64_t* grid = native ? b.image_grid_thw.data_ptr<int64_t>() : nullptr;
   for (int64_t r = 0; r < B; ++r) {
-    auto& s = samples[static_cast<size_t>(r)].sample;
+    auto& prepared = samples[static_cast<size_t>(r)];
+    auto& s = prepared.sample;
     for (size_t t = 0; t < s.ids.size(); ++t) {
       ids[r][t] = s.ids[t];
       labels[r][t] = s.labels[t];
@@ -35,12 +59,22 @@ Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_si
     }
     b.tokens += static_cast<int64_t>(s.ids.size());
     b.truncated += s.truncated ? 1 : 0;
-    for (const auto& p : samples[static_cast<size_t>(r)].pixels) {
-      if (static_cast<int64_t>(p.size()) != image_numel)
+    for (size_t i = 0; i < prepared.pixels.size(); ++i) {
+      const auto& p = prepared.pixels[i];
+      if (native) {
+        const auto& g = prepared.grids[i];
+        if (static_cast<int64_t>(p.size()) != g[0] * g[1] * g[2] * row_size)
+          throw std::runtime_error("collate: image " + std::to_string(i) + " of sample " + s.id + " has " +
+                                   std::to_string(p.size()) + " values for a grid of " +
+                                   std::to_string(g[0] * g[1] * g[2]) + " patches of " + std::to_string(row_size));
+        std::copy(g.begin(), g.end(), grid);
+        grid += 3;
+      } else if (static_cast<int64_t>(p.size()) != image_numel) {
         throw std::runtime_error("collate: image of sample " + s.id + " has " + std::to_string(p.size()) +
                                  " values, expected 3*" + std::to_string(image_size) + "^2");
+      }
       std::memcpy(px, p.data(), p.size() * sizeof(float));
-      px += image_numel;
+      px += p.size();
     }
     b.indices.push_back(s.index);
     b.ids.push_back(s.id);
@@ -72,6 +106,8 @@ ModelInputs to_model_inputs(const Batch& batch, at::Device device) {
                                               batch.input_ids.size(1));
   }
   if (batch.pixel_values.defined()) in.pixel_values = move(batch.pixel_values);
+  // The M-RoPE ids and the tower's attention segments are computed from the grids (model/mrope.h).
+  if (batch.image_grid_thw.defined()) in.image_grid_thw = move(batch.image_grid_thw);
   return in;
 }
 

@@ -141,6 +141,11 @@ std::optional<int32_t> ConversationEncoder::end_of_turn_id() const {
 }
 
 EncodedConversation ConversationEncoder::encode(const Record& record, const std::string& where) const {
+  return encode(record, where, {});
+}
+
+EncodedConversation ConversationEncoder::encode(const Record& record, const std::string& where,
+                                                const std::vector<ImageTokens>& image_tokens) const {
   auto fail = [&](const std::string& reason, const std::string& why) {
     throw SampleError(reason, where + ": " + why);
   };
@@ -168,6 +173,9 @@ EncodedConversation ConversationEncoder::encode(const Record& record, const std:
   if (placeholders != record.images.size())
     fail("placeholder", std::to_string(placeholders) + " <image> placeholder(s) but " +
                             std::to_string(record.images.size()) + " image(s)");
+  if (!image_tokens.empty() && image_tokens.size() != record.images.size())
+    throw std::invalid_argument(where + ": " + std::to_string(image_tokens.size()) + " image token spans given for " +
+                                std::to_string(record.images.size()) + " image(s)");
   for (size_t k = 1; k < turns.size(); k += 2)
     if (strip(turns[k].value).empty()) fail("no_answer", "turn " + std::to_string(k) + ": empty answer");
 
@@ -247,8 +255,17 @@ EncodedConversation ConversationEncoder::encode(const Record& record, const std:
       continue;
     }
     if (p.kind == Piece::kImage) {
-      for (int k = 0; k < config_.image_seq_length; ++k)
-        push(config_.image_token_id, TokenRole::kImage, false);
+      // Start / end tokens (native-resolution images) belong to the turn around the image, never supervised.
+      const TokenRole around = i > 0 ? pieces[i - 1].role : TokenRole::kQuestion;
+      if (image_tokens.empty()) {
+        for (int k = 0; k < config_.image_seq_length; ++k) push(config_.image_token_id, TokenRole::kImage, false);
+      } else {
+        const ImageTokens& span = image_tokens[size_t(out.num_images)];
+        if (span.start) push(*span.start, around, false);
+        for (int64_t k = 0; k < span.count; ++k) push(span.id, TokenRole::kImage, false);
+        if (span.end) push(*span.end, around, false);
+      }
+      out.image_ends.push_back(out.ids.size());
       ++out.num_images;
       ++i;
       continue;

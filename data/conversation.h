@@ -22,7 +22,8 @@
 // Only assistant answers and their end-of-turn token ("</s>", "<|im_end|>", "<|eot_id|>"; for plain the
 // caption and "\n") are supervised; the "\n" after "<|im_end|>" and the headers are not (LLaVA-NeXT's
 // preprocess_qwen / preprocess_llama3 also supervise every header and separator token; docs/data.md). Each
-// `<image>` placeholder becomes image_seq_length tokens of id image_token_id, role kImage.
+// `<image>` placeholder becomes image_seq_length tokens of id image_token_id, role kImage, or the span given for that
+// image (encode's `image_tokens`: native-resolution images, data/image_prep.h).
 //
 // Tokenisation follows LLaVA's tokenizer_image_token: the prompt is split at `<image>` and every chunk is
 // encoded on its own (special strings such as "</s>" inside a chunk are recognised by the tokenizer). Piece
@@ -42,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "data/image_prep.h"
 #include "data/records.h"
 #include "data/tokenizer.h"
 #include "model/token_roles.h"
@@ -94,6 +96,7 @@ struct EncodedConversation {
   std::vector<int32_t> labels;  // kIgnoreIndex where not supervised
   std::vector<TokenRole> roles;
   std::vector<size_t> round_ends;  // token count after each complete question/answer round
+  std::vector<size_t> image_ends;  // token count after each image's tokens (end token included), in order
   int num_images = 0;
 };
 
@@ -104,6 +107,10 @@ class ConversationEncoder {
 
   // Throws SampleError naming `where` (e.g. "train.json: record 3 (id 'x')").
   EncodedConversation encode(const Record& record, const std::string& where = "record") const;
+  // The same with each image's tokens given (data/image_prep.h: one per record image, in order; a native-resolution
+  // image's count depends on its size). Without, every image is image_seq_length x image_token_id.
+  EncodedConversation encode(const Record& record, const std::string& where,
+                             const std::vector<ImageTokens>& image_tokens) const;
 
   int32_t pad_id() const { return pad_id_; }
   // The token that ends an answer, where generation stops: "</s>" / EOS (vicuna_v1, plain, mistral),

@@ -14,6 +14,9 @@ Dataset::Dataset(DatasetConfig config, std::shared_ptr<const Tokenizer> tokenize
     : config_(std::move(config)) {
   records_ = std::make_unique<RecordFile>(config_.data_path, config_.use_index_cache);
   encoder_ = std::make_unique<ConversationEncoder>(std::move(tokenizer), config_.conversation);
+  preparer_ = config_.image_preparer ? config_.image_preparer
+                                     : make_clip_image_preparer(config_.image, config_.conversation.image_token_id,
+                                                                std::max(config_.conversation.image_seq_length, 1));
   if (config_.sample.max_len < 1)
     throw std::invalid_argument("max_len must be >= 1, got " + std::to_string(config_.sample.max_len));
 }
@@ -65,22 +68,43 @@ PreparedSample Dataset::prepare(size_t index, bool decode_images) const {
     throw SampleError("video", where(index, rec.id) + ": has " + std::to_string(rec.videos.size()) +
                                    " video(s) ('" + rec.videos[0] + "'); this pipeline does not train on video yet");
   PreparedSample out;
-  out.sample = make_sample(rec, index, *encoder_, config_.sample, where(index, rec.id));
-  for (const auto& rel : out.sample.images) {
-    std::string path;
+  auto resolve = [&](const std::string& rel) {
     try {
-      path = image_path(rel);
+      return image_path(rel);
     } catch (const std::invalid_argument& e) {
       throw SampleError("image_path", where(index, rec.id) + ": " + e.what());
     }
+  };
+  auto image_error = [&](const std::string& rel, const std::exception& e) {
+    return SampleError("image", where(index, rec.id) + ": image '" + rel + "': " + e.what());
+  };
+  // Images whose token count depends on their size (native resolution): every header is read first, so that the
+  // template can give each image its span. Fixed-size images are only looked at for the rounds truncation keeps.
+  std::vector<ImageTokens> spans;
+  if (preparer_->size_dependent() && !rec.images.empty()) {
+    for (const auto& rel : rec.images) {
+      const std::string path = resolve(rel);
+      try {
+        const ImageInfo info = probe_image_file(path, config_.max_image_pixels);
+        spans.push_back(preparer_->tokens(info.width, info.height));
+      } catch (const std::exception& e) {
+        throw image_error(rel, e);
+      }
+    }
+  }
+  out.sample = make_sample(rec, index, *encoder_, config_.sample, where(index, rec.id), spans);
+  for (const auto& rel : out.sample.images) {
+    const std::string path = resolve(rel);
     try {
       if (decode_images) {
-        out.pixels.push_back(clip_preprocess(decode_image_file(path, config_.max_image_pixels), config_.image));
-      } else {
+        PreparedImage img = preparer_->prepare(decode_image_file(path, config_.max_image_pixels));
+        out.pixels.push_back(std::move(img.pixels));
+        if (img.native()) out.grids.push_back(img.grid_thw);
+      } else if (!preparer_->size_dependent()) {
         probe_image_file(path, config_.max_image_pixels);  // exists, readable, a known format, within the limit
       }
     } catch (const std::exception& e) {
-      throw SampleError("image", where(index, rec.id) + ": image '" + rel + "': " + e.what());
+      throw image_error(rel, e);
     }
   }
   return out;

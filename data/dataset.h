@@ -12,6 +12,7 @@
 
 #include "data/clip_preprocess.h"
 #include "data/image.h"
+#include "data/image_prep.h"
 #include "data/records.h"
 #include "data/sample.h"
 
@@ -29,12 +30,16 @@ struct DatasetConfig {
   ConversationConfig conversation;
   SampleConfig sample;
   ClipPreprocessConfig image;
+  // How images become tokens and pixels (data/image_prep.h), chosen once from the model's config (the trainer's
+  // make_image_preparer); null = fixed-size CLIP crops from `image` with conversation.image_seq_length tokens each.
+  std::shared_ptr<const ImagePreparer> image_preparer;
   bool use_index_cache = true;  // <data_path>.gmodidx
 };
 
 struct PreparedSample {
   TokenizedSample sample;
-  std::vector<std::vector<float>> pixels;  // per image: CHW [3, crop, crop]
+  std::vector<std::vector<float>> pixels;  // per image: CHW [3, crop, crop], or native-resolution patches
+  std::vector<std::array<int64_t, 3>> grids;  // per image with native-resolution patches: its grid_thw; else empty
 };
 
 // A record that was skipped, for statistics and logs.
@@ -76,6 +81,7 @@ class Dataset {
 
   const RecordFile& records() const { return *records_; }
   const ConversationEncoder& encoder() const { return *encoder_; }
+  const ImagePreparer& image_preparer() const { return *preparer_; }
   const DatasetConfig& config() const { return config_; }
   // The file an image path of a record names; throws std::invalid_argument saying why when it is absolute,
   // contains a NUL byte or leaves the image folder (see DatasetConfig::image_folder).
@@ -86,6 +92,7 @@ class Dataset {
   DatasetConfig config_;
   std::unique_ptr<RecordFile> records_;
   std::unique_ptr<ConversationEncoder> encoder_;
+  std::shared_ptr<const ImagePreparer> preparer_;
   mutable std::mutex lengths_mutex_;
   mutable bool lengths_held_ = false;
   mutable std::vector<int64_t> lengths_;

@@ -12,8 +12,9 @@ TruncationMode parse_truncation_mode(const std::string& s) {
 }
 
 TokenizedSample make_sample(const Record& record, size_t index, const ConversationEncoder& encoder,
-                            const SampleConfig& config, const std::string& where) {
-  EncodedConversation enc = encoder.encode(record, where);
+                            const SampleConfig& config, const std::string& where,
+                            const std::vector<ImageTokens>& image_tokens) {
+  EncodedConversation enc = encoder.encode(record, where, image_tokens);
   TokenizedSample s;
   s.id = record.id;
   s.index = index;
@@ -30,10 +31,8 @@ TokenizedSample make_sample(const Record& record, size_t index, const Conversati
     s.truncated = true;
   }
   // Images kept = image spans fully inside the kept prefix (a round end never falls inside a span).
-  const size_t per_image = static_cast<size_t>(encoder.config().image_seq_length);
-  const size_t image_tokens =
-      static_cast<size_t>(std::count(enc.roles.begin(), enc.roles.begin() + keep, TokenRole::kImage));
-  const size_t n_images = image_tokens / per_image;
+  const auto kept = [keep](size_t end) { return end <= keep; };
+  const size_t n_images = static_cast<size_t>(std::count_if(enc.image_ends.begin(), enc.image_ends.end(), kept));
   s.images.assign(record.images.begin(), record.images.begin() + std::min(n_images, record.images.size()));
   enc.ids.resize(keep);
   enc.labels.resize(keep);

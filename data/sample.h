@@ -34,7 +34,9 @@ struct TokenizedSample {
 
 // Templating + truncation. The cut is always at a round end, so an image span is never split; images of
 // dropped rounds are dropped too. Throws SampleError (reason "too_long" when it cannot fit).
+// `image_tokens`: each record image's tokens (ConversationEncoder::encode); empty = the encoder's fixed-size images.
 TokenizedSample make_sample(const Record& record, size_t index, const ConversationEncoder& encoder,
-                            const SampleConfig& config, const std::string& where);
+                            const SampleConfig& config, const std::string& where,
+                            const std::vector<ImageTokens>& image_tokens = {});
 
 }  // namespace gmod

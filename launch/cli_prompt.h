@@ -3,11 +3,15 @@
 // tokens. Header-only so the launch/ glob stays one file per subcommand.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "data/conversation.h"
+#include "data/image.h"
+#include "data/image_prep.h"
 
 namespace gmod::cli {
 
@@ -19,9 +23,10 @@ struct Prompt {
 // The record is encoded with a placeholder answer and cut at its first supervised token, so the prefix is
 // exactly what the training template produces (BOS, system prompt, image tokens, " USER: ... ASSISTANT:").
 // Without <image> placeholders the images go before the text ("<image>\n" + text, as LLaVA's answering
-// scripts put them); with placeholders their count must equal `n_images`.
+// scripts put them); with placeholders their count must equal `n_images`. `spans`: each image's tokens when they
+// depend on its size (native-resolution images, ImagePreparer::tokens); empty = the encoder's fixed-size images.
 inline Prompt build_prompt(const ConversationEncoder& enc, std::string text, size_t n_images,
-                           const std::string& where = "--prompt") {
+                           const std::string& where = "--prompt", const std::vector<ImageTokens>& spans = {}) {
   size_t placeholders = 0;
   for (size_t p = text.find("<image>"); p != std::string::npos; p = text.find("<image>", p + 1))
     ++placeholders;
@@ -35,13 +40,44 @@ inline Prompt build_prompt(const ConversationEncoder& enc, std::string text, siz
   r.id = "prompt";
   r.images.assign(n_images, "image");
   r.conversations = {{"human", text}, {"gpt", "x"}};
-  const EncodedConversation e = enc.encode(r, where);
+  const EncodedConversation e = spans.empty() ? enc.encode(r, where) : enc.encode(r, where, spans);
   size_t start = 0;
   while (start < e.labels.size() && e.labels[start] == kIgnoreIndex) ++start;
   Prompt p;
   p.ids.assign(e.ids.begin(), e.ids.begin() + start);
   p.roles.assign(e.roles.begin(), e.roles.begin() + start);
   return p;
+}
+
+// A prompt's decoded images as the model takes them, through the model's image preparer (data/image_prep.h): each
+// image's tokens in the prompt (only when they depend on its size, else empty) and the pixel values as the collator
+// lays them out: crops [N, 3, S, S], or patches [rows, C*T*P*P] with image_grid_thw [N, 3].
+struct PromptImages {
+  std::vector<ImageTokens> spans;
+  at::Tensor pixel_values, image_grid_thw;
+};
+
+inline PromptImages prepare_prompt_images(const ImagePreparer& prep, const std::vector<Image>& images, int crop) {
+  PromptImages out;
+  if (images.empty()) return out;
+  std::vector<at::Tensor> pixels;
+  std::vector<int64_t> grids;
+  for (const Image& img : images) {
+    if (prep.size_dependent()) out.spans.push_back(prep.tokens(img.width, img.height));
+    const PreparedImage p = prep.prepare(img);
+    const int64_t n = static_cast<int64_t>(p.pixels.size());
+    at::Tensor t = at::from_blob(const_cast<float*>(p.pixels.data()), {n}, at::kFloat).clone();
+    if (p.native()) {
+      const int64_t rows = p.grid_thw[0] * p.grid_thw[1] * p.grid_thw[2];
+      pixels.push_back(t.view({rows, n / rows}));
+      grids.insert(grids.end(), p.grid_thw.begin(), p.grid_thw.end());
+    } else {
+      pixels.push_back(t.view({1, 3, crop, crop}));
+    }
+  }
+  out.pixel_values = at::cat(pixels);  // the preparer makes one kind for all images
+  if (!grids.empty()) out.image_grid_thw = at::tensor(grids, at::kLong).view({-1, 3});
+  return out;
 }
 
 }  // namespace gmod::cli

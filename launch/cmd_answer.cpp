@@ -15,7 +15,6 @@
 #include <fstream>
 #include <iostream>
 
-#include "data/clip_preprocess.h"
 #include "data/image.h"
 #include "eval/pystr.h"
 #include "eval/questions.h"
@@ -36,7 +35,7 @@ namespace {
 struct Question {
   eval::Question q;
   Prompt tokens;              // the template's prompt tokens
-  std::vector<float> pixels;  // [3, S, S] when the question has an image
+  PromptImages image;         // its pixels (and grid) through the model's image preparer, when it has an image
   std::string answer;         // the stripped answer
   std::string problem;        // why it could not be asked (then written with an empty answer)
 };
@@ -88,7 +87,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
   const auto t0 = std::chrono::steady_clock::now();
   CliModel m = load_cli_model(o.model);
   auto tok = load_cli_tokenizer(o.text, m);
-  DatasetConfig dc = cli_dataset_config(o.text, m);
+  DatasetConfig dc = cli_dataset_config(o.text, m, *tok);
   if (!o.system.empty()) dc.conversation.system_prompt = o.system;
   ConversationEncoder enc(tok, dc.conversation);
   const std::string model_id =
@@ -122,17 +121,18 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     const std::string& where = q.q.where;
     try {
       if (!q.q.image.empty()) {
-        if (!m.model->config.vision)
+        if (!m.model->vision)
           throw std::invalid_argument("has an image but the model has no vision tower");
-        q.pixels = clip_preprocess(
-            q.q.image_bytes.empty()
-                ? decode_image_file(image_dir + "/" + q.q.image)
-                : decode_image_memory(reinterpret_cast<const uint8_t*>(q.q.image_bytes.data()),
-                                      q.q.image_bytes.size(), where),
-            dc.image);
+        q.image = prepare_prompt_images(
+            *dc.image_preparer,
+            {q.q.image_bytes.empty()
+                 ? decode_image_file(image_dir + "/" + q.q.image)
+                 : decode_image_memory(reinterpret_cast<const uint8_t*>(q.q.image_bytes.data()),
+                                       q.q.image_bytes.size(), where)},
+            dc.image.crop);
         q.q.image_bytes.clear();
       }
-      q.tokens = build_prompt(enc, q.q.text, q.q.image.empty() ? 0 : 1, where);
+      q.tokens = build_prompt(enc, q.q.text, q.q.image.empty() ? 0 : 1, where, q.image.spans);
       if (static_cast<int64_t>(q.tokens.ids.size()) + o.max_new_tokens > positions)
         throw std::invalid_argument("prompt of " + std::to_string(q.tokens.ids.size()) + " tokens plus " +
                                     std::to_string(o.max_new_tokens) + " new ones is beyond the model's " +
@@ -153,21 +153,22 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
   ComputeReport& compute = res.compute;
   int64_t& generated = res.generated;
   res.greedy = g.greedy;
-  const int S = dc.image.crop;
   for (size_t b0 = 0; b0 < asked.size(); b0 += o.batch) {
     const size_t b1 = std::min(asked.size(), b0 + static_cast<size_t>(o.batch));
     const int64_t B = static_cast<int64_t>(b1 - b0);
-    int64_t L = 0, images = 0;
+    int64_t L = 0;
+    std::vector<at::Tensor> pixels, grids;  // images in sample order
     for (size_t i = b0; i < b1; ++i) {
-      L = std::max<int64_t>(L, static_cast<int64_t>(qs[asked[i]].tokens.ids.size()));
-      images += !qs[asked[i]].q.image.empty();
+      const Question& q = qs[asked[i]];
+      L = std::max<int64_t>(L, static_cast<int64_t>(q.tokens.ids.size()));
+      if (q.q.image.empty()) continue;
+      pixels.push_back(q.image.pixel_values);
+      if (q.image.image_grid_thw.defined()) grids.push_back(q.image.image_grid_thw);
     }
     ModelInputs in;  // right-padded batch, images in sample order
     in.input_ids = at::full({B, L}, static_cast<int64_t>(enc.pad_id()), at::kLong);
     in.attention_mask = at::zeros({B, L}, at::kBool);
     in.token_roles = at::full({B, L}, static_cast<int64_t>(TokenRole::kPad), at::kChar);
-    if (images) in.pixel_values = at::empty({images, 3, S, S}, at::kFloat);
-    int64_t img = 0;
     for (size_t i = b0; i < b1; ++i) {
       const Question& q = qs[asked[i]];
       const Prompt& p = q.tokens;
@@ -177,14 +178,12 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
         in.token_roles[row][t] = static_cast<int64_t>(p.roles[t]);
       }
       in.attention_mask[row].slice(0, 0, len).fill_(true);
-      if (!q.q.image.empty())
-        std::memcpy(in.pixel_values[img++].data_ptr<float>(), q.pixels.data(),
-                    q.pixels.size() * sizeof(float));
     }
     in.input_ids = in.input_ids.to(m.device);
     in.attention_mask = in.attention_mask.to(m.device);
     in.token_roles = in.token_roles.to(m.device);
-    if (images) in.pixel_values = in.pixel_values.to(m.device, m.dtype);
+    if (!pixels.empty()) in.pixel_values = at::cat(pixels).to(m.device, m.dtype);
+    if (!grids.empty()) in.image_grid_thw = at::cat(grids).to(m.device);
     const GenerateResult r = generate(*m.model, in, g);
     compute.add(r.compute);
     add_timing(r, &res.timing);

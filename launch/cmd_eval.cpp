@@ -53,7 +53,8 @@ int run_eval(const EvalOptions& o) {
     loss_sum += out.lm_loss_sum.item<double>();
     supervised += out.supervised_tokens;
     samples += b.size();
-    const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
+    const int64_t images = b.image_grid_thw.defined() ? b.image_grid_thw.size(0)
+                           : b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
     report.add(account_forward(st.tokens, m.model->config, ForwardShape::full(sample_lengths(b.attention_mask), images)));
     for (const LayerTokens& t : st.tokens)
       if (t.routable >= 0) routable_skips[t.layer].first += t.total - t.processed, routable_skips[t.layer].second += t.routable;

@@ -7,7 +7,6 @@
 #include <iostream>
 #include <optional>
 
-#include "data/clip_preprocess.h"
 #include "data/conversation.h"
 #include "data/image.h"
 #include "launch/cli_model.h"
@@ -60,16 +59,26 @@ void read_pixel_values(const std::string& path, at::Tensor& out) {
 int run_generate(const GenerateCliOptions& o) {
   CliModel m = load_cli_model(o.model);
   auto tok = load_cli_tokenizer(o.text, m);
-  DatasetConfig dc = cli_dataset_config(o.text, m);
+  DatasetConfig dc = cli_dataset_config(o.text, m, *tok);
   if (!o.system.empty()) dc.conversation.system_prompt = o.system;
   ConversationEncoder enc(tok, dc.conversation);
   const std::vector<std::string>& images = o.images;
   if (!o.pixel_values.empty() && images.empty())
     throw UsageError(
         "--pixel-values needs the --image files it stands for (their count places the image tokens)");
-  if (!images.empty() && !m.model->config.vision)
+  if (!images.empty() && !m.model->vision)
     throw UsageError("--image: the model at " + m.dir + " has no vision tower");
-  const Prompt p = build_prompt(enc, o.prompt, images.size());
+  // The images through the model's preparer (fixed-size crops, or native-resolution patches whose token counts
+  // follow each image's size); --pixel-values stands for crops only.
+  const ImagePreparer& prep = *dc.image_preparer;
+  if (!o.pixel_values.empty() && prep.size_dependent())
+    throw UsageError("--pixel-values: the model at " + m.dir + " takes native-resolution images (" + prep.describe() +
+                     "), not fixed-size crops");
+  std::vector<Image> decoded;
+  if (o.pixel_values.empty())
+    for (const std::string& f : images) decoded.push_back(decode_image_file(f));
+  PromptImages pi = o.pixel_values.empty() ? prepare_prompt_images(prep, decoded, dc.image.crop) : PromptImages{};
+  const Prompt p = build_prompt(enc, o.prompt, images.size(), "--prompt", pi.spans);
   const int positions = m.model->config.text.max_position_embeddings;
   if (int64_t(p.ids.size()) + o.max_new_tokens > positions)
     throw UsageError(
@@ -86,14 +95,12 @@ int run_generate(const GenerateCliOptions& o) {
   in.token_roles = at::from_blob(roles8.data(), {1, L}, at::kChar).clone();     // [1, L]
   if (!images.empty()) {
     const int S = dc.image.crop;
-    in.pixel_values = at::empty({int64_t(images.size()), 3, S, S}, at::kFloat);
     if (!o.pixel_values.empty()) {
+      in.pixel_values = at::empty({int64_t(images.size()), 3, S, S}, at::kFloat);
       read_pixel_values(o.pixel_values, in.pixel_values);
     } else {
-      for (size_t i = 0; i < images.size(); ++i) {
-        std::vector<float> px = clip_preprocess(decode_image_file(images[i]), dc.image);
-        std::memcpy(in.pixel_values[int64_t(i)].data_ptr<float>(), px.data(), px.size() * sizeof(float));
-      }
+      in.pixel_values = pi.pixel_values;
+      if (pi.image_grid_thw.defined()) in.image_grid_thw = pi.image_grid_thw.to(m.device);
     }
     in.pixel_values = in.pixel_values.to(m.device, m.dtype);
   }

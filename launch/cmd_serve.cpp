@@ -43,7 +43,7 @@ int run_serve(const ServeCliOptions& o) {
 
   CliModel m = load_cli_model(o.model);
   std::shared_ptr<const Tokenizer> tok = load_cli_tokenizer(o.text, m);
-  const DatasetConfig dc = cli_dataset_config(o.text, m);
+  const DatasetConfig dc = cli_dataset_config(o.text, m, *tok);
   auto enc = std::make_shared<ConversationEncoder>(tok, dc.conversation);
 
   serve::EngineOptions eo;
@@ -75,7 +75,7 @@ int run_serve(const ServeCliOptions& o) {
       throw std::runtime_error("--allowed-image-dir '" + o.allowed_image_dir + "' is not a folder");
     ho.limits.allowed_image_dir = std::filesystem::absolute(o.allowed_image_dir).string();
   }
-  const bool vision = bool(m.model->config.vision);
+  const bool vision = bool(m.model->vision);
   serve::HttpApi api(
       engine,
       [enc, dc, vision, px = o.max_image_pixels](const serve::ChatRequest& r) {

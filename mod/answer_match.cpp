@@ -7,13 +7,42 @@
 
 namespace gmod {
 
+namespace {
+// Native-resolution images (image_grid_thw, Qwen2.5-VL): `count` images from grid `first` on, as the rows of the
+// concatenated patches they occupy (offset, rows) and their grids.
+struct NativeImages {
+  int64_t patch_offset = 0, patch_rows = 0;
+  at::Tensor grids;
+};
+NativeImages native_images(const at::Tensor& grid_thw, int64_t first, int64_t count) {
+  const at::Tensor rows = grid_thw.prod(1);
+  NativeImages out;
+  out.patch_offset = first > 0 ? rows.narrow(0, 0, first).sum().item<int64_t>() : 0;
+  out.patch_rows = count > 0 ? rows.narrow(0, first, count).sum().item<int64_t>() : 0;
+  out.grids = grid_thw.narrow(0, first, count);
+  return out;
+}
+// How many images of the grids from `first` on fill `tokens` image tokens (each t*h*w / merge_unit tokens).
+int64_t images_in_tokens(const at::Tensor& grid_thw, int64_t first, int64_t tokens, int64_t merge_unit) {
+  int64_t n = 0;
+  const at::Tensor rows = grid_thw.prod(1);
+  while (tokens > 0 && first + n < rows.size(0)) tokens -= rows[first + n++].item<int64_t>() / merge_unit;
+  return n;
+}
+}  // namespace
+
 std::pair<int64_t, int64_t> first_answer_exact_match(MultimodalLM& model, const ModelInputs& in) {
   int64_t hits = 0, counted = 0, image_offset = 0;
   const at::Tensor ids = in.input_ids.cpu(), labels = in.labels.cpu();
+  const bool native = in.image_grid_thw.defined();
+  const at::Tensor grids = native ? in.image_grid_thw.cpu() : at::Tensor();
+  const int64_t merge_unit = native && model.config.qwen_vision ? model.config.qwen_vision->merge_unit() : 1;
   const int64_t per_image = model.config.vision ? model.config.image_seq_length() : 0;
   for (int64_t b = 0; b < ids.size(0); ++b) {
     const at::Tensor row_ids = ids[b], row_labels = labels[b];
-    const int64_t n_images = per_image > 0 ? row_ids.eq(model.config.image_token_id).sum().item<int64_t>() / per_image : 0;
+    const int64_t image_tokens = row_ids.eq(model.config.image_token_id).sum().item<int64_t>();
+    const int64_t n_images = native ? images_in_tokens(grids, image_offset, image_tokens, merge_unit)
+                             : per_image > 0 ? image_tokens / per_image : 0;
     const at::Tensor sup = row_labels.ne(-100).nonzero().reshape({-1});
     if (sup.numel() == 0) {
       image_offset += n_images;
@@ -25,7 +54,17 @@ std::pair<int64_t, int64_t> first_answer_exact_match(MultimodalLM& model, const 
     ModelInputs prompt;
     prompt.input_ids = in.input_ids.narrow(0, b, 1).narrow(1, 0, start);
     if (in.token_roles.defined()) prompt.token_roles = in.token_roles.narrow(0, b, 1).narrow(1, 0, start);
-    if (n_images > 0) prompt.pixel_values = in.pixel_values.narrow(0, image_offset, n_images);
+    if (n_images > 0 && native) {  // the prompt's own images only: those whose tokens lie before the answer
+      const int64_t in_prompt = images_in_tokens(
+          grids, image_offset, prompt.input_ids.eq(model.config.image_token_id).sum().item<int64_t>(), merge_unit);
+      if (in_prompt > 0) {
+        const NativeImages im = native_images(grids, image_offset, in_prompt);
+        prompt.pixel_values = in.pixel_values.narrow(0, im.patch_offset, im.patch_rows);
+        prompt.image_grid_thw = im.grids.to(in.image_grid_thw.device());
+      }
+    } else if (n_images > 0) {
+      prompt.pixel_values = in.pixel_values.narrow(0, image_offset, n_images);
+    }
     image_offset += n_images;
     GenerateOptions g;
     g.max_new_tokens = end - start;

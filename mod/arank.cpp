@@ -91,12 +91,21 @@ ARankResult compute_arank(MultimodalLM& model, const std::vector<ModelInputs>& b
     const int64_t take = opt.max_samples > 0 ? std::min(B, opt.max_samples - seen) : B;
     // The model's forward, unrolled so each layer's maps are reduced before the next layer runs.
     ForwardState st;
-    prepare_forward_state(st, in.input_ids, in.attention_mask, in.positions);
+    // M-RoPE models: the batch's 3-D positions (given, or from the images' grids as the model's forward makes them).
+    at::Tensor mrope;
+    if (in.positions.defined() && in.positions.dim() == 3)
+      mrope = in.positions;
+    else if (model.config.mrope && in.image_grid_thw.defined() && !in.positions.defined())
+      mrope = mrope_positions(in.input_ids, in.attention_mask, in.image_grid_thw, {}, {}, *model.config.mrope)
+                  .positions.to(in.input_ids.device());
+    prepare_forward_state(st, in.input_ids, in.attention_mask, mrope.defined() ? mrope.select(0, 0) : in.positions);
     st.token_roles = in.token_roles;
     st.want_attn_probs = true;
-    auto h = model.embed_inputs(in.input_ids, in.pixel_values);
+    auto h = model.embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw);
     st.rope = &model.llm->rope;
-    std::tie(st.cos, st.sin) = model.llm->rope.cos_sin(st.positions, h.scalar_type());
+    st.mrope_positions = mrope;
+    std::tie(st.cos, st.sin) = mrope.defined() ? model.llm->mrope->cos_sin(mrope, h.scalar_type())
+                                               : model.llm->rope.cos_sin(st.positions, h.scalar_type());
     std::vector<at::Tensor> valid_idx;
     for (int64_t b = 0; b < take; ++b)
       valid_idx.push_back(in.attention_mask.defined() ? in.attention_mask[b].to(at::kBool).nonzero().squeeze(1)

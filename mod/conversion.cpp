@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "mod/kept_positions.h"
 #include "mod/method_registry.h"
 #include "mod/token_selection.h"
 
@@ -154,6 +155,7 @@ void convert_to_mod(MultimodalLM& model, const MoDConfig& cfg) {
   auto& stack = *model.llm->layers;
   const int n = static_cast<int>(stack.size());
   validate(cfg, n, "convert_to_mod");
+  check_rope_positions(cfg, !model.config.text.mrope_section.empty(), "convert_to_mod");
   if (!mod_layers(model).empty() || shared_router(model))
     throw std::logic_error("convert_to_mod: the model already has MoD layers");
   std::vector<std::shared_ptr<DenseDecoderLayer>> dense(n);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/kv_cache.h"
+#include "model/mrope.h"
 #include "model/token_roles.h"
 
 namespace gmod {
@@ -44,7 +45,7 @@ int64_t DecodeBatch::active_rows() const { return std::count(active_.begin(), ac
 void DecodeBatch::reset() {
   caches_.clear();
   key_buf_ = positions_ = at::Tensor();
-  ids_ = full_mask_ = full_positions_ = roles_ = pixel_values_ = at::Tensor();
+  ids_ = full_mask_ = full_positions_ = roles_ = pixel_values_ = full_mrope_ = grid_thw_ = at::Tensor();
   n_images_ = 0;
   column_ = 0;
   active_.clear();
@@ -160,19 +161,31 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
   for (auto len : prompt_len)
     if (len < 1) throw std::invalid_argument("generate: every prompt needs at least one token");
   const int64_t n_images = prompt.pixel_values.defined() ? prompt.pixel_values.size(0) : 0;
-  auto n = mask.sum(1);
-  auto positions =
-      prompt.positions.defined() ? prompt.positions : at::arange(L, lopts).unsqueeze(0).expand({B, L});
+  auto n = mask.sum(1);  // each row's next position: its prompt length (M-RoPE: below)
+  // M-RoPE prompts: 3-D positions (given, or from the images' grids as MultimodalLM::hidden_states makes them); the
+  // next token then sits at the largest id + 1 (prompt length + rope_delta) on all three axes.
+  at::Tensor mrope;  // [3, B, L]
+  if (prompt.positions.defined() && prompt.positions.dim() == 3)
+    mrope = prompt.positions;
+  else if (model_.config.mrope && prompt.image_grid_thw.defined() && !prompt.positions.defined())
+    mrope = mrope_positions(prompt.input_ids, mask, prompt.image_grid_thw, {}, {}, *model_.config.mrope)
+                .positions.to(device_);
+  auto positions = mrope.defined()              ? mrope.select(0, 0)
+                   : prompt.positions.defined() ? prompt.positions
+                                                : at::arange(L, lopts).unsqueeze(0).expand({B, L});
+  if (mrope.defined()) n = mrope.amax(0).masked_fill(mask.logical_not(), -1).amax(1) + 1;
 
   std::vector<KVCache> fresh(model_.llm->layers->size());
   Admitted out;
   {
     ForwardState st;
     prepare_forward_state(st, prompt.input_ids, prompt.attention_mask, positions);
+    st.mrope_positions = mrope;
     st.token_roles = prompt.token_roles;
     if (opt_.use_cache) st.caches = &fresh;
-    auto h = model_.llm->forward(model_.embed_inputs(prompt.input_ids, prompt.pixel_values), st);
-    auto last = h.gather(1, (n - 1).view({B, 1, 1}).expand({B, 1, h.size(2)})).squeeze(1);
+    auto h = model_.llm->forward(model_.embed_inputs(prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw), st);
+    const auto last_at = mask.sum(1);  // right padding: each row's last prompt token
+    auto last = h.gather(1, (last_at - 1).view({B, 1, 1}).expand({B, 1, h.size(2)})).squeeze(1);
     out.logits = model_.logits(last);
     layer_tokens_.insert(layer_tokens_.end(), st.tokens.begin(), st.tokens.end());
     ForwardShape shape = ForwardShape::full(prompt_len, n_images);
@@ -191,6 +204,8 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
       full_positions_ = positions;
       roles_ = prompt.token_roles;
       pixel_values_ = prompt.pixel_values;
+      full_mrope_ = mrope;
+      grid_thw_ = prompt.image_grid_thw;
       n_images_ = n_images;
     }
   }
@@ -289,10 +304,13 @@ at::Tensor DecodeBatch::recompute_step(const at::Tensor& tokens, const at::Tenso
   ids_ = at::cat({ids_, tokens.unsqueeze(1)}, 1);
   full_mask_ = at::cat({full_mask_, valid.unsqueeze(1)}, 1);
   full_positions_ = at::cat({full_positions_, positions_.unsqueeze(1)}, 1);
+  if (full_mrope_.defined())  // the new token: text, the same id on all three axes
+    full_mrope_ = at::cat({full_mrope_, positions_.view({1, -1, 1}).expand({3, -1, 1})}, 2);
   if (roles_.defined()) roles_ = at::cat({roles_, step_roles}, 1);
   prepare_forward_state(st, ids_, full_mask_, full_positions_);
+  st.mrope_positions = full_mrope_;
   st.token_roles = roles_;
-  return model_.llm->forward(model_.embed_inputs(ids_, pixel_values_), st).select(1, ids_.size(1) - 1);
+  return model_.llm->forward(model_.embed_inputs(ids_, pixel_values_, grid_thw_), st).select(1, ids_.size(1) - 1);
 }
 
 void DecodeBatch::release(int64_t row) {

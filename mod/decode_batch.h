@@ -19,6 +19,10 @@
 //   batch drains (every row released) back to empty, which resets the column. The first admission into an
 //   empty batch is always taken (generate()'s case).
 // - Positions are each row's own: a joiner's first fed token sits at its prompt length, whatever W is.
+//   M-RoPE models (Qwen2.5-VL) prefill a prompt with images at its 3-D positions (model/mrope.h, or the
+//   prompt's own [3, n, Lp] positions); its first fed token then sits at the largest id + 1, i.e. prompt length
+//   + rope_delta, on all three axes (as transformers' generation: cache position + rope_deltas), and every step
+//   adds 1. Generated tokens are text: equal ids on the three axes, the 1-D tables.
 // - use_cache = false recomputes the whole sequence at every step (the reference the cached path is tested
 //   against); it holds one admission: joining a running batch needs the caches (std::logic_error).
 // FastV models join too: their scoring happens in the joiner's own prefill, and a FastV layer processes every
@@ -101,6 +105,7 @@ class DecodeBatch {
   std::vector<int64_t> budget_;       // per row: decode steps it may still take
   // use_cache = false: the whole sequences so far.
   at::Tensor ids_, full_mask_, full_positions_, roles_, pixel_values_;
+  at::Tensor full_mrope_, grid_thw_;  // M-RoPE: [3, R, T] positions so far and the images' grids
   int64_t n_images_ = 0;
   ComputeReport compute_;
   std::vector<LayerTokens> layer_tokens_;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "mod/kept_positions.h"
 #include "mod/method_registry.h"
 #include "mod/token_selection.h"
 #include "model/trace_range.h"
@@ -301,12 +302,15 @@ at::Tensor MoDDecoderLayer::forward(const at::Tensor& h, ForwardState& st, int l
   const int64_t K = c.kmax;
   auto x = gather_tokens(h, c.index);  // [B, K, D]
   auto n = sc.normed.defined() ? gather_tokens(sc.normed, c.index) : input_layernorm->forward(x);
-  at::Tensor pos;  // [B|1, K]
-  if (cfg.rope_positions == RopePositions::kCompacted)
-    pos = packed ? kept_layout->positions(K).to(h.device()) : at::arange(K, long_opts(h.device())).unsqueeze(0);
-  else
-    pos = st.positions.expand({B, L}).gather(1, c.index);
-  auto [cos, sin] = st.rope->cos_sin(pos, h.scalar_type());
+  at::Tensor cos, sin;  // [B|1, K, Dh]
+  if (!kept_mrope_tables(st, cfg, c.index, layer_idx, cos, sin)) {  // 3-D positions: the full tables' kept rows
+    at::Tensor pos;                                                  // [B|1, K]
+    if (cfg.rope_positions == RopePositions::kCompacted)
+      pos = packed ? kept_layout->positions(K).to(h.device()) : at::arange(K, long_opts(h.device())).unsqueeze(0);
+    else
+      pos = st.positions.expand({B, L}).gather(1, c.index);
+    std::tie(cos, sin) = st.rope->cos_sin(pos, h.scalar_type());
+  }
   // Plain causal attention over the compacted rows (kept tokens first, see the header): the fused kernel, no mask.
   // Attention maps for analysis are those of the masked path, so padded rows read as "sees only itself".
   // Packed: per kept segment (the explicit path, for maps, takes their block-diagonal mask).

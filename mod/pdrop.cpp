@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "mod/kept_positions.h"
 #include "model/token_roles.h"
 
 namespace gmod {
@@ -198,10 +199,13 @@ at::Tensor pdrop_rank(const MoDDecoderLayer& layer, const at::Tensor& h, const F
   const auto x = gather_tokens(h.detach(), c.index);  // [B, K, D]
   const auto roles_c = st.token_roles.to(at::kLong).gather(1, c.index);
   const auto valid_c = c.valid;
-  at::Tensor pos;
-  if (cfg.rope_positions == RopePositions::kCompacted) pos = at::arange(K, lopts).unsqueeze(0);
-  else pos = st.positions.expand({B, L}).gather(1, c.index);
-  auto [cos, sin] = st.rope->cos_sin(pos, h.scalar_type());
+  at::Tensor cos, sin;
+  if (!kept_mrope_tables(st, cfg, c.index, layer_idx, cos, sin)) {  // 3-D positions: the full tables' rows
+    at::Tensor pos;
+    if (cfg.rope_positions == RopePositions::kCompacted) pos = at::arange(K, lopts).unsqueeze(0);
+    else pos = st.positions.expand({B, L}).gather(1, c.index);
+    std::tie(cos, sin) = st.rope->cos_sin(pos, h.scalar_type());
+  }
   const auto qk = layer.self_attn->rotated_qk(layer.input_layernorm->forward(x), cos, sin);
   const bool keep_unanswered = cfg.pdrop_unanswered == PDropUnanswered::kKeepAll && layer.is_training();
   at::Tensor has_query;

@@ -36,6 +36,11 @@ at::Tensor PDropSelector::select(RoutingStep& s) const {
   sv.token_roles = st.token_roles.defined() ? to_segment_view(st.token_roles, vi) : at::Tensor();
   sv.key_valid = s.seg_masks.valid;
   sv.positions = to_segment_view(st.positions.expand({s.B, s.L}), vi);
+  if (st.mrope_positions.defined()) {  // 3-D positions: the full tables' rows per segment (mod/kept_positions.h)
+    sv.mrope_positions = to_segment_view(st.mrope_positions.permute({1, 2, 0}), vi).permute({2, 0, 1});
+    sv.cos = to_segment_view(st.cos, vi);
+    sv.sin = to_segment_view(st.sin, vi);
+  }
   const auto kept = pdrop_rank(s.layer, to_segment_view(s.h, vi), sv, to_segment_view(present, vi) & st.segment_slots,
                                s.layer_idx);
   return from_segment_view(kept, vi, st.segment_slots, at::zeros_like(masks.valid));
@@ -54,7 +59,12 @@ void PDropSelector::apply_defaults(const nlohmann::json& j, MoDConfig& c) const 
 
 MoDConfig PDropSelector::run_rule_config(const std::string& rule, const MoDConfig& base, int num_layers) const {
   MoDConfig c = parse_pdrop(rule.substr(6), num_layers);
-  if (base.router == kind()) c.pdrop_unanswered = base.pdrop_unanswered;
+  // mod.config with router pdrop: its settings the rule does not carry (rope_positions "original" is what an
+  // M-RoPE model needs; the default stays the original's "compacted").
+  if (base.router == kind()) {
+    c.pdrop_unanswered = base.pdrop_unanswered;
+    c.rope_positions = base.rope_positions;
+  }
   return c;
 }
 

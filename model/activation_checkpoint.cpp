@@ -55,6 +55,7 @@ ForwardState block_inputs(const ForwardState& st) {
   s.host_role_counts = st.host_role_counts;
   s.cos = st.cos;
   s.sin = st.sin;
+  s.mrope_positions = st.mrope_positions;  // MoD layers take the kept tokens' 3-D tables from cos/sin by it
   s.mask = st.mask;
   s.segments = st.segments;
   s.segment_index = st.segment_index;

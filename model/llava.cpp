@@ -4,6 +4,9 @@
 
 #include <sstream>
 
+#include "model/mrope.h"
+#include "model/segments.h"
+
 namespace gmod {
 
 namespace {
@@ -171,11 +174,24 @@ at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) 
   } else {
     prepare_forward_state(st, in);
   }
-  if (!given_3d && config.mrope && in.image_grid_thw.defined() && !in.positions.defined()) {
+  // A packed batch's 1-D positions (restarting per segment, data/pack.h) do not stand for 3-D ids: with images its
+  // segments' ids are computed here as well.
+  if (!given_3d && config.mrope && in.image_grid_thw.defined() && (!in.positions.defined() || in.segments)) {
     // As transformers: with images, every row's ids from get_rope_index; without, 0..L-1 (the 1-D default).
-    if (in.segments) throw std::invalid_argument("M-RoPE positions of packed rows are not supported");
-    st.mrope_positions = mrope_positions(in.input_ids, in.attention_mask, in.image_grid_thw, {}, {}, *config.mrope)
-                             .positions.to(in.input_ids.device());
+    if (!in.segments) {
+      st.mrope_positions = mrope_positions(in.input_ids, in.attention_mask, in.image_grid_thw, {}, {}, *config.mrope)
+                               .positions.to(in.input_ids.device());
+    } else {  // packed rows (data.pack_to): each segment's ids as its own sample's, restarting at its first token
+      const auto& vi = st.segment_index;
+      auto seg_mask = st.segment_slots;
+      if (st.key_valid.defined()) seg_mask = seg_mask & to_segment_view(st.key_valid, vi);
+      const auto seg = mrope_positions(to_segment_view(in.input_ids, vi), seg_mask, in.image_grid_thw, {}, {},
+                                       *config.mrope)
+                           .positions.to(in.input_ids.device());  // [3, S, Lmax]; images in segment order
+      std::vector<at::Tensor> axes;
+      for (int64_t a = 0; a < 3; ++a) axes.push_back(from_segment_view(seg[a], vi, st.segment_slots, st.positions));
+      st.mrope_positions = at::stack(axes);  // [3, B, L]
+    }
   }
   return llm->forward(embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw), st);
 }

@@ -119,6 +119,7 @@ ModelInputs prompt_inputs(const PreparedPrompt& p, const EngineOptions& opt) {
   in.token_roles = at::from_blob(const_cast<int8_t*>(p.roles.data()), {1, n}, at::kChar).to(opt.device);
   in.attention_mask = at::ones({1, n}, at::TensorOptions().dtype(at::kBool).device(opt.device));
   if (p.pixels.defined()) in.pixel_values = p.pixels.to(opt.device, opt.dtype);
+  if (p.image_grid_thw.defined()) in.image_grid_thw = p.image_grid_thw.to(opt.device);
   return in;
 }
 }  // namespace

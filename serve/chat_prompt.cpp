@@ -1,9 +1,9 @@
 #include "serve/chat_prompt.h"
 
-#include <cstring>
+#include <algorithm>
 
-#include "data/clip_preprocess.h"
 #include "data/image.h"
+#include "data/image_prep.h"
 
 namespace gmod::serve {
 
@@ -46,12 +46,44 @@ PreparedPrompt prepare_prompt(const ChatRequest& req, const ConversationEncoder&
   if (!req.images.empty() && !has_vision) throw bad("the served model has no vision tower: send text only");
   r.conversations.push_back({"gpt", "x"});  // a placeholder answer: the prompt ends where it starts
 
+  // The images through the model's preparer (data/image_prep.h): fixed-size crops, or native-resolution patches
+  // whose token counts follow each image's size (then the template needs them).
+  // (As Dataset: without one, CLIP crops with the conversation's image tokens.)
+  const auto preparer = dc.image_preparer ? dc.image_preparer
+                                          : make_clip_image_preparer(dc.image, dc.conversation.image_token_id,
+                                                                     std::max(dc.conversation.image_seq_length, 1));
+  const ImagePreparer& prep = *preparer;
+  std::vector<ImageTokens> spans;
+  std::vector<at::Tensor> pixels;
+  std::vector<int64_t> grids;
+  for (const ChatImage& img : req.images) {
+    PreparedImage px;
+    try {
+      const Image decoded = decode_image_memory(img.bytes.data(), img.bytes.size(), img.where, max_image_pixels);
+      if (prep.size_dependent()) spans.push_back(prep.tokens(decoded.width, decoded.height));
+      px = prep.prepare(decoded);
+    } catch (const std::exception& ex) {
+      throw bad(ex.what(), img.where + ".image_url");
+    }
+    const int64_t n = int64_t(px.pixels.size());
+    at::Tensor t = at::from_blob(px.pixels.data(), {n}, at::kFloat).clone();
+    if (px.native()) {
+      const int64_t rows = px.grid_thw[0] * px.grid_thw[1] * px.grid_thw[2];
+      pixels.push_back(t.view({rows, n / rows}));
+      grids.insert(grids.end(), px.grid_thw.begin(), px.grid_thw.end());
+    } else {
+      pixels.push_back(t.view({1, 3, dc.image.crop, dc.image.crop}));
+    }
+  }
+
   EncodedConversation e;
   try {
-    e = system ? ConversationEncoder(
-                     std::shared_ptr<const Tokenizer>(&encoder.tokenizer(), [](const Tokenizer*) {}), cc)
-                     .encode(r, "request")
-               : encoder.encode(r, "request");
+    const auto encode = [&](const ConversationEncoder& enc) {
+      return spans.empty() ? enc.encode(r, "request") : enc.encode(r, "request", spans);
+    };
+    e = system ? encode(ConversationEncoder(
+                     std::shared_ptr<const Tokenizer>(&encoder.tokenizer(), [](const Tokenizer*) {}), cc))
+               : encode(encoder);
   } catch (const std::exception& ex) {
     throw bad(std::string("the conversation does not encode: ") + ex.what());
   }
@@ -64,21 +96,8 @@ PreparedPrompt prepare_prompt(const ChatRequest& req, const ConversationEncoder&
   p.ids.assign(e.ids.begin(), e.ids.begin() + static_cast<std::ptrdiff_t>(start));
   for (size_t i = 0; i < start; ++i) p.roles.push_back(static_cast<int8_t>(e.roles[i]));
 
-  if (!req.images.empty()) {
-    const int S = dc.image.crop;
-    p.pixels = at::empty({int64_t(req.images.size()), 3, S, S}, at::kFloat);
-    for (size_t i = 0; i < req.images.size(); ++i) {
-      const ChatImage& img = req.images[i];
-      std::vector<float> px;
-      try {
-        px = clip_preprocess(
-            decode_image_memory(img.bytes.data(), img.bytes.size(), img.where, max_image_pixels), dc.image);
-      } catch (const std::exception& ex) {
-        throw bad(ex.what(), img.where + ".image_url");
-      }
-      std::memcpy(p.pixels[int64_t(i)].data_ptr<float>(), px.data(), px.size() * sizeof(float));
-    }
-  }
+  if (!pixels.empty()) p.pixels = at::cat(pixels);
+  if (!grids.empty()) p.image_grid_thw = at::tensor(grids, at::kLong).view({-1, 3});
   return p;
 }
 

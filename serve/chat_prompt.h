@@ -16,7 +16,9 @@ namespace gmod::serve {
 struct PreparedPrompt {
   std::vector<int64_t> ids;   // BOS, system prompt, image tokens, turns, " ASSISTANT:"
   std::vector<int8_t> roles;  // TokenRole per id (MoD routing)
-  at::Tensor pixels;          // [N_images, 3, S, S] fp32 on the CPU; undefined without images
+  at::Tensor pixels;          // [N_images, 3, S, S] fp32 on the CPU, or native-resolution patches [rows, C*T*P*P];
+                              // undefined without images
+  at::Tensor image_grid_thw;  // [N_images, 3] with native-resolution patches (data/image_prep.h); else undefined
 };
 
 // Throws ApiError(400) for a conversation the template cannot encode (roles not alternating user/assistant,

@@ -14,6 +14,7 @@
 
 #include "data/arank_samples.h"
 #include "data/demo_dataset.h"
+#include "data/image_prep.h"
 #include "model/config.h"
 #include "model/lm_loss.h"
 #include "model/pretrained.h"
@@ -347,6 +348,12 @@ void Trainer::setup_data() {
   // LLaVA-HR preprocesses at input_image_size with CLIP's mean/std (its ConvNeXt tower's CLIPImageProcessor), MGM
   // at image_size_aux (CLIP's processor with its size and crop set to it; the tower cuts the CLIP crops itself).
   if (model_->config.multipath || model_->config.mgm) dc.image.size = dc.image.crop = model_->config.image_input_size();
+  // Fixed-size crops or native-resolution patches (Qwen2.5-VL): decided once, from the model and its processor files.
+  dc.image_preparer = make_image_preparer(model_->config, dc.image, preprocessor_source(cfg_.model), *tokenizer_);
+  dc.conversation.image_first = dc.image_preparer->image_first();
+  // Native-resolution images carry their own token counts (ImagePreparer::tokens); the encoder's fixed count, which
+  // must be >= 1, is then never used.
+  if (dc.image_preparer->size_dependent()) dc.conversation.image_seq_length = 1;
   auto t0 = Clock::now();
   train_set_ = std::make_unique<Dataset>(dc, tokenizer_);
   data_index_s_ = seconds_since(t0);

@@ -1,0 +1,77 @@
+// How the images of a record become model input, chosen once from the model / processor config: the tokens each
+// image occupies in the sequence and its pixel values. Two kinds:
+//   fixed-size (LLaVA, CLIP towers): every image is image_seq_length tokens of image_token_id and one CHW crop
+//     [3, S, S] (data/clip_preprocess.h); `<image>` moves to the front of its turn (ConversationConfig::image_first);
+//   native-resolution (Qwen2-VL / Qwen2.5-VL): an image keeps its aspect ratio (data/native_resolution.h), becomes
+//     <|vision_start|>, grid_t * grid_h * grid_w / merge_size^2 tokens <|image_pad|>, <|vision_end|>, and its
+//     patches [grid_t * grid_h * grid_w, C * T * P * P] with its grid; an image stays where the record writes it,
+//     as Qwen's chat template renders a message's items in order.
+// The dataset, the collator and the trainer ask the preparer; none of them tests which model it is.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/clip_preprocess.h"
+#include "data/native_resolution.h"
+
+namespace gmod {
+
+struct LlavaConfig;
+class Tokenizer;
+
+// The tokens of one image in the sequence: [start] `count` x `id` [end]. Only the `count` ids are image positions
+// (TokenRole::kImage); start and end are text the model sees (role of the surrounding turn, never supervised).
+struct ImageTokens {
+  std::optional<int32_t> start;
+  int32_t id = 0;
+  int64_t count = 0;
+  std::optional<int32_t> end;
+  int64_t total() const { return count + (start ? 1 : 0) + (end ? 1 : 0); }
+};
+
+// One image's pixel values: a CHW crop [3, S, S] (grid_thw all 0) or patches [rows, row_size] with their grid.
+struct PreparedImage {
+  std::vector<float> pixels;
+  std::array<int64_t, 3> grid_thw{};  // {0, 0, 0}: a fixed-size crop
+  bool native() const { return grid_thw[0] > 0; }
+};
+
+class ImagePreparer {
+ public:
+  virtual ~ImagePreparer() = default;
+  // Whether tokens() depends on the image's size: then the dataset reads every image's header before templating.
+  virtual bool size_dependent() const = 0;
+  // The tokens of an image of `width` x `height` pixels (ignored when !size_dependent()).
+  virtual ImageTokens tokens(int width, int height) const = 0;
+  // Pixel values of a decoded image.
+  virtual PreparedImage prepare(const Image& img) const = 0;
+  // Whether `<image>` placeholders move to the front of their turn (LLaVA's preprocess_multimodal) or stay put.
+  virtual bool image_first() const = 0;
+  // One line for logs: "CLIP crops 336x336, 576 tokens each" / "native resolution, patch 14, merge 2, ...".
+  virtual std::string describe() const = 0;
+};
+
+// Fixed-size crops: clip_preprocess with `cfg`, `seq_length` tokens of `image_token_id` per image.
+std::shared_ptr<const ImagePreparer> make_clip_image_preparer(const ClipPreprocessConfig& cfg, int32_t image_token_id,
+                                                              int seq_length);
+
+// Native resolution with `cfg`; each image is `vision_start` pad*N `vision_end`, pad = `image_token_id`.
+std::shared_ptr<const ImagePreparer> make_native_image_preparer(const NativeResolutionConfig& cfg,
+                                                                int32_t image_token_id, int32_t vision_start,
+                                                                int32_t vision_end);
+
+// The preparer `model` takes, the one place that decides: native resolution for a Qwen2.5-VL vision encoder (its
+// preprocessor_config.json in `preprocessor_dir` when that holds one, else the defaults of data/native_resolution.h
+// with the encoder's patch, temporal patch and merge sizes; <|vision_start|> / <|vision_end|> from `tokenizer`,
+// which must give <|image_pad|> the model's image_token_id), CLIP crops from `clip` otherwise (image_seq_length
+// tokens of image_token_id). Throws std::invalid_argument naming what disagrees.
+std::shared_ptr<const ImagePreparer> make_image_preparer(const LlavaConfig& model, const ClipPreprocessConfig& clip,
+                                                         const std::string& preprocessor_dir,
+                                                         const Tokenizer& tokenizer);
+
+}  // namespace gmod
