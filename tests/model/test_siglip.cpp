@@ -91,10 +91,16 @@ TEST(Siglip, HiddenStatesAndEveryGradientMatchSiglipVisionModel) {
     const auto r = ref.tensor("grad." + p.key());
     ASSERT_TRUE(p.value().grad().defined()) << p.key();
     const double rel = (p.value().grad() - r).norm().item<double>() / std::max(r.norm().item<double>(), 1e-30);
-    // The key biases' true gradient is exactly zero (softmax is shift-invariant): rounding noise on both sides.
-    const bool zero = p.key().find("k_proj.bias") != std::string::npos;
-    EXPECT_TRUE(rel < 1e-5 || (zero && (p.value().grad() - r).norm().item<double>() < 1e-8))
-        << "gradient of " << p.key() << ": relative L2 difference " << rel;
+    // The key biases' true gradient is exactly zero (softmax is shift-invariant): rounding noise on both sides, ~1e-6
+    // here (this loss is larger than an LM loss) and other on AVX2; measured against the same layer's query-bias
+    // gradient (~8) instead.
+    const auto k = p.key().find("k_proj.bias");
+    const bool zero = k != std::string::npos;
+    const double floor =
+        zero ? 1e-5 * ref.tensor("grad." + p.key().substr(0, k) + "q_proj.bias").norm().item<double>() : 0.0;
+    EXPECT_TRUE(rel < 1e-5 || (zero && (p.value().grad() - r).norm().item<double>() < floor))
+        << "gradient of " << p.key() << ": relative L2 difference " << rel << ", absolute "
+        << (p.value().grad() - r).norm().item<double>();
     if (!zero) worst = std::max(worst, rel);
     ++compared;
   }
