@@ -165,9 +165,18 @@ ClipPreprocessConfig load_preprocess_config(const std::string& path_in) {
   }
   if (j.contains("size")) {
     const auto& s = j["size"];
-    if (s.is_object()) {
+    if (s.is_object() && s.contains("height") && s.contains("width") && !s.contains("shortest_edge")) {
+      const int h = json_int(s["height"], path, "size.height"), w = json_int(s["width"], path, "size.width");
+      if (h != w) throw std::runtime_error(path + ": only a square size {height, width} is supported, got " + s.dump());
+      cfg.size = h;
+      cfg.resize_square = true;
+      const bool crops = j.contains("crop_size") && j.contains("do_center_crop") &&
+                         j["do_center_crop"].is_boolean() && j["do_center_crop"].get<bool>();
+      if (!crops) cfg.crop = h;
+    } else if (s.is_object()) {
       if (!s.contains("shortest_edge"))
-        throw std::runtime_error(path + ": only size.shortest_edge is supported, got " + s.dump());
+        throw std::runtime_error(path + ": only size.shortest_edge or a square {height, width} is supported, got " +
+                                 s.dump());
       cfg.size = json_int(s["shortest_edge"], path, "size.shortest_edge");
     } else {
       cfg.size = json_int(s, path, "size");
@@ -232,7 +241,8 @@ std::vector<float> clip_preprocess(const Image& img, const ClipPreprocessConfig&
     throw std::runtime_error("clip_preprocess: invalid image " + std::to_string(img.width) + "x" +
                              std::to_string(img.height) + " with " + std::to_string(img.rgb.size()) + " bytes");
   const Image sq = cfg.pad_to_square ? expand_to_square(img, pad_color(cfg)) : img;
-  const auto hw = shortest_edge_size(sq.height, sq.width, cfg.size);
+  const auto hw = cfg.resize_square ? std::array<int, 2>{cfg.size, cfg.size}
+                                    : shortest_edge_size(sq.height, sq.width, cfg.size);
   const Image rs = resize_bicubic(sq, hw[1], hw[0]);
 
   // transformers center_crop: offset (H - crop) // 2 when the image is large enough; otherwise it

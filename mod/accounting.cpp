@@ -40,7 +40,7 @@ double vision_tower_flops(const LlavaConfig& c) {
   const auto& v = *c.vision;
   const int n = v.num_hidden_layers;
   const int run = c.vision_feature_layer >= 0 ? c.vision_feature_layer : n + 1 + c.vision_feature_layer;
-  const double P = v.num_patches(), T = P + 1, Dv = v.hidden_size, Iv = v.intermediate_size;
+  const double P = v.num_patches(), T = v.tokens(), Dv = v.hidden_size, Iv = v.intermediate_size;
   const double patch = P * 2.0 * v.num_channels * double(v.patch_size) * v.patch_size * Dv;
   // Per layer: q/k/v/out (4 Dv^2) and fc1/fc2 (2 Dv Iv) per token; non-causal attention, T^2 pairs x 4 Dv.
   const double layer = T * 2.0 * (4.0 * Dv * Dv + 2.0 * Dv * Iv) + T * T * 4.0 * Dv;

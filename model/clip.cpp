@@ -18,7 +18,9 @@ LayerNormImpl::LayerNormImpl(int64_t dim, double eps_) : eps(eps_) {
 
 ClipEncoderLayer::ClipEncoderLayer(const ClipVisionConfig& c)
     : n_heads(c.num_attention_heads), head_dim(c.hidden_size / c.num_attention_heads),
-      quick_gelu(c.hidden_act == "quick_gelu") {
+      act(c.hidden_act == "quick_gelu" ? Act::kQuickGelu
+          : c.hidden_act == "gelu_pytorch_tanh" ? Act::kGeluTanh
+                                                : Act::kGelu) {
   const int64_t d = c.hidden_size;
   self_attn = register_module("self_attn", std::make_shared<Group>());
   q_proj = self_attn->register_module("q_proj", std::make_shared<LinearImpl>(d, d, true));
@@ -40,7 +42,7 @@ at::Tensor ClipEncoderLayer::forward(const at::Tensor& x) {
   auto a = at::scaled_dot_product_attention(q, k, v, {}, 0.0, false, 1.0 / std::sqrt(double(head_dim)));
   auto y = x + out_proj->forward(a.transpose(1, 2).reshape({N, T, D}));
   auto m = fc1->forward(layer_norm2->forward(y));
-  m = quick_gelu ? m * at::sigmoid(1.702 * m) : at::gelu(m);
+  m = act == Act::kQuickGelu ? m * at::sigmoid(1.702 * m) : at::gelu(m, act == Act::kGeluTanh ? "tanh" : "none");
   return y + fc2->forward(m);
 }
 

@@ -28,7 +28,9 @@ class ClipEncoderLayer : public torch::nn::Module {
   std::shared_ptr<LinearImpl> q_proj, k_proj, v_proj, out_proj, fc1, fc2;
   std::shared_ptr<LayerNormImpl> layer_norm1, layer_norm2;
   int64_t n_heads, head_dim;
-  bool quick_gelu;
+  // The MLP's activation, config hidden_act: CLIP's quick_gelu (x * sigmoid(1.702 x)), exact gelu, or SigLIP's
+  // gelu_pytorch_tanh (the tanh approximation); SigLIP's encoder layer is otherwise this one (model/siglip.h).
+  enum class Act { kQuickGelu, kGelu, kGeluTanh } act;
 };
 
 class ClipVisionTower : public torch::nn::Module {

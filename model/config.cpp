@@ -265,6 +265,16 @@ ClipVisionConfig parse_clip_vision_config(const nlohmann::json& j, const std::st
                                           std::vector<std::string>& errors) {
   ClipVisionConfig c;
   Reader r{j, where, errors};
+  r.optional("model_type", c.model_type);
+  if (c.siglip()) {  // SiglipVisionConfig's defaults
+    c.hidden_act = "gelu_pytorch_tanh";
+    c.layer_norm_eps = 1e-6;
+    c.vision_use_head = true;
+    r.optional("vision_use_head", c.vision_use_head);
+  } else if (c.model_type != "clip_vision_model") {
+    errors.push_back(where + "vision model_type '" + c.model_type +
+                     "' is not supported (clip_vision_model or siglip_vision_model)");
+  }
   r.required("hidden_size", c.hidden_size);
   r.required("intermediate_size", c.intermediate_size);
   r.required("num_hidden_layers", c.num_hidden_layers);
@@ -275,7 +285,7 @@ ClipVisionConfig parse_clip_vision_config(const nlohmann::json& j, const std::st
   r.optional("layer_norm_eps", c.layer_norm_eps);
   r.optional("hidden_act", c.hidden_act);
   r.optional("initializer_range", c.initializer_range);
-  if (c.hidden_act != "quick_gelu" && c.hidden_act != "gelu")
+  if (c.hidden_act != "quick_gelu" && c.hidden_act != "gelu" && c.hidden_act != "gelu_pytorch_tanh")
     errors.push_back(where + "vision hidden_act '" + c.hidden_act + "' is not supported");
   check_positive(errors, where, "hidden_size", c.hidden_size);
   check_positive(errors, where, "intermediate_size", c.intermediate_size);
@@ -287,7 +297,8 @@ ClipVisionConfig parse_clip_vision_config(const nlohmann::json& j, const std::st
   check_positive(errors, where, "layer_norm_eps", c.layer_norm_eps);
   if (c.initializer_range < 0)
     errors.push_back(where + "'initializer_range' must be >= 0, got " + num(c.initializer_range));
-  if (c.patch_size > 0 && c.image_size > 0 && c.image_size % c.patch_size != 0)
+  // SigLIP's patch conv drops the pixels past the last whole patch (siglip-so400m: 384 px, patch 14, 27^2 patches).
+  if (!c.siglip() && c.patch_size > 0 && c.image_size > 0 && c.image_size % c.patch_size != 0)
     errors.push_back(where + "image_size (" + std::to_string(c.image_size) +
                      ") is not a multiple of patch_size (" + std::to_string(c.patch_size) + ")");
   else if (c.patch_size > 0 && c.image_size > 0 &&
@@ -308,7 +319,7 @@ int LlavaConfig::image_seq_length() const {
     return g * g;
   }
   if (mgm) return vision->num_patches() * mgm->clip_images();  // MGM: the CLIP crops' patches, no class token
-  return vision->num_patches() + (vision_feature_select_strategy == "full" ? 1 : 0);
+  return vision->tokens() - (vision_feature_select_strategy == "full" ? 0 : 1);
 }
 
 int LlavaConfig::image_input_size() const {
@@ -373,6 +384,11 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
       errors.push_back(where + "a list of vision_feature_layer values is not supported");
     else r.optional("vision_feature_layer", c.vision_feature_layer);
     r.optional("vision_feature_select_strategy", c.vision_feature_select_strategy);
+    if (top_type == "llava_onevision")  // its SigLIP + Qwen2 parts are read above, as LLaVA's
+      errors.push_back(where + "model_type llava_onevision: its SigLIP tower and Qwen2 LLM are read, but its AnyRes "
+                       "tiling (vision_aspect_ratio " + (j.contains("vision_aspect_ratio") ? j["vision_aspect_ratio"].dump() : "-") +
+                       ", image_grid_pinpoints), image_newline and video frames are not built yet (issue 46): as a "
+                       "LLaVA-1.5 model it would not compute what LLaVA-OneVision computes");
     // Tied embeddings may be declared at the top level in LLaVA configs.
     if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
         !j["text_config"].contains("tie_word_embeddings"))
@@ -444,6 +460,9 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
     if (c.image_token_id < 0 || c.image_token_id > c.text.vocab_size)
       errors.push_back(where + "image token id " + std::to_string(c.image_token_id) + " is outside the vocabulary");
     const ClipVisionConfig& v = *c.vision;
+    if (v.siglip() && (c.multipath || c.mgm))
+      errors.push_back(where + "a SigLIP vision tower is supported in LLaVA's single-tower layout only, not as " +
+                       (c.multipath ? "LLaVA-HR's fast path" : "Mini-Gemini's low-resolution tower"));
     const int side = c.multipath ? c.multipath->fast_image_size() : v.image_size;
     if (v.patch_size > 0 && side > 0 && side % v.patch_size == 0 && c.text.max_position_embeddings > 0 &&
         int64_t(side / v.patch_size) * (side / v.patch_size) >= c.text.max_position_embeddings)
@@ -532,7 +551,7 @@ nlohmann::json llama_config_to_json(const LlamaConfig& c) {
 }
 
 nlohmann::json clip_config_to_json(const ClipVisionConfig& c) {
-  return {{"model_type", "clip_vision_model"},
+  auto j = nlohmann::json{{"model_type", c.model_type},
           {"hidden_size", c.hidden_size},
           {"intermediate_size", c.intermediate_size},
           {"num_hidden_layers", c.num_hidden_layers},
@@ -543,6 +562,8 @@ nlohmann::json clip_config_to_json(const ClipVisionConfig& c) {
           {"layer_norm_eps", c.layer_norm_eps},
           {"hidden_act", c.hidden_act},
           {"initializer_range", c.initializer_range}};
+  if (c.siglip()) j["vision_use_head"] = c.vision_use_head;
+  return j;
 }
 
 namespace {

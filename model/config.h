@@ -62,7 +62,11 @@ struct LlamaConfig {
   int dim_per_head() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
 };
 
+// The ViT towers of LLaVA: CLIP (transformers CLIPVisionModel: class token, pre-layernorm) or SigLIP
+// (SiglipVisionModel: no class token, a patch conv with bias, no pre-layernorm; model/siglip.h), told apart by
+// config.json's vision model_type. Their encoder layers share one layout (model/clip.h).
 struct ClipVisionConfig {
+  std::string model_type = "clip_vision_model";  // or "siglip_vision_model"
   int hidden_size = 1024;
   int intermediate_size = 4096;
   int num_hidden_layers = 24;
@@ -71,9 +75,13 @@ struct ClipVisionConfig {
   int patch_size = 14;
   int num_channels = 3;
   double layer_norm_eps = 1e-5;
-  std::string hidden_act = "quick_gelu";  // or "gelu"
+  std::string hidden_act = "quick_gelu";  // or "gelu", "gelu_pytorch_tanh" (SigLIP's)
   double initializer_range = 0.02;
+  bool vision_use_head = false;  // SigLIP: the checkpoint holds the pooling head (LLaVA never runs it; not loaded)
 
+  bool siglip() const { return model_type == "siglip_vision_model"; }
+  // Tokens the tower's hidden states hold per image: the patches, plus CLIP's class token.
+  int tokens() const { return num_patches() + (siglip() ? 0 : 1); }
   int num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
 };
 
@@ -135,7 +143,9 @@ struct LlavaConfig {
   std::string projector_hidden_act = "gelu";
   int image_token_id = 32000;
   int vision_feature_layer = -2;
-  std::string vision_feature_select_strategy = "default";  // "default" drops CLS, "full" keeps it
+  // "default" drops the first token of the hidden state (CLIP's class token; for SigLIP, which has none, its first
+  // patch, as transformers' LLaVA does), "full" keeps it.
+  std::string vision_feature_select_strategy = "default";
 
   // Number of LLM positions one image occupies after splicing.
   int image_seq_length() const;

@@ -60,6 +60,9 @@ std::string layer_scale_to_gamma(const std::string& g) {
 bool hf_unused(const std::string& hf_name) {
   if (hf_name.find("rotary_emb.inv_freq") != std::string::npos) return true;
   const auto g = hf_to_gmod(hf_name);
+  // SigLIP's attention-pooling head (vision_use_head): LLaVA reads an encoder hidden state, never the pooled
+  // output, so gmod does not hold it (CLIP's vision model has no `head`).
+  if (g && starts_with(*g, "vision.vision_model.head.")) return true;
   return g && starts_with(*g, kSlow) &&
          (starts_with(*g, kSlow + "head.") || starts_with(*g, kSlow + "norm_pre."));
 }

@@ -17,7 +17,7 @@ namespace gmod {
 // gmod name for a checkpoint name; nullopt for names gmod does not hold (e.g. rotary inv_freq).
 std::optional<std::string> hf_to_gmod(const std::string& hf_name);
 // Checkpoint tensors gmod deliberately does not hold, which loaders skip: RoPE inv_freq, and the classifier
-// head / norm_pre of LLaVA-HR's ConvNeXt (the tower reads the last stage's map).
+// head / norm_pre of LLaVA-HR's ConvNeXt (the tower reads the last stage's map), SigLIP's pooling head.
 bool hf_unused(const std::string& hf_name);
 
 enum class HfLayout { kLlama, kLlava, kLlavaHr };

@@ -1,10 +1,10 @@
 // The vision tower interface: all that the LLM side (MultimodalLM, projector, MoD, trainer, checkpoint code)
 // knows of the tower that turns images into patch features. Implementations: the CLIP tower of LLaVA-1.5
-// (model/clip_tower.h), LLaVA-HR's CLIP + ConvNeXt multipath tower (model/multipath_tower.h), Mini-Gemini's
-// CLIP + ConvNeXt tower with patch info mining (model/mgm_tower.h) and Qwen2.5-VL's encoder of variable patch grids
-// (model/qwen2_5_vl_vision.h), chosen by the model config in make_vision_tower. A tower registers its parameters
-// under its own names; MultimodalLM puts it at `vision.`, and each tower's checkpoint names are mapped in
-// model/hf_names.cpp.
+// (model/clip_tower.h), LLaVA-OneVision's SigLIP tower (model/siglip_tower.h), LLaVA-HR's CLIP + ConvNeXt
+// multipath tower (model/multipath_tower.h), Mini-Gemini's CLIP + ConvNeXt tower with patch info mining
+// (model/mgm_tower.h) and Qwen2.5-VL's encoder of variable patch grids (model/qwen2_5_vl_vision.h), chosen by the
+// model config in make_vision_tower. A tower registers its parameters under its own names; MultimodalLM puts it
+// at `vision.`, and each tower's checkpoint names are mapped in model/hf_names.cpp.
 #pragma once
 
 #include <ATen/ATen.h>

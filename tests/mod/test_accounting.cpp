@@ -95,6 +95,13 @@ TEST(Accounting, HandDerivedVisionAndProjectorFlops) {
   // plus 25 pairs x 4 * 4 = 400 -> 2064 per image. Projector: 4 tokens x 2 (4*8 + 8*8) = 768.
   EXPECT_DOUBLE_EQ(vision_tower_flops(c), 2064.0);
   EXPECT_DOUBLE_EQ(projector_flops(c), 768.0);
+  {  // SigLIP: the 4 patches alone (no class token): 384 + 4 x 2 (4*16 + 2*4*8) + 16 pairs x 4 * 4 = 384 + 1024 + 256;
+     // 'default' drops token 0 (a patch): 3 tokens into the projector, 3 x 96 x 2 = 576.
+    LlavaConfig s = c;
+    s.vision->model_type = "siglip_vision_model";
+    EXPECT_DOUBLE_EQ(vision_tower_flops(s), 1664.0);
+    EXPECT_DOUBLE_EQ(projector_flops(s), 576.0);
+  }
   const auto r = account_forward({}, c, ForwardShape::full({}, 3));
   EXPECT_DOUBLE_EQ(r.vision_flops, 3 * 2064.0);
   EXPECT_DOUBLE_EQ(r.flops, 3 * (2064.0 + 768.0));

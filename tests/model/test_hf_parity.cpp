@@ -148,7 +148,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity,
                                            "llava_336",
                                            // tests/fixtures/make_llm_family_fixtures.py (test_llm_families.cpp)
                                            "llama31_rope", "llama_rope_linear", "qwen2_tied", "mistral_window",
-                                           "llava_qwen2"));
+                                           "llava_qwen2",
+                                           // tests/fixtures/make_siglip_fixtures.py: LLaVA on a SigLIP tower
+                                           "llava_siglip_full_m1", "llava_siglip_default_m2"));
 
 // What the fixtures are meant to exercise is really in them (a regenerated fixture cannot quietly lose a
 // case).

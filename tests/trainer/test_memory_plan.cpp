@@ -43,6 +43,9 @@ TEST(MemoryPlan, ParamCountsMatchTheBuiltModel) {
   c.text.tie_word_embeddings = true;
   c.text.attention_bias = true;
   EXPECT_EQ(count_params(c, {}, "gamma_shared").total(), built_params(c, {}, RouterKind::kGammaShared));
+  c.vision->model_type = "siglip_vision_model";  // SigLIP: conv bias, no class token, no pre-layernorm
+  c.vision->hidden_act = "gelu_pytorch_tanh";
+  EXPECT_EQ(count_params(c, {}, "gamma_shared").total(), built_params(c, {}, RouterKind::kGammaShared));
 }
 
 // p-MoD (mod.rule pmod): its routers (weight [1, D] + bias per MoD layer) are counted, its layers come from the

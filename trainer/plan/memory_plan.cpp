@@ -217,7 +217,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
       const int run = in.model.vision_feature_layer >= 0
                           ? in.model.vision_feature_layer
                           : v.num_hidden_layers + 1 + in.model.vision_feature_layer;
-      act += int64_t(run) * clip_layer_activations(images * (v.num_patches() + 1), Dv, v.intermediate_size,
+      act += int64_t(run) * clip_layer_activations(images * v.tokens(), Dv, v.intermediate_size,
                                                    v.num_attention_heads, s.e);
     }
     if (proj_rg) {

@@ -71,8 +71,10 @@ ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layer
     const ClipVisionConfig& v = *c.vision;
     const int64_t Dv = v.hidden_size, Iv = v.intermediate_size;
     const int64_t layer = 4 * (Dv * Dv + Dv) + (Dv * Iv + Iv) + (Iv * Dv + Dv) + 4 * Dv;
-    p.vision = Dv + Dv * v.num_channels * v.patch_size * v.patch_size + (v.num_patches() + 1) * Dv + 4 * Dv +
-               layer * v.num_hidden_layers;
+    // CLIP: class embedding, patch conv, positions (class + patches), pre_layrnorm and post_layernorm; SigLIP: the
+    // conv's bias instead of the class embedding, a position per patch, post_layernorm only.
+    p.vision = Dv + Dv * v.num_channels * v.patch_size * v.patch_size + int64_t(v.tokens()) * Dv +
+               (v.siglip() ? 2 : 4) * Dv + layer * v.num_hidden_layers;
     p.projector = Dv * D + D + D * D + D;
     p.vision_unit = layer;
     p.vision_hooked = layer * v.num_hidden_layers;
