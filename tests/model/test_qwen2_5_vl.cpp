@@ -415,4 +415,27 @@ TEST(Qwen25VL, RandomInitIsTransformers) {
   EXPECT_EQ(compared, params.size()) << "every gmod parameter has transformers' initialisation";
 }
 
+// save_pretrained writes Qwen2_5_VLForConditionalGeneration's layout (visual.*, model.*, lm_head.*; text_config
+// with rope_parameters.mrope_section, vision_config): the tensor names are exactly those transformers'
+// save_pretrained wrote for the fixture, and the directory loads back to bitwise the same logits. (transformers loading it is
+// tests/model/check_export_transformers.py, ctest export_transformers.)
+TEST(Qwen25VL, SavePretrainedWritesTransformersNamesAndLoadsBack) {
+  auto model = load_pretrained(full_dir());
+  test::TempDir tmp;
+  const auto dir = tmp.str("export");
+  save_pretrained(*model, dir);
+  std::set<std::string> ours, theirs;
+  for (const auto& n : SafetensorsFile(dir + "/model.safetensors").names()) ours.insert(n);
+  for (const auto& n : SafetensorsFile(full_dir() + "/model.safetensors").names()) theirs.insert(n);
+  EXPECT_EQ(ours, theirs);
+  const auto cfg = load_json_file(dir + "/config.json");
+  EXPECT_EQ(cfg.at("architectures").at(0).get<std::string>(), "Qwen2_5_VLForConditionalGeneration");
+  EXPECT_EQ(cfg.at("text_config").at("rope_parameters").at("mrope_section").get<std::vector<int64_t>>(),
+            (std::vector<int64_t>{2, 3, 3}));
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  at::NoGradGuard ng;
+  auto back = load_pretrained(dir);
+  EXPECT_TRUE(back->forward(full_inputs(ref)).logits.equal(model->forward(full_inputs(ref)).logits));
+}
+
 }  // namespace
