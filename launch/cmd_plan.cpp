@@ -29,10 +29,20 @@ struct PlanOptions {
   std::optional<double> gpu_mem, reserve_gb;
   std::optional<std::string> checkpointing;
   std::optional<int> checkpoint_every, images;
+  std::optional<int64_t> max_pixels, frames;
   std::optional<double> mod_kept;
   std::string model, json;
   std::vector<std::string> sets;
 };
+
+// For towers of variable grids: each visual input's size, patches and LLM tokens (tower_costs.h).
+std::string visual_note(const LlavaConfig& model, const MemoryPlanInputs& in) {
+  const auto tc = tower_costs(model);
+  if (!tc || in.images_per_sample == 0) return "";
+  return ", each visual input max_pixels " + std::to_string(in.visual.max_pixels) + " x " + std::to_string(in.visual.frames) +
+         " frame(s): " + std::to_string(tc->patches(in.visual)) + " encoder patches, " +
+         std::to_string(tc->llm_tokens(in.visual)) + " LLM tokens";
+}
 
 int run_plan(const PlanOptions& o) {
   const std::string& path = o.config;
@@ -62,7 +72,10 @@ int run_plan(const PlanOptions& o) {
   }
   // Resolved as `gmod train` resolves it (trainer/run_plan.h), without the data checks: a plan needs no data files.
   const RunPlan plan = resolve_run_plan(cfg, world);
-  MemoryPlanInputs in = plan_inputs_from_plan(plan, model);
+  VisualInputs visual;
+  if (o.max_pixels) visual.max_pixels = *o.max_pixels;
+  if (o.frames) visual.frames = *o.frames;
+  MemoryPlanInputs in = plan_inputs_from_plan(plan, model, visual);
   if (o.checkpointing) in.checkpointing = *o.checkpointing;
   if (o.checkpoint_every) in.checkpoint_every = *o.checkpoint_every;
   if (o.images) in.images_per_sample = *o.images;
@@ -93,6 +106,7 @@ int run_plan(const PlanOptions& o) {
             << " tokens"
             << (in.images_per_sample > 0 ? " (" + std::to_string(in.images_per_sample) + " image/sample)"
                                          : "")
+            << visual_note(model, in)
             << ", checkpointing " << in.checkpointing
             << (in.checkpointing == "every_k" ? " k=" + std::to_string(in.checkpoint_every) : "")
             << (in.mod_layers.empty()
@@ -129,6 +143,8 @@ int run_plan(const PlanOptions& o) {
                      {"pack_to", cfg.data.pack_to},
                      {"seq_len", in.seq_len},
                      {"images_per_sample", in.images_per_sample},
+                     {"max_pixels", in.visual.max_pixels},
+                     {"frames", in.visual.frames},
                      {"checkpointing", in.checkpointing},
                      {"checkpoint_every", in.checkpoint_every},
                      {"mod_layers", in.mod_layers},
@@ -173,6 +189,14 @@ Runner setup(CLI::App& app) {
   add(app, "--model", o->model, "a combined Hugging Face config dir instead of the config's model")->type_name("DIR");
   add(app, "--images", o->images, "images per sample (default: from the model and data config)")
       ->check(non_negative());
+  add(app, "--max-pixels", o->max_pixels,
+      "towers of variable patch grids (Qwen2.5-VL): pixels of each image or video frame (default 1003520 = "
+      "28*28*1280, the image processor's)")
+      ->type_name("N")
+      ->check(positive());
+  add(app, "--frames", o->frames, "towers of variable patch grids: frames per visual input (1: an image)")
+      ->type_name("N")
+      ->check(positive());
   add(app, "--mod-kept", o->mod_kept, "fraction of the tokens MoD layers keep (default: from the MoD config)")
       ->type_name("F")
       ->check(between(0.0, 1.0));

@@ -69,8 +69,10 @@ void save_mod_pretrained(const MultimodalLM& model, const MoDConfig& cfg, const 
     save_pretrained(model, dir);
     return;
   }
-  const auto layout =
-      model.config.original_layout() ? HfLayout::kLlavaHr : model.vision ? HfLayout::kLlava : HfLayout::kLlama;
+  const auto layout = model.config.qwen_vision        ? HfLayout::kQwen25VL
+                      : model.config.original_layout() ? HfLayout::kLlavaHr
+                      : model.vision                   ? HfLayout::kLlava
+                                                       : HfLayout::kLlama;
   std::vector<std::pair<std::string, at::Tensor>> extra;
   std::vector<std::string> skip;
   if (cfg.router == RouterKind::kGammaShared) {
@@ -150,7 +152,8 @@ std::shared_ptr<MultimodalLM> load_mod_pretrained(const std::string& dir, at::Sc
     std::string m;
     for (int l : mc->mod_layers)
       m += (m.empty() ? "" : ", ") +
-           (prefix.empty() ? hf_router_name(l, model->config.original_layout() ? HfLayout::kLlavaHr
+           (prefix.empty() ? hf_router_name(l, model->config.qwen_vision ? HfLayout::kQwen25VL
+                                                   : model->config.original_layout() ? HfLayout::kLlavaHr
                                                    : model->vision                  ? HfLayout::kLlava
                                                                                     : HfLayout::kLlama)
                            : prefix + std::to_string(l) + ".router.weight");

@@ -86,6 +86,11 @@ std::string gmod_to_hf(const std::string& name, HfLayout layout) {
     if (auto s = swap("llm.", "model.")) return *s;
     return name;  // lm_head.* and anything extra keep their names
   }
+  if (layout == HfLayout::kQwen25VL) {
+    if (auto s = swap("vision.", "visual.")) return *s;
+    if (auto s = swap("llm.", "model.")) return *s;
+    return name;  // lm_head.*
+  }
   if (layout == HfLayout::kLlavaHr) {  // the original LLaVA code's layout, as LLaVA-HR and MGM save it
     if (auto s = swap("llm.", "model.")) return *s;
     if (auto s = swap("projector.linear_1.", "model.mm_projector.0.")) return *s;

@@ -20,7 +20,9 @@ std::optional<std::string> hf_to_gmod(const std::string& hf_name);
 // head / norm_pre of LLaVA-HR's ConvNeXt (the tower reads the last stage's map), SigLIP's pooling head.
 bool hf_unused(const std::string& hf_name);
 
-enum class HfLayout { kLlama, kLlava, kLlavaHr };
+// kQwen25VL: Qwen2_5_VLForConditionalGeneration's published checkpoint names, which transformers 5's
+// save_pretrained also writes (visual.*, model.* for the text model, lm_head.*).
+enum class HfLayout { kLlama, kLlava, kLlavaHr, kQwen25VL };
 std::string gmod_to_hf(const std::string& gmod_name, HfLayout layout);
 
 // MoD router tensors. Checkpoints carry one router per MoD layer i as `<layers prefix>.{i}.router.weight`

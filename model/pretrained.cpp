@@ -95,6 +95,48 @@ std::shared_ptr<MultimodalLM> load_pretrained(const std::string& dir, at::Scalar
   return model;
 }
 
+namespace {
+
+// Qwen2_5_VLForConditionalGeneration's config.json in transformers 5's layout (what its save_pretrained writes):
+// the text model under text_config (model_type qwen2_5_vl_text, M-RoPE in rope_parameters), the encoder's
+// vision_config, the image and video token ids. vision_start/end_token_id are not held by gmod (the 3-D positions
+// come from the image tokens' runs): transformers' defaults stand, the published models' ids.
+nlohmann::json qwen2_5_vl_config_json(const LlavaConfig& c, nlohmann::json text) {
+  const Qwen25VisionConfig& v = *c.qwen_vision;
+  const MRopeConfig& r = *c.mrope;
+  text["model_type"] = "qwen2_5_vl_text";
+  text.erase("rope_theta");
+  text.erase("rope_scaling");
+  text["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", r.rope_theta}, {"mrope_section", r.mrope_section}};
+  text["image_token_id"] = r.image_token_id;
+  text["video_token_id"] = r.video_token_id;
+  const nlohmann::json vision = {{"model_type", "qwen2_5_vl_vision"},
+                                 {"depth", v.depth},
+                                 {"hidden_size", v.hidden_size},
+                                 {"intermediate_size", v.intermediate_size},
+                                 {"num_heads", v.num_heads},
+                                 {"in_channels", v.in_channels},
+                                 {"out_hidden_size", v.out_hidden_size},
+                                 {"patch_size", v.patch_size},
+                                 {"temporal_patch_size", v.temporal_patch_size},
+                                 {"spatial_merge_size", v.spatial_merge_size},
+                                 {"window_size", v.window_size},
+                                 {"fullatt_block_indexes", v.fullatt_block_indexes},
+                                 {"tokens_per_second", v.tokens_per_second},
+                                 {"hidden_act", v.hidden_act},
+                                 {"initializer_range", v.initializer_range},
+                                 {"rope_parameters", {{"rope_type", "axial"}, {"rope_theta", v.rope_theta}}}};
+  return {{"architectures", {"Qwen2_5_VLForConditionalGeneration"}},
+          {"model_type", "qwen2_5_vl"},
+          {"text_config", text},
+          {"vision_config", vision},
+          {"image_token_id", r.image_token_id},
+          {"video_token_id", r.video_token_id},
+          {"tie_word_embeddings", c.text.tie_word_embeddings}};
+}
+
+}  // namespace
+
 void save_pretrained(const MultimodalLM& model, const std::string& dir,
                      const std::vector<std::pair<std::string, at::Tensor>>& extra_tensors,
                      const std::string& extra_config_json, uint64_t max_shard_bytes,
@@ -103,7 +145,8 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
   fs::create_directories(dir);
   const bool llava = model.vision != nullptr;
   const bool hr = model.config.original_layout();  // LLaVA-HR, MGM: the original code's layout
-  const auto layout = hr ? HfLayout::kLlavaHr : llava ? HfLayout::kLlava : HfLayout::kLlama;
+  const bool qwen = model.config.qwen_vision.has_value();
+  const auto layout = qwen ? HfLayout::kQwen25VL : hr ? HfLayout::kLlavaHr : llava ? HfLayout::kLlava : HfLayout::kLlama;
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   int64_t bytes = 0;
   for (const auto& p : model.named_parameters(true)) {
@@ -117,7 +160,10 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
   nlohmann::json cfg;
   auto dtype = model.llm->embed_tokens.scalar_type();
   std::string dtype_name = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
-  if (hr) {
+  if (qwen) {
+    cfg = qwen2_5_vl_config_json(c, text);
+    cfg["torch_dtype"] = dtype_name;
+  } else if (hr) {
     cfg = text;
     cfg["architectures"] = {c.mgm ? "MGMLlamaForCausalLM" : "LlavaLlamaForCausalLM"};
     cfg["model_type"] = c.mgm ? "mgm" : "llava";

@@ -43,7 +43,8 @@ std::shared_ptr<MultimodalLM> load_pretrained(const std::string& dir, at::Scalar
                                               at::Device device = at::kCPU, const LoadOptions& opt = {});
 
 // Writes config.json + model.safetensors (sharded above `max_shard_bytes`) in the transformers
-// layout: LlavaForConditionalGeneration when the model has a vision tower, else LlamaForCausalLM.
+// layout: Qwen2_5_VLForConditionalGeneration for Qwen2.5-VL (published names), LlavaForConditionalGeneration when
+// the model has another vision tower, else LlamaForCausalLM.
 // `extra_tensors` (already HF-named) and `extra_config` fields are added as they are; parameters named
 // in `skip_params` (gmod names) are not written (the caller writes them as extra tensors, renamed).
 void save_pretrained(const MultimodalLM& model, const std::string& dir,

@@ -7,6 +7,7 @@
 
 #include "model/safetensors.h"
 #include "model/unit_checkpoint.h"
+#include "model/unit_hooks.h"
 
 namespace gmod {
 
@@ -138,12 +139,20 @@ Qwen25VisionEncoder::Qwen25VisionEncoder(const Qwen25VisionConfig& c) : config(c
   auto list = register_module("blocks", std::make_shared<Group>());
   for (int64_t i = 0; i < c.depth; ++i)
     blocks.push_back(list->register_module(std::to_string(i), std::make_shared<Qwen25VisionBlock>(c)));
-  auto merger = register_module("merger", std::make_shared<Group>());
-  ln_q = merger->register_module("ln_q", std::make_shared<RMSNormImpl>(c.hidden_size, 1e-6));
-  auto mlp = merger->register_module("mlp", std::make_shared<Group>());
-  const int64_t wide = c.hidden_size * c.merge_unit();
-  merger_fc1 = mlp->register_module("0", std::make_shared<LinearImpl>(wide, wide, true));
-  merger_fc2 = mlp->register_module("2", std::make_shared<LinearImpl>(wide, c.out_hidden_size, true));
+  merger = register_module("merger", std::make_shared<Qwen25VisionMerger>(c));
+}
+
+Qwen25VisionMerger::Qwen25VisionMerger(const Qwen25VisionConfig& c) : unit(c.merge_unit()) {
+  ln_q = register_module("ln_q", std::make_shared<RMSNormImpl>(c.hidden_size, 1e-6));
+  auto mlp = register_module("mlp", std::make_shared<Group>());
+  const int64_t wide = c.hidden_size * unit;
+  fc1 = mlp->register_module("0", std::make_shared<LinearImpl>(wide, wide, true));
+  fc2 = mlp->register_module("2", std::make_shared<LinearImpl>(wide, c.out_hidden_size, true));
+}
+
+at::Tensor Qwen25VisionMerger::forward(const at::Tensor& h) {
+  auto merged = ln_q->forward(h).reshape({h.size(0) / unit, unit * h.size(1)});
+  return fc2->forward(at::gelu(fc1->forward(merged)));
 }
 
 at::Tensor Qwen25VisionEncoder::features(const at::Tensor& pixel_values, const at::Tensor& grid_thw) {
@@ -186,13 +195,21 @@ at::Tensor Qwen25VisionEncoder::features(const at::Tensor& pixel_values, const a
     auto run = [block, cos, sin, segments](const at::Tensor& x) {
       return block->forward(x, cos, sin, segments);
     };
-    h = checkpoint_units_
-            ? checkpointed_unit(run, h, block->parameters(), "Qwen2.5-VL vision block " + std::to_string(i))
-            : run(h);
+    h = run_unit(*block, [&] {
+      return checkpoint_units_
+                 ? checkpointed_unit(run, h, block->parameters(), "Qwen2.5-VL vision block " + std::to_string(i))
+                 : run(h);
+    });
   }
-  auto merged = ln_q->forward(h).reshape({n / unit, unit * d});
-  merged = merger_fc2->forward(at::gelu(merger_fc1->forward(merged)));
+  auto merged = run_unit(*merger, [&] { return merger->forward(h); });
   return merged.index_select(0, unwindow);
+}
+
+bool Qwen25VisionEncoder::init_parameter(const std::string& name, at::Tensor& t, at::Generator& gen) const {
+  (void)gen;
+  if (name != "merger.ln_q.weight") return false;
+  t.fill_(1.0);
+  return true;
 }
 
 at::Tensor Qwen25VisionEncoder::features(const at::Tensor& pixel_values) {

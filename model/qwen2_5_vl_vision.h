@@ -56,6 +56,19 @@ class Qwen25VisionBlock : public torch::nn::Module {
   bool silu;
 };
 
+// The merger (`merger.`): RMSNorm ln_q, then each merge block's patches concatenated through mlp.0 - GELU -
+// mlp.2. A unit of its own (model/unit_hooks.h) after the blocks.
+class Qwen25VisionMerger : public torch::nn::Module {
+ public:
+  explicit Qwen25VisionMerger(const Qwen25VisionConfig& c);
+  // h [N, D] in windowed order -> [N / merge^2, out_hidden_size], still windowed.
+  at::Tensor forward(const at::Tensor& h);
+
+  std::shared_ptr<RMSNormImpl> ln_q;
+  std::shared_ptr<LinearImpl> fc1, fc2;
+  int64_t unit;
+};
+
 // As the model's vision tower (MultimodalLM's `vision.`): token_features() with grid_thw; no projector
 // follows.
 class Qwen25VisionEncoder : public VisionTower {
@@ -69,6 +82,10 @@ class Qwen25VisionEncoder : public VisionTower {
   int64_t tokens_per_image() const override { return 0; }
   int image_size() const override { return 0; }
   bool projects_to_text() const override { return true; }
+  // transformers' _init_weights of Qwen2_5_VisionTransformerPretrainedModel: every RMSNorm weight 1, the merger's
+  // ln_q included (MultimodalLM's default would draw it as a weight, its name holding no "norm"); the rest is the
+  // default (Conv3d and Linear weights normal(0, vision initializer_range), biases 0).
+  bool init_parameter(const std::string& name, at::Tensor& t, at::Generator& gen) const override;
   // pixel_values [N, C*T*P*P], grid_thw [n, 3] int64 -> [N / merge^2, out_hidden_size] in the parameter
   // dtype.
   at::Tensor features(const at::Tensor& pixel_values, const at::Tensor& grid_thw);
@@ -78,11 +95,12 @@ class Qwen25VisionEncoder : public VisionTower {
   // mis-shaped tensor throws naming the file and the tensor.
   void load(const SafetensorsFile& file, const std::string& prefix);
 
-  Qwen25VisionConfig config;  // blocks are recomputed in the backward with set_activation_checkpointing(true)
-  at::Tensor patch_embed;          // [D, C, T, P, P]
+  // Units (model/unit_hooks.h: ZeRO-3 gathers around them): each block, then the merger. Blocks are recomputed in
+  // the backward with set_activation_checkpointing(true); the merger is not.
+  Qwen25VisionConfig config;
+  at::Tensor patch_embed;  // [D, C, T, P, P]
   std::vector<std::shared_ptr<Qwen25VisionBlock>> blocks;
-  std::shared_ptr<RMSNormImpl> ln_q;
-  std::shared_ptr<LinearImpl> merger_fc1, merger_fc2;
+  std::shared_ptr<Qwen25VisionMerger> merger;
 };
 
 }  // namespace gmod

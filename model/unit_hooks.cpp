@@ -5,6 +5,7 @@
 #include "model/clip.h"
 #include "model/convnext.h"
 #include "model/decoder_layer.h"
+#include "model/qwen2_5_vl_vision.h"
 
 namespace gmod {
 
@@ -16,7 +17,7 @@ at::Tensor run_unit(const torch::nn::Module& unit, const std::function<at::Tenso
 }
 
 std::vector<std::shared_ptr<torch::nn::Module>> hooked_units(torch::nn::Module& model) {
-  std::vector<std::shared_ptr<torch::nn::Module>> convnext, clip, decoder;
+  std::vector<std::shared_ptr<torch::nn::Module>> convnext, clip, qwen_vision, decoder;
   std::vector<std::string> taken;
   for (const auto& item : model.named_modules()) {
     const std::string& name = item.key();
@@ -28,6 +29,8 @@ std::vector<std::shared_ptr<torch::nn::Module>> hooked_units(torch::nn::Module& 
       convnext.push_back(m);
     else if (std::dynamic_pointer_cast<ClipEncoderLayer>(m))
       clip.push_back(m);
+    else if (std::dynamic_pointer_cast<Qwen25VisionBlock>(m) || std::dynamic_pointer_cast<Qwen25VisionMerger>(m))
+      qwen_vision.push_back(m);  // blocks, then the merger: named_modules lists them in that order
     else if (std::dynamic_pointer_cast<DecoderBlock>(m))
       decoder.push_back(m);
     else
@@ -36,6 +39,7 @@ std::vector<std::shared_ptr<torch::nn::Module>> hooked_units(torch::nn::Module& 
   }
   std::vector<std::shared_ptr<torch::nn::Module>> out = convnext;
   out.insert(out.end(), clip.begin(), clip.end());
+  out.insert(out.end(), qwen_vision.begin(), qwen_vision.end());
   out.insert(out.end(), decoder.begin(), decoder.end());
   return out;
 }

@@ -40,7 +40,8 @@ inline UnitHooks* unit_hooks() { return installed_unit_hooks().load(); }
 at::Tensor run_unit(const torch::nn::Module& unit, const std::function<at::Tensor()>& fn);
 
 // The units of `model` (a MultimodalLM, or any module holding these blocks) in forward order: ConvNeXt stages
-// (LLaVA-HR's slow tower runs before the CLIP layers), CLIP encoder layers, decoder layers. Only outermost matches
+// (LLaVA-HR's slow tower runs before the CLIP layers), CLIP encoder layers, Qwen2.5-VL's vision blocks and
+// merger, decoder layers. Only outermost matches
 // count (a block inside a block is part of it). What ZeRO-3 gathers around (parallel/zero3_driver.h).
 std::vector<std::shared_ptr<torch::nn::Module>> hooked_units(torch::nn::Module& model);
 

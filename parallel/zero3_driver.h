@@ -1,8 +1,8 @@
 // Zero3Driver: ZeRO-3 (`optimizer.zero_stage: 3`) driven from outside the model, the DpStrategy
 // (parallel/dp_strategy.h) of stage 3. It shards the trainable parameters in units (parallel/zero3_params.h) and
 // runs them through the model's unit hooks (model/unit_hooks.h; the units are the modules hooked_units() lists):
-//  - Units. Each decoder layer, CLIP encoder layer and ConvNeXt stage with trainable parameters is a *hooked*
-//    unit: gathered just before its forward and released just after it (reshard after forward), gathered
+//  - Units. Each decoder layer, CLIP encoder layer, ConvNeXt stage, Qwen2.5-VL vision block and merger with
+//    trainable parameters is a *hooked* unit: gathered just before its forward and released just after it (reshard after forward), gathered
 //    again when its output's gradient arrives (a hook on the output; under activation checkpointing that is
 //    before the recompute), released once every one of its parameters got its gradient. Every other trainable
 //    parameter (embeddings, LM head, final norm, projector, vision stem, γ-MoD's shared router, adapters)

@@ -4,7 +4,8 @@
 Exports the tiny LLaVA fixture with `gmod export --from-hf` (save_mod_pretrained, dense), loads the result
 with transformers' LlavaForConditionalGeneration and compares its logits on random text ids with gmod's
 (build/bench/bench_logits) within 1e-4. Also converts the fixture to γ-MoD with `gmod convert` and checks that
-transformers still loads the dense part of that directory (the router tensors are extra keys to it).
+transformers still loads the dense part of that directory (the router tensors are extra keys to it). Then exports the tiny Qwen2.5-VL fixture and checks that transformers
+loads it unedited with the fixture's logits (check_qwen2_5_vl).
 
     python tests/model/check_export_transformers.py --gmod build/bin/gmod --bench-logits build/bench/bench_logits \
         --workdir /tmp/export-check
@@ -81,7 +82,45 @@ def main():
     unexpected = sorted(info.get("unexpected_keys", []))
     print(f"γ-MoD export: transformers loads it; extra (router) keys: {unexpected}")
     assert all(".router.weight" in k for k in unexpected), unexpected
+    if check_qwen2_5_vl(args) != 0:
+        return 1
     print("OK")
+    return 0
+
+
+def check_qwen2_5_vl(args):
+    """`gmod export` of the tiny Qwen2.5-VL fixture (tests/fixtures/make_qwen2_5_vl_fixtures.py): transformers loads
+    the directory unedited through AutoModelForImageTextToText and Qwen2_5_VLForConditionalGeneration, with no
+    missing or extra tensor, and its logits on the fixture's batch (three images, padding, a text-only row) equal
+    the references transformers computed on the original model within 1e-5 (test_hf_parity.cpp's bound; gmod's own
+    logits are within it of the same references, tests/model/test_qwen2_5_vl.cpp)."""
+    from transformers import AutoModelForImageTextToText, Qwen2_5_VLForConditionalGeneration
+
+    src = os.path.join(ROOT, "tests/fixtures/qwen2_5_vl/full")
+    out = os.path.join(args.workdir, "qwen2_5_vl")
+    run([args.gmod, "export", "--from-hf", src, "--out", out])
+    ref = load_file(os.path.join(src, "reference.safetensors"))
+    ids, mask = ref["input.input_ids"], ref["input.attention_mask"]
+    for cls in (AutoModelForImageTextToText, Qwen2_5_VLForConditionalGeneration):
+        model, info = cls.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
+        model.eval()
+        name = type(model).__name__
+        if name != "Qwen2_5_VLForConditionalGeneration":
+            print(f"FAIL: {cls.__name__} loads the Qwen2.5-VL export as {name}")
+            return 1
+        missing, unexpected = info.get("missing_keys", []), info.get("unexpected_keys", [])
+        if missing or unexpected:
+            print(f"FAIL: Qwen2.5-VL export: missing {sorted(missing)}, unexpected {sorted(unexpected)}")
+            return 1
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask, pixel_values=ref["input.pixel_values"],
+                           image_grid_thw=ref["input.image_grid_thw"],
+                           mm_token_type_ids=(ids == model.config.image_token_id).int()).logits.float()
+        diff = (logits - ref["logits"]).abs()[mask.bool()].max().item()
+        print(f"Qwen2.5-VL export via {cls.__name__}: max |logits - reference| on real tokens = {diff:.3e}")
+        if not diff <= 1e-5:
+            print("FAIL: Qwen2.5-VL export logits differ by more than 1e-5")
+            return 1
     return 0
 
 

@@ -14,6 +14,8 @@
 #include "model/llava.h"
 #include "model/lm_loss.h"
 #include "model/mrope.h"
+#include "model/activation_checkpoint.h"
+#include "model/unit_hooks.h"
 #include "model/pretrained.h"
 #include "model/qwen2_5_vl_vision.h"
 #include "model/safetensors.h"
@@ -313,6 +315,127 @@ TEST(Qwen25VL, FixtureCoversPaddingTextOnlyRowsAndCutWindows) {
   EXPECT_EQ((ids == c.image_token_id).sum(1).min().item<int64_t>(), 0) << "a text-only row";
   const auto layout = Qwen25VisionLayout::of(ref.tensor("input.image_grid_thw"), *c.qwen_vision);
   EXPECT_GT(layout.window_lengths.size(), layout.frame_lengths.size());
+}
+
+// Activation checkpointing as gmod train sets it (model.activation_checkpointing: full; the tower follows): the
+// encoder blocks and the decoder layers recomputed in the backward. In fp32 on the CPU the loss, the logits and
+// every parameter's gradient are bitwise those of the plain forward (model/unit_checkpoint.h).
+TEST(Qwen25VL, FullActivationCheckpointingGivesBitwiseTheSameLossAndGradients) {
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  at::Tensor loss[2], logits[2];
+  std::vector<std::pair<std::string, at::Tensor>> grads[2];
+  for (int ck = 0; ck < 2; ++ck) {
+    auto model = load_pretrained(full_dir());
+    model->llm->activation_checkpointing = parse_activation_checkpointing(ck ? "full" : "none");
+    model->vision->set_activation_checkpointing(ck == 1);
+    auto out = model->forward(full_inputs(ref));
+    out.lm_loss.backward();
+    loss[ck] = out.lm_loss.detach(), logits[ck] = out.logits.detach();
+    for (const auto& p : model->named_parameters()) grads[ck].emplace_back(p.key(), p.value().grad());
+  }
+  EXPECT_TRUE(loss[0].equal(loss[1])) << loss[0].item<double>() << " vs " << loss[1].item<double>();
+  EXPECT_TRUE(logits[0].equal(logits[1]));
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  int vision = 0;
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    ASSERT_TRUE(grads[0][i].second.defined() && grads[1][i].second.defined()) << grads[0][i].first;
+    EXPECT_TRUE(grads[0][i].second.equal(grads[1][i].second)) << "gradient of " << grads[0][i].first;
+    vision += grads[0][i].first.rfind("vision.blocks.", 0) == 0;
+  }
+  EXPECT_GT(vision, 0) << "the encoder blocks' parameters are compared";
+}
+
+// Records which units run through the unit hooks (what ZeRO-3 gathers around, parallel/zero3_driver.h).
+class RecordingHooks : public UnitHooks {
+ public:
+  void pre_forward(const torch::nn::Module& unit) override { order.push_back(&unit); }
+  at::Tensor post_forward(const torch::nn::Module& unit, const at::Tensor& out) override {
+    EXPECT_EQ(order.back(), &unit) << "a unit's forward nests another";
+    return out;
+  }
+  std::vector<const torch::nn::Module*> order;
+};
+
+// ZeRO-3's units of Qwen2.5-VL: each encoder block, then the merger, then each decoder layer, and a forward runs
+// exactly those, in that order, through the unit hooks (so the driver gathers every one before it runs).
+TEST(Qwen25VL, ZeRO3UnitsAreTheEncoderBlocksTheMergerAndTheDecoderLayers) {
+  auto model = load_pretrained(full_dir());
+  const auto c = load_model_config(full_dir());
+  std::map<const torch::nn::Module*, std::string> name_of;
+  for (const auto& m : model->named_modules()) name_of[m.value().get()] = m.key();
+  std::vector<std::string> names, expected;
+  for (const auto& u : hooked_units(*model)) names.push_back(name_of.at(u.get()));
+  for (int64_t i = 0; i < c.qwen_vision->depth; ++i) expected.push_back("vision.blocks." + std::to_string(i));
+  expected.push_back("vision.merger");
+  for (int64_t i = 0; i < c.text.num_hidden_layers; ++i) expected.push_back("llm.layers." + std::to_string(i));
+  EXPECT_EQ(names, expected);
+
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  for (const bool ck : {false, true}) {
+    model->llm->activation_checkpointing = parse_activation_checkpointing(ck ? "full" : "none");
+    model->vision->set_activation_checkpointing(ck);
+    RecordingHooks hooks;
+    set_unit_hooks(&hooks);
+    auto out = model->forward(full_inputs(ref));
+    set_unit_hooks(nullptr);
+    std::vector<std::string> ran;
+    for (const auto* u : hooks.order) ran.push_back(name_of.count(u) ? name_of.at(u) : "(not a module)");
+    EXPECT_EQ(ran, expected) << "checkpointing " << ck;
+  }
+}
+
+// `init: random` (MultimodalLM::init_weights) initialises every parameter as transformers' _init_weights does
+// (tests/fixtures/make_qwen2_5_vl_init_fixture.py: a config whose vision initializer_range 0.5 differs from the
+// text's 0.02): the same constants (norms 1, the merger's ln_q included; biases 0), and for the random ones the
+// standard deviation within 25% (sample deviation of >= 512 draws: a few % apart) and the mean within 0.15 std.
+TEST(Qwen25VL, RandomInitIsTransformers) {
+  const auto dir = test::fixture("qwen2_5_vl/init");
+  MultimodalLM model(load_model_config(dir));
+  model.init_weights(1234);
+  const auto ref = load_json_file(dir + "/init.json").at("parameters");
+  auto params = model.named_parameters();
+  size_t compared = 0;
+  for (const auto& [hf, r] : ref.items()) {
+    const auto g = hf_to_gmod(hf);
+    ASSERT_TRUE(g && params.contains(*g)) << hf << " has no gmod parameter";
+    const auto t = params[*g].detach().to(at::kDouble);
+    ASSERT_EQ(t.numel(), r.at("numel").get<int64_t>()) << *g;
+    const auto kind = r.at("kind").get<std::string>();
+    if (kind == "ones") {
+      EXPECT_TRUE(t.eq(1).all().item<bool>()) << *g << " must be all ones, as transformers initialises it";
+    } else if (kind == "zeros") {
+      EXPECT_TRUE(t.eq(0).all().item<bool>()) << *g << " must be all zeros";
+    } else {
+      const double std = r.at("std").get<double>();
+      EXPECT_NEAR(t.std().item<double>(), std, 0.25 * std) << *g;
+      EXPECT_NEAR(t.mean().item<double>(), r.at("mean").get<double>(), 0.15 * std) << *g;
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, params.size()) << "every gmod parameter has transformers' initialisation";
+}
+
+// save_pretrained writes Qwen2_5_VLForConditionalGeneration's layout (visual.*, model.*, lm_head.*; text_config
+// with rope_parameters.mrope_section, vision_config): the tensor names are exactly those transformers'
+// save_pretrained wrote for the fixture, and the directory loads back to bitwise the same logits. (transformers loading it is
+// tests/model/check_export_transformers.py, ctest export_transformers.)
+TEST(Qwen25VL, SavePretrainedWritesTransformersNamesAndLoadsBack) {
+  auto model = load_pretrained(full_dir());
+  test::TempDir tmp;
+  const auto dir = tmp.str("export");
+  save_pretrained(*model, dir);
+  std::set<std::string> ours, theirs;
+  for (const auto& n : SafetensorsFile(dir + "/model.safetensors").names()) ours.insert(n);
+  for (const auto& n : SafetensorsFile(full_dir() + "/model.safetensors").names()) theirs.insert(n);
+  EXPECT_EQ(ours, theirs);
+  const auto cfg = load_json_file(dir + "/config.json");
+  EXPECT_EQ(cfg.at("architectures").at(0).get<std::string>(), "Qwen2_5_VLForConditionalGeneration");
+  EXPECT_EQ(cfg.at("text_config").at("rope_parameters").at("mrope_section").get<std::vector<int64_t>>(),
+            (std::vector<int64_t>{2, 3, 3}));
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  at::NoGradGuard ng;
+  auto back = load_pretrained(dir);
+  EXPECT_TRUE(back->forward(full_inputs(ref)).logits.equal(model->forward(full_inputs(ref)).logits));
 }
 
 }  // namespace

@@ -158,9 +158,18 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
   const int64_t z3_all_hooked = s.e * units.hooked;
   p.zero3_unit_params = units.max_unit;
   p.zero3_persistent_params = units.persistent;
-  const int64_t images = in.model.vision ? int64_t(in.images_per_sample) * s.B : 0;
-  const int64_t img_px =
-      in.model.vision ? 3 * int64_t(in.model.image_input_size()) * in.model.image_input_size() : 0;
+  // A tower with its own cost model (tower_costs.h: Qwen2.5-VL) reports its pixels, tokens and activations.
+  const std::unique_ptr<TowerCosts> tc = tower_costs(in.model);
+  const int64_t images = in.model.vision || tc ? int64_t(in.images_per_sample) * s.B : 0;
+  const int64_t img_px = tc                ? tc->pixel_elements(in.visual)
+                         : in.model.vision ? 3 * int64_t(in.model.image_input_size()) * in.model.image_input_size()
+                                           : 0;
+  if (tc && images > 0 && int64_t(in.images_per_sample) * tc->llm_tokens(in.visual) > s.L)
+    throw std::invalid_argument(
+        "memory plan: " + std::to_string(in.images_per_sample) + " visual input(s) of " +
+        std::to_string(tc->llm_tokens(in.visual)) + " LLM tokens each (max_pixels " +
+        std::to_string(in.visual.max_pixels) + ", " + std::to_string(in.visual.frames) +
+        " frame(s)) do not fit data.max_len " + std::to_string(s.L));
   std::vector<MemoryTerm> statics = {
       {"weights", s.e * (stage3 ? shard : padded),
        stage3 ? "ZeRO-3 parameter shard [P_pad / world] in the params' dtype (Zero3Params::shard)"
@@ -196,13 +205,19 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
 
   // ---- activations saved for backward (model/, mod/) ----
   const bool embed_trained = in.train_llm;
-  const bool proj_rg = images > 0 && (in.train_projector || in.train_vision || in.model.mgm);
+  // (A tower that projects itself, Qwen2.5-VL's merger, gives features that require grad only when it trains.)
+  const bool proj_rg =
+      images > 0 && (tc && tc->projector_params() == 0 ? in.train_vision
+                                                        : in.train_projector || in.train_vision || in.model.mgm);
   bool rg = embed_trained || proj_rg;  // does the decoder input require grad
   int64_t act = 0;
   TowerActivations tower;             // trained LLaVA-HR towers (tower_activation_plan.h)
   act += 2 * s.e * s.B * s.L * s.Dh;  // rope cos/sin [B,L,Dh] (ForwardState, saved by apply_rotary)
   act += s.B * s.L;                   // image-token mask (masked_scatter)
-  if (images > 0 && in.model.vision) {
+  if (images > 0 && tc) {
+    tower = tc->activations(images, in.visual, s.e, in.train_vision, in.checkpointing != "none");
+    act += tower.saved;
+  } else if (images > 0 && in.model.vision) {
     const ClipVisionConfig& v = *in.model.vision;
     const int64_t T = in.model.image_seq_length(), Dv = v.hidden_size;
     if (in.train_vision && in.model.multipath) {
@@ -271,8 +286,9 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
   if (head_rg) head += s.e * Nsup * s.D + 12 * Nsup + (rg ? 8 * Nsup : 0);
   // (the towers' part without checkpointing too)
   const int64_t tower_full =
-      tower.saved > 0 ? multipath_tower_activations(in.model, images, s.e, false, ConvKernels::kCuda).saved - tower.saved
-                      : 0;
+      tower.saved <= 0 ? 0
+      : tc ? tc->activations(images, in.visual, s.e, in.train_vision, false).saved - tower.saved
+           : multipath_tower_activations(in.model, images, s.e, false, ConvKernels::kCuda).saved - tower.saved;
   p.activations_saved = act + tower_full + layers_full + head;
   const int64_t A = act + layers_ckpt + head;  // what is alive at the end of the forward
 

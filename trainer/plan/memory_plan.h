@@ -16,6 +16,7 @@
 #include "model/config.h"
 #include "model/cpu_kernels.h"
 #include "mod/method_registry.h"
+#include "trainer/plan/tower_costs.h"
 
 namespace gmod {
 
@@ -39,6 +40,8 @@ struct MemoryPlanInputs {
   int micro_batch = 1;         // samples per forward/backward (batch.micro_batch)
   int seq_len = 2048;         // padded tokens per sample (data.max_len: the plan assumes full-length batches)
   int images_per_sample = 1;  // 0 = text-only batches
+  // Towers of variable patch grids (Qwen2.5-VL): each visual input's size (max_pixels, frames; tower_costs.h).
+  VisualInputs visual;
   // Fraction of the B*(L-1) next-token positions that carry a label (model/lm_loss.h computes the head and
   // the loss on those rows only). 1 = every position (the upper bound); LLaVA conversations are typically
   // 0.1-0.3.
@@ -173,9 +176,13 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in);
 
 // Inputs from a parsed training config (model config read separately, e.g. with load_model_config); every key
 // comes from TrainConfig, so `gmod plan` takes exactly the configs `gmod train` takes.
-MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConfig& model, int world);
+// `visual`: the size of each visual input for towers of variable grids (Qwen2.5-VL; `gmod plan --max-pixels
+// --frames`), which also sets the routable share of a sample MoD layers skip from.
+MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConfig& model, int world,
+                                         const VisualInputs& visual = {});
 // The same from a run plan (trainer/run_plan.h): its batch, parallel and checkpointing settings as resolved.
-MemoryPlanInputs plan_inputs_from_plan(const RunPlan& plan, const LlavaConfig& model);
+MemoryPlanInputs plan_inputs_from_plan(const RunPlan& plan, const LlavaConfig& model,
+                                       const VisualInputs& visual = {});
 
 nlohmann::json to_json(const MemoryPlan& p);
 // Human table: one line per term, the phases, communication, budget verdict.

@@ -67,7 +67,11 @@ ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layer
     p.shared_router = costs.shared_router_params;  // γ-MoD's mod_router.weight [2, D]
     p.llm += p.shared_router;
   }
-  if (c.vision) {
+  if (const auto tc = tower_costs(c)) {  // a tower with its own cost model
+    p.vision = tc->params();
+    p.projector = tc->projector_params();
+    for (int64_t n : tc->hooked_units()) p.vision_unit = std::max(p.vision_unit, n), p.vision_hooked += n;
+  } else if (c.vision) {
     const ClipVisionConfig& v = *c.vision;
     const int64_t Dv = v.hidden_size, Iv = v.intermediate_size;
     const int64_t layer = 4 * (Dv * Dv + Dv) + (Dv * Iv + Iv) + (Iv * Dv + Dv) + 4 * Dv;
@@ -126,6 +130,9 @@ Zero3Units zero3_units(const ParamCounts& pc, const LlavaConfig& c, const Memory
     u.count += c.vision->num_hidden_layers;
     if (c.multipath) u.count += int(c.multipath->slow.dims.size());
     if (c.mgm) u.count += int(c.mgm->aux.dims.size());
+  } else if (in.train_vision) {
+    if (const auto tc = tower_costs(c))
+      for (int64_t n : tc->hooked_units()) unit(n);  // Qwen2.5-VL: each encoder block, then the merger
   }
   if (in.train_llm) {
     const std::set<int> frozen(in.frozen_llm_layers.begin(), in.frozen_llm_layers.end());

@@ -13,11 +13,12 @@
 
 namespace gmod {
 
-MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConfig& model, int world) {
-  return plan_inputs_from_plan(resolve_run_plan(cfg, world), model);
+MemoryPlanInputs plan_inputs_from_config(const TrainConfig& cfg, const LlavaConfig& model, int world,
+                                         const VisualInputs& visual) {
+  return plan_inputs_from_plan(resolve_run_plan(cfg, world), model, visual);
 }
 
-MemoryPlanInputs plan_inputs_from_plan(const RunPlan& plan, const LlavaConfig& model) {
+MemoryPlanInputs plan_inputs_from_plan(const RunPlan& plan, const LlavaConfig& model, const VisualInputs& visual) {
   const TrainConfig& cfg = plan.config;
   MemoryPlanInputs in;
   in.model = model;
@@ -27,7 +28,11 @@ MemoryPlanInputs plan_inputs_from_plan(const RunPlan& plan, const LlavaConfig& m
   in.dtype = cfg.model.dtype;
   in.micro_batch = cfg.batch.micro_batch;
   in.seq_len = cfg.data.max_len;
-  in.images_per_sample = model.vision ? 1 : 0;
+  const auto tc = tower_costs(model);
+  in.images_per_sample = model.vision || tc ? 1 : 0;
+  in.visual = visual;
+  // LLM tokens of one image: fixed for the CLIP family, from the tower's cost model for variable grids.
+  const int64_t image_tokens = tc ? tc->llm_tokens(visual) : model.image_seq_length();
   in.train_vision = !cfg.freeze.vision;
   in.train_projector = !cfg.freeze.projector;
   in.train_llm = !cfg.freeze.llm;
@@ -50,7 +55,7 @@ MemoryPlanInputs plan_inputs_from_plan(const RunPlan& plan, const LlavaConfig& m
     in.mod_router = to_string(mc.router);
     // Routable = image tokens (+ a short system prefix, ignored); what each MoD layer keeps of a sample is mod/'s
     // to say (planned_kept_fractions: skip_frac of the routable tokens skipped; p-MoD: its ratio of them kept).
-    const double routable = std::min(1.0, double(model.image_seq_length()) / double(in.seq_len));
+    const double routable = std::min(1.0, double(image_tokens) / double(in.seq_len));
     const std::vector<double> kept = planned_kept_fractions(mc, n, routable);
     in.mod_kept_fraction = kept.empty() ? 1.0 - mc.skip_frac * routable : *std::max_element(kept.begin(), kept.end());
     if (std::any_of(kept.begin(), kept.end(), [&](double k) { return k != kept.front(); })) in.mod_kept_by_layer = kept;

@@ -1,0 +1,49 @@
+// TowerCosts: what the memory plan (trainer/plan/memory_plan.h) needs from a vision tower, reported by the tower's
+// own cost model instead of a branch per model type inside the planner: its parameters, its ZeRO-3 hooked units,
+// the pixels and LLM tokens of one visual input, and the activations its forward saves for the backward. Each
+// count mirrors the module it stands for. Implemented for Qwen2.5-VL's encoder (model/qwen2_5_vl_vision.h); the
+// CLIP-family towers (LLaVA-1.5, LLaVA-HR, Mini-Gemini) are still counted by the planner's own terms
+// (param_counts.cpp, tower_activation_plan.h), and tower_costs() returns nullptr for them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/config.h"
+#include "trainer/plan/tower_activation_plan.h"
+
+namespace gmod {
+
+// The visual inputs a plan assumes, for towers of variable patch grids: every image (or video) at the processor's
+// largest size. `frames` 1: an image (the processor repeats it to temporal_patch_size frames); more: a video of
+// that many frames at max_pixels each.
+struct VisualInputs {
+  int64_t max_pixels = 28 * 28 * 1280;  // Qwen2-VL's image processor default (size.longest_edge)
+  int64_t frames = 1;
+};
+
+class TowerCosts {
+ public:
+  virtual ~TowerCosts() = default;
+  // Every parameter of the tower, and of the projector that follows it (0 when the tower projects itself).
+  virtual int64_t params() const = 0;
+  virtual int64_t projector_params() const = 0;
+  // The parameters of each ZeRO-3 hooked unit (model/unit_hooks.h hooked_units), in forward order.
+  virtual std::vector<int64_t> hooked_units() const = 0;
+  // One visual input: the patches the tower runs on, the pixel values' elements, the LLM tokens it becomes.
+  virtual int64_t patches(const VisualInputs& v) const = 0;
+  virtual int64_t pixel_elements(const VisualInputs& v) const = 0;
+  virtual int64_t llm_tokens(const VisualInputs& v) const = 0;
+  // `inputs` visual inputs through the tower in the compute dtype (`e` bytes): with `train` (freeze.vision off)
+  // what its forward saves for the backward, its largest checkpoint unit, and the peak of its own backward; with
+  // `checkpointing` each unit keeps only its input. Nothing when the tower is frozen (no graph is recorded).
+  virtual TowerActivations activations(int64_t inputs, const VisualInputs& v, int64_t e, bool train,
+                                       bool checkpointing) const = 0;
+};
+
+// The cost model of the config's tower; nullptr for the towers the planner still counts itself (CLIP family) and
+// for a text-only model.
+std::unique_ptr<TowerCosts> tower_costs(const LlavaConfig& c);
+
+}  // namespace gmod
