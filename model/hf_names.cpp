@@ -36,6 +36,9 @@ const std::vector<std::pair<std::string, std::string>>& read_rules() {
       {"vision_tower.vision_model.", "vision.vision_model."},
       {"vision_tower.", "vision.vision_model."},
       {"lm_head.", "lm_head."},
+      // LLaVA-NeXT's row end: transformers 5 and the original code (`model.image_newline`), transformers 4
+      {"model.image_newline", "image_newline"},
+      {"image_newline", "image_newline"},
       {"model.", "llm."},
   };
   return rules;
