@@ -149,7 +149,10 @@ struct LlavaConfig {
   int image_input_size() const;
   // Checkpoints in the original LLaVA code's names (`model.*`, `model.mm_projector.{0,2}`), as LLaVA-HR and MGM
   // save them (model/hf_names.h, HfLayout::kLlavaHr).
-  bool original_layout() const { return multipath.has_value() || mgm.has_value(); }
+  // LLaVA-NeXT loaded from the original code's layout counts too (its AnyresConfig keeps the original's unpad).
+  bool original_layout() const {
+    return multipath.has_value() || mgm.has_value() || (anyres.has_value() && anyres->unpad_truncates);
+  }
 };
 
 // One part's config; problems are appended to `errors` prefixed with `where` (e.g. "llm/config.json: ").

@@ -104,6 +104,7 @@ std::string gmod_to_hf(const std::string& name, HfLayout layout) {
     if (auto s = swap("vision.vision_tower_aux.stem.", "model.vision_tower_aux.vision_stem.")) return *s;
     if (auto s = swap("vision.vision_tower_aux.stages.", "model.vision_tower_aux.vision_stages.")) return *s;
     if (auto s = swap("vision.mining.", "model.")) return *s;
+    if (name == "image_newline") return "model.image_newline";  // LLaVA-NeXT
     return name;
   }
   if (auto s = swap("llm.", "language_model.model.")) return *s;

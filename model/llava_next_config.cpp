@@ -8,7 +8,8 @@ namespace gmod {
 namespace {
 
 // transformers' LlavaNextConfig default (LLaVA-v1.6's list), (height, width).
-const std::vector<std::array<int, 2>> kDefaultPinpoints = {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}};
+const std::vector<std::array<int, 2>> kDefaultPinpoints = {
+    {336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}};
 
 // A list of pairs, or the original code's Python text of one ("[(336, 672), (672, 336), ...]"): the pairs as
 // written. False when it is neither.
@@ -94,6 +95,26 @@ void parse_llava_next_fields(const nlohmann::json& j, const std::string& where, 
     errors.push_back(where + "AnyRes needs vision_feature_select_strategy 'default' (mm_vision_select_feature "
                      "'patch'), got '" + c.vision_feature_select_strategy + "'");
   c.anyres = a;
+}
+
+void llava_next_fields_to_json(const LlavaConfig& c, bool original, nlohmann::json& j) {
+  if (!c.anyres) return;
+  nlohmann::json pins = nlohmann::json::array();
+  for (const auto& p : c.anyres->pinpoints)
+    pins.push_back(original ? nlohmann::json{p[1], p[0]} : nlohmann::json{p[0], p[1]});
+  j["image_grid_pinpoints"] = pins;
+  if (!original) {
+    j["architectures"] = {"LlavaNextForConditionalGeneration"};
+    j["model_type"] = "llava_next";
+    return;
+  }
+  const LlmFamily f = c.text.family;
+  j["model_type"] = f == LlmFamily::kMistral ? "llava_mistral" : f == LlmFamily::kQwen2 ? "llava_qwen" : "llava_llama";
+  j["architectures"] = {f == LlmFamily::kMistral ? "LlavaMistralForCausalLM"
+                        : f == LlmFamily::kQwen2 ? "LlavaQwenForCausalLM"
+                                                 : "LlavaLlamaForCausalLM"};
+  j["image_aspect_ratio"] = "anyres";
+  j["mm_patch_merge_type"] = "spatial_unpad";
 }
 
 }  // namespace gmod

@@ -25,4 +25,9 @@ bool original_config_is_anyres(const nlohmann::json& j);
 void parse_llava_next_fields(const nlohmann::json& j, const std::string& where, bool original, LlavaConfig& c,
                              std::vector<std::string>& errors);
 
+// The same fields back into a config.json being written: the original layout's model_type (llava_llama,
+// llava_mistral, llava_qwen), image_aspect_ratio, mm_patch_merge_type and (width, height) pinpoints, or
+// transformers' architecture, model_type llava_next and (height, width) pinpoints. Nothing without c.anyres.
+void llava_next_fields_to_json(const LlavaConfig& c, bool original, nlohmann::json& j);
+
 }  // namespace gmod

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -40,6 +41,69 @@ ModelInputs inputs_from(const SafetensorsFile& ref, const LlavaConfig& c) {
   }
   in.pixel_values = at::cat(tiles, 0).to(at::kFloat);
   return in;
+}
+
+// The fixture's weights and config as the original LLaVA code saves LLaVA-NeXT (llava-v1.6): model_type
+// llava_llama, the LLM's fields at the top, mm_* fields, image_aspect_ratio anyres, mm_patch_merge_type
+// spatial_unpad, pinpoints as (width, height) pairs in the Python text some configs hold, and its parameter names
+// (model.*, model.mm_projector.{0,2}, model.vision_tower.vision_tower.vision_model.*, model.image_newline).
+void write_original_layout(const std::string& from, const std::string& to) {
+  std::ifstream f(from + "/config.json");
+  const auto hf = nlohmann::json::parse(f);
+  nlohmann::json j = hf["text_config"];
+  j["architectures"] = {"LlavaLlamaForCausalLM"};
+  j["model_type"] = "llava_llama";
+  j["vision_config"] = hf["vision_config"];
+  j["mm_hidden_size"] = hf["vision_config"]["hidden_size"];
+  j["mm_projector_type"] = "mlp2x_gelu";
+  j["mm_vision_select_layer"] = hf["vision_feature_layer"];
+  j["mm_vision_select_feature"] = "patch";
+  j["image_aspect_ratio"] = "anyres";
+  j["mm_patch_merge_type"] = "spatial_unpad";
+  std::string pins = "[";
+  for (const auto& p : hf["image_grid_pinpoints"])  // (height, width) -> (width, height)
+    pins += std::string(pins.size() > 1 ? ", (" : "(") + std::to_string(p[1].get<int>()) + ", " +
+            std::to_string(p[0].get<int>()) + ")";
+  j["image_grid_pinpoints"] = pins + "]";
+  std::ofstream(to + "/config.json") << j.dump(2);
+  SafetensorsFile w(from + "/model.safetensors");
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  // transformers 5 writes its 4.x names (language_model.model.*, vision_tower.* without vision_model, ...); its
+  // 5.x ones are listed too.
+  const std::vector<std::pair<std::string, std::string>> renames = {
+      {"language_model.model.", "model."},
+      {"language_model.lm_head.", "lm_head."},
+      {"multi_modal_projector.linear_1.", "model.mm_projector.0."},
+      {"multi_modal_projector.linear_2.", "model.mm_projector.2."},
+      {"vision_tower.vision_model.", "model.vision_tower.vision_tower.vision_model."},
+      {"vision_tower.", "model.vision_tower.vision_tower.vision_model."},
+      {"image_newline", "model.image_newline"},
+      {"model.language_model.", "model."},
+      {"model.multi_modal_projector.linear_1.", "model.mm_projector.0."},
+      {"model.multi_modal_projector.linear_2.", "model.mm_projector.2."},
+      {"model.vision_tower.vision_model.", "model.vision_tower.vision_tower.vision_model."},
+      {"model.image_newline", "model.image_newline"},
+      {"lm_head.", "lm_head."}};
+  for (const auto& name : w.names()) {
+    std::string renamed;
+    for (const auto& [a, b] : renames)
+      if (name.rfind(a, 0) == 0) {
+        renamed = b + name.substr(a.size());
+        break;
+      }
+    EXPECT_FALSE(renamed.empty()) << "no original name for " << name;
+    out.emplace_back(renamed, w.tensor(name).clone());
+  }
+  save_safetensors(to + "/model.safetensors", out, {{"format", "pt"}});
+}
+
+void expect_same_parameters(MultimodalLM& a, MultimodalLM& b) {
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& p : pa) {
+    ASSERT_TRUE(pb.contains(p.key())) << p.key();
+    EXPECT_TRUE(at::equal(p.value(), pb[p.key()])) << p.key();
+  }
 }
 
 double max_abs_on_valid(const at::Tensor& a, const at::Tensor& b, const at::Tensor& valid) {
@@ -137,4 +201,125 @@ TEST(LlavaNext, FixtureHoldsTheCasesItClaims) {
   const auto mask = ref.tensor("input.attention_mask");
   EXPECT_EQ(mask.select(1, 0).min().item<int64_t>(), 0);
   EXPECT_TRUE(((ids == c.image_token_id).sum(1) == 0).any().item<bool>());
+}
+
+TEST(LlavaNext, OriginalLayoutLoadsToTheSameModel) {
+  const auto dir = test::fixture(kCase);
+  test::TempDir tmp;
+  write_original_layout(dir, tmp.path.string());
+  auto hf = load_pretrained(dir);
+  auto orig = load_pretrained(tmp.path.string());
+  ASSERT_TRUE(orig->config.anyres.has_value());
+  EXPECT_EQ(orig->config.anyres->pinpoints, hf->config.anyres->pinpoints) << "(width, height) read as such";
+  EXPECT_TRUE(orig->config.anyres->unpad_truncates) << "the original code truncates";
+  EXPECT_TRUE(orig->config.original_layout());
+  expect_same_parameters(*hf, *orig);
+  // Image by image: the same features wherever the two roundings agree; for 47 x 188 (2.9999999999999996 rows)
+  // the original keeps 2 of the 4 feature rows (rows 1 and 2), transformers all 4.
+  SafetensorsFile ref(dir + "/reference.safetensors");
+  const auto in = inputs_from(ref, hf->config);
+  at::NoGradGuard ng;
+  int64_t at_tile = 0;
+  const int tile = hf->config.vision->image_size, side = tile / hf->config.vision->patch_size;
+  for (int64_t i = 0; i < in.image_sizes.size(0); ++i) {
+    const int h = in.image_sizes[i][0].item<int>(), w = in.image_sizes[i][1].item<int>();
+    const int n = anyres_num_tiles(h, w, *hf->config.anyres, tile);
+    const auto px = in.pixel_values.narrow(0, at_tile, n);
+    const auto sizes = in.image_sizes.narrow(0, i, 1);
+    at_tile += n;
+    const auto a = hf->image_token_features(px, {}, sizes), b = orig->image_token_features(px, {}, sizes);
+    if (h == 47 && w == 188) {
+      const int64_t row = 3 * side + 1;  // a 1x3 grid: 12 columns + the newline
+      ASSERT_EQ(a.size(0), side * side + 4 * row);
+      ASSERT_EQ(b.size(0), side * side + 2 * row);
+      EXPECT_TRUE(at::equal(b.narrow(0, 0, side * side), a.narrow(0, 0, side * side)));
+      EXPECT_TRUE(at::equal(b.narrow(0, side * side, 2 * row), a.narrow(0, side * side + row, 2 * row)));
+    } else {
+      EXPECT_TRUE(at::equal(a, b)) << h << "x" << w;
+    }
+  }
+}
+
+TEST(LlavaNext, ExportsBothLayoutsAndLoadsThemBack) {
+  const auto dir = test::fixture(kCase);
+  test::TempDir orig_dir, hf_out, orig_out;
+  write_original_layout(dir, orig_dir.path.string());
+  auto hf = load_pretrained(dir);
+  auto orig = load_pretrained(orig_dir.path.string());
+  save_pretrained(*hf, hf_out.path.string());
+  save_pretrained(*orig, orig_out.path.string());
+  // GMOD_LLAVA_NEXT_EXPORT_DIR=DIR also writes both exports to DIR/{llava_next,llava_llama}, for loading them in
+  // transformers by hand (tests/fixtures/make_llava_next_fixtures.py --check-export DIR).
+  if (const char* keep = std::getenv("GMOD_LLAVA_NEXT_EXPORT_DIR")) {
+    save_pretrained(*hf, std::string(keep) + "/llava_next");
+    save_pretrained(*orig, std::string(keep) + "/llava_llama");
+  }
+  std::ifstream fh(hf_out.path / "config.json"), fo(orig_out.path / "config.json");
+  const auto jh = nlohmann::json::parse(fh), jo = nlohmann::json::parse(fo);
+  EXPECT_EQ(jh["model_type"], "llava_next");
+  EXPECT_EQ(jh["image_grid_pinpoints"][0], (nlohmann::json{8, 16}));
+  EXPECT_EQ(jo["model_type"], "llava_llama");
+  EXPECT_EQ(jo["image_aspect_ratio"], "anyres");
+  EXPECT_EQ(jo["mm_patch_merge_type"], "spatial_unpad");
+  EXPECT_EQ(jo["image_grid_pinpoints"][0], (nlohmann::json{16, 8})) << "(width, height) in the original layout";
+  SafetensorsFile so((orig_out.path / "model.safetensors").string());
+  EXPECT_TRUE(so.has("model.image_newline"));
+  EXPECT_TRUE(so.has("model.mm_projector.0.weight"));
+  auto hf2 = load_pretrained(hf_out.path.string());
+  auto orig2 = load_pretrained(orig_out.path.string());
+  EXPECT_FALSE(hf2->config.anyres->unpad_truncates);
+  EXPECT_TRUE(orig2->config.anyres->unpad_truncates);
+  EXPECT_EQ(orig2->config.anyres->pinpoints, hf->config.anyres->pinpoints);
+  expect_same_parameters(*hf, *hf2);
+  expect_same_parameters(*hf, *orig2);
+}
+
+TEST(LlavaNext, ConfigProblemsAreNamed) {
+  const auto dir = test::fixture(kCase);
+  std::ifstream f(dir + "/config.json");
+  const auto base = nlohmann::json::parse(f);
+  auto expect_error = [&](nlohmann::json j, const std::string& fragment) {
+    try {
+      parse_model_config(j, "llava_next/config.json");
+      ADD_FAILURE() << "no error for " << fragment;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  auto j = base;
+  j["vision_feature_select_strategy"] = "full";
+  expect_error(j, "AnyRes needs vision_feature_select_strategy 'default'");
+  j = base;
+  j["image_grid_pinpoints"] = {{8, 12}};
+  expect_error(j, "is not a positive multiple of the tower's image_size 8");
+  j = base;
+  j["image_grid_pinpoints"] = "not pairs";
+  expect_error(j, "image_grid_pinpoints' must be a list of [height, width] pairs");
+  j = base;
+  j.erase("image_grid_pinpoints");  // transformers' default: LLaVA-v1.6's list, not multiples of 8 px tiles
+  EXPECT_NO_THROW({
+    nlohmann::json k = j;
+    k["vision_config"]["image_size"] = 336;
+    k["vision_config"]["patch_size"] = 14;
+    k["text_config"]["max_position_embeddings"] = 4096;
+    const auto c = parse_model_config(k, "default pinpoints");
+    EXPECT_EQ(c.anyres->pinpoints.size(), 5u);
+    EXPECT_EQ(c.anyres->pinpoints[3], (std::array<int, 2>{1008, 336}));
+  });
+  // The original layout: OneVision's anyres_max_9 and a flat merge are refused, not silently run as LLaVA-1.5.
+  nlohmann::json o = base["text_config"];
+  o["model_type"] = "llava_llama";
+  o["vision_config"] = base["vision_config"];
+  o["mm_hidden_size"] = 32;
+  o["mm_projector_type"] = "mlp2x_gelu";
+  o["image_grid_pinpoints"] = {{16, 8}};
+  o["image_aspect_ratio"] = "anyres_max_9";
+  o["mm_patch_merge_type"] = "spatial_unpad";
+  expect_error(o, "image_aspect_ratio 'anyres_max_9' is not supported");
+  o["image_aspect_ratio"] = "anyres";
+  o["mm_patch_merge_type"] = "flat";
+  expect_error(o, "mm_patch_merge_type 'flat' is not supported with AnyRes");
+  o["mm_patch_merge_type"] = "spatial_unpad";
+  o.erase("image_grid_pinpoints");
+  expect_error(o, "missing field 'image_grid_pinpoints'");
 }
