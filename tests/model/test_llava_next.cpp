@@ -323,3 +323,28 @@ TEST(LlavaNext, ConfigProblemsAreNamed) {
   o.erase("image_grid_pinpoints");
   expect_error(o, "missing field 'image_grid_pinpoints'");
 }
+
+TEST(LlavaNext, MissingSizesAndTileCountsThatDoNotAddUpAreNamed) {
+  const auto dir = test::fixture(kCase);
+  auto model = load_pretrained(dir);
+  SafetensorsFile ref(dir + "/reference.safetensors");
+  auto in = inputs_from(ref, model->config);
+  at::NoGradGuard ng;
+  auto expect_error = [&](const ModelInputs& bad, const std::string& fragment) {
+    try {
+      model->forward(bad);
+      ADD_FAILURE() << "no error for " << fragment;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  auto bad = in;
+  bad.image_sizes = at::Tensor();
+  expect_error(bad, "needs image_sizes");
+  bad = in;
+  bad.pixel_values = in.pixel_values.narrow(0, 0, in.pixel_values.size(0) - 1);  // the last image loses a tile
+  expect_error(bad, "AnyRes image 4 (18x30) needs tiles 16..20 but the batch has 20 tiles");
+  bad = in;
+  bad.pixel_values = at::cat({in.pixel_values, in.pixel_values.narrow(0, 0, 1)});  // one tile too many
+  expect_error(bad, "AnyRes batch has 22 tiles but its 5 image_sizes account for 21");
+}
