@@ -2,6 +2,7 @@
 #include "model/model_types.h"
 
 #include "model/llava_hr_config.h"
+#include "model/llava_next_config.h"
 #include "model/mgm_config.h"
 #include "model/tower_refs.h"
 
@@ -393,6 +394,7 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
     if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
         !j["text_config"].contains("tie_word_embeddings"))
       c.text.tie_word_embeddings = j["tie_word_embeddings"];
+    if (top_type == "llava_next") parse_llava_next_fields(j, where, /*original=*/false, c, errors);
   } else {
     c.text = parse_llama_config(j, where, errors);
     if (j.contains("mm_vision_tower") || j.contains("mm_hidden_size")) {  // original LLaVA
@@ -422,6 +424,8 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
         parse_llava_hr_fields(j, where, c, errors);  // LLaVA-HR
       else if (j.contains("mm_vision_tower_aux") && !j["mm_vision_tower_aux"].is_null())
         parse_mgm_fields(j, where, c, errors);  // Mini-Gemini
+      else if (original_config_is_anyres(j))
+        parse_llava_next_fields(j, where, /*original=*/true, c, errors);  // LLaVA-NeXT
     }
   }
   // The γ-MoD config of a converted checkpoint (mod/mod_checkpoint.h reads its fields): must be an object.

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "model/anyres_grid.h"
 #include "model/qwen2_5_vl_config.h"
 
 namespace gmod {
@@ -139,6 +140,9 @@ struct LlavaConfig {
   // 3-D rotary positions of image tokens (text.mrope_section, image_token_id).
   std::optional<Qwen25VisionConfig> qwen_vision;
   std::optional<MRopeConfig> mrope;
+  // LLaVA-NeXT (model/llava_next.h): every image is the base image plus a grid of tiles, packed with spatial_unpad
+  // and the learned image_newline; absent: one square image per image.
+  std::optional<AnyresConfig> anyres;
   std::string projector_type = "mlp2x_gelu";
   std::string projector_hidden_act = "gelu";
   int image_token_id = 32000;
@@ -147,14 +151,18 @@ struct LlavaConfig {
   // patch, as transformers' LLaVA does), "full" keeps it.
   std::string vision_feature_select_strategy = "default";
 
-  // Number of LLM positions one image occupies after splicing.
+  // Number of LLM positions one image occupies after splicing. AnyRes (LLaVA-NeXT): the base image's share only,
+  // the least an image takes; an image's own count is anyres_image_tokens (model/anyres_grid.h).
   int image_seq_length() const;
   // The side of the square images the tower takes (what preprocessing produces): CLIP's image_size,
   // LLaVA-HR's input_image_size, or MGM's image_size_aux.
   int image_input_size() const;
   // Checkpoints in the original LLaVA code's names (`model.*`, `model.mm_projector.{0,2}`), as LLaVA-HR and MGM
   // save them (model/hf_names.h, HfLayout::kLlavaHr).
-  bool original_layout() const { return multipath.has_value() || mgm.has_value(); }
+  // LLaVA-NeXT loaded from the original code's layout counts too (its AnyresConfig keeps the original's unpad).
+  bool original_layout() const {
+    return multipath.has_value() || mgm.has_value() || (anyres.has_value() && anyres->unpad_truncates);
+  }
 };
 
 // One part's config; problems are appended to `errors` prefixed with `where` (e.g. "llm/config.json: ").

@@ -36,6 +36,9 @@ const std::vector<std::pair<std::string, std::string>>& read_rules() {
       {"vision_tower.vision_model.", "vision.vision_model."},
       {"vision_tower.", "vision.vision_model."},
       {"lm_head.", "lm_head."},
+      // LLaVA-NeXT's row end: transformers 5 and the original code (`model.image_newline`), transformers 4
+      {"model.image_newline", "image_newline"},
+      {"image_newline", "image_newline"},
       {"model.", "llm."},
   };
   return rules;
@@ -109,6 +112,7 @@ std::string gmod_to_hf(const std::string& name, HfLayout layout) {
     if (auto s = swap("vision.vision_tower_aux.stem.", "model.vision_tower_aux.vision_stem.")) return *s;
     if (auto s = swap("vision.vision_tower_aux.stages.", "model.vision_tower_aux.vision_stages.")) return *s;
     if (auto s = swap("vision.mining.", "model.")) return *s;
+    if (name == "image_newline") return "model.image_newline";  // LLaVA-NeXT
     return name;
   }
   if (auto s = swap("llm.", "language_model.model.")) return *s;

@@ -2,6 +2,10 @@
 
 #include <torch/nn/init.h>
 
+#include <cmath>
+
+#include "model/llava_next.h"
+
 #include <sstream>
 
 #include "model/mrope.h"
@@ -29,6 +33,7 @@ MultimodalLM::MultimodalLM(const LlavaConfig& c) : config(c) {
     if (!vision->projects_to_text())
       projector =
           register_module("projector", std::make_shared<ProjectorImpl>(vision->feature_dim(), c.text.hidden_size));
+    if (c.anyres) image_newline = register_parameter("image_newline", at::empty({c.text.hidden_size}));
   }
 }
 
@@ -41,6 +46,11 @@ void MultimodalLM::init_weights(uint64_t seed, const std::string& prefix) {
     auto& t = p.value();
     const bool vision_param = name.rfind("vision.", 0) == 0;
     if (vision_param && vision->init_parameter(name.substr(7), t, gen)) continue;
+    if (name == "image_newline") {  // transformers and LLaVA: normal(0, 1 / sqrt(D))
+      const double s = 1.0 / std::sqrt(static_cast<double>(config.text.hidden_size));
+      t.copy_(at::normal(0.0, s, t.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(t.dtype()));
+      continue;
+    }
     const double std = !vision_param ? config.text.initializer_range
                        : config.vision ? config.vision->initializer_range
                                        : config.qwen_vision->initializer_range;
@@ -64,15 +74,24 @@ at::Tensor MultimodalLM::image_features(const at::Tensor& pixel_values) {
   return projector->forward(h.to(projector->linear_1->weight.scalar_type()));
 }
 
-at::Tensor MultimodalLM::image_token_features(const at::Tensor& pixel_values, const at::Tensor& grid_thw) {
+at::Tensor MultimodalLM::image_token_features(const at::Tensor& pixel_values, const at::Tensor& grid_thw,
+                                              const at::Tensor& image_sizes) {
   if (!vision) throw std::invalid_argument("image inputs given to a model without a vision tower");
+  if (config.anyres) {  // LLaVA-NeXT: project every tile's patches, then pack them per image with the newline
+    if (!image_sizes.defined())
+      throw std::invalid_argument("an AnyRes (LLaVA-NeXT) model needs image_sizes with its images' tiles");
+    auto f = projector->forward(vision->features(pixel_values).to(projector->linear_1->weight.scalar_type()));
+    const int tile = vision->image_size(), side = tile / config.vision->patch_size;
+    return pack_anyres_features(f, image_sizes, *config.anyres, tile, side, image_newline);
+  }
+  if (image_sizes.defined()) throw std::invalid_argument("image_sizes given to a model without AnyRes");
   auto h = vision->token_features(pixel_values, grid_thw);  // [T, Dv]
   if (!projector) return h;
   return projector->forward(h.to(projector->linear_1->weight.scalar_type()));
 }
 
 at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values,
-                                      const at::Tensor& grid_thw) {
+                                      const at::Tensor& grid_thw, const at::Tensor& image_sizes) {
   auto is_img = input_ids == config.image_token_id;  // [B, L]
   check_token_ids(input_ids, is_img);
   // A model composed from parts keeps the LLM's vocabulary and uses id vocab_size as the image placeholder (as
@@ -85,12 +104,13 @@ at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Ten
                                   ") but no images");
     return emb;
   }
-  auto feats = image_token_features(pixel_values, grid_thw).to(emb.scalar_type());  // [T, D]
+  auto feats = image_token_features(pixel_values, grid_thw, image_sizes).to(emb.scalar_type());  // [T, D]
   const int64_t n_pos = is_img.sum().item<int64_t>();
   if (n_pos != feats.size(0)) {
     std::ostringstream os;
     os << "batch has " << n_pos << " image-token positions (id " << config.image_token_id << ") but "
-       << pixel_values.size(0) << (grid_thw.defined() ? " image patches" : " images") << " give " << feats.size(0)
+       << pixel_values.size(0) << (grid_thw.defined() ? " image patches" : image_sizes.defined() ? " tiles" : " images")
+       << " give " << feats.size(0)
        << " image tokens";
     throw std::invalid_argument(os.str());
   }
@@ -193,7 +213,7 @@ at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) 
       st.mrope_positions = at::stack(axes);  // [3, B, L]
     }
   }
-  return llm->forward(embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw), st);
+  return llm->forward(embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw, in.image_sizes), st);
 }
 
 ModelOutput MultimodalLM::forward(const ModelInputs& in, ForwardState& st) {

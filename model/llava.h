@@ -2,7 +2,8 @@
 // -> LM head. Image features replace the image-token positions of the (already expanded) input ids, so
 // any number of images per batch and text-only samples mix freely. Parameter names:
 //   llm.embed_tokens.weight, llm.layers.{i}.*, llm.norm.weight, lm_head.weight,
-//   vision.* (the tower's own names, e.g. CLIP's vision.vision_model.*), projector.linear_{1,2}.*
+//   vision.* (the tower's own names, e.g. CLIP's vision.vision_model.*), projector.linear_{1,2}.*,
+//   image_newline (LLaVA-NeXT)
 #pragma once
 
 #include "model/llama.h"
@@ -21,6 +22,9 @@ struct ModelInputs {
   at::Tensor input_ids;       // [B, L] int64, images expanded to image_seq_length() image tokens each
   at::Tensor pixel_values;    // [N_images, 3, S, S] in the order the images occur; undefined if none
                               // (Qwen2.5-VL: the images' patches [N_patches, C*T*P*P], with image_grid_thw)
+  at::Tensor image_sizes;     // [N_images, 2] int64 (height, width) of each original image, for AnyRes models
+                              // (LLaVA-NeXT): pixel_values then holds every image's tiles [N_tiles, 3, S, S],
+                              // image by image, the base image first (data/anyres.h)
   at::Tensor image_grid_thw;  // [N_images, 3] int64 patch grid of each image, for towers of variable grids; the
                               // M-RoPE positions of the batch follow from it (model/mrope.h)
   at::Tensor attention_mask;  // [B, L] bool, true = real token; undefined = no padding
@@ -47,16 +51,18 @@ class MultimodalLM : public torch::nn::Module {
  public:
   explicit MultimodalLM(const LlavaConfig& c);
 
-  // Embeddings with image features spliced in: [B, L, D]. `grid_thw`: ModelInputs::image_grid_thw.
+  // Embeddings with image features spliced in: [B, L, D]. `grid_thw`: ModelInputs::image_grid_thw;
+  // `image_sizes`: ModelInputs::image_sizes.
   at::Tensor embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values,
-                          const at::Tensor& grid_thw = {});
+                          const at::Tensor& grid_thw = {}, const at::Tensor& image_sizes = {});
   // Throws a named std::invalid_argument (count, first id, sample and position) when an id that is not an image
   // position (`is_img`) lies outside [0, vocab_size). embed_inputs calls it: every command's forward is covered.
   void check_token_ids(const at::Tensor& input_ids, const at::Tensor& is_img) const;
   // Projected image features [N_images, image_seq_length, D].
   at::Tensor image_features(const at::Tensor& pixel_values);
   // Projected features of every image-token position, in order: [sum of tokens, D] (towers of variable grids).
-  at::Tensor image_token_features(const at::Tensor& pixel_values, const at::Tensor& grid_thw);
+  at::Tensor image_token_features(const at::Tensor& pixel_values, const at::Tensor& grid_thw,
+                                  const at::Tensor& image_sizes = {});
   // The decoder's final-normed hidden states [B, L, D] for `in` (ForwardState prepared here, M-RoPE positions
   // included).
   at::Tensor hidden_states(const ModelInputs& in, ForwardState& st);
@@ -79,6 +85,7 @@ class MultimodalLM : public torch::nn::Module {
   at::Tensor lm_head;  // [V, D]; undefined when tied
   std::shared_ptr<VisionTower> vision;  // nullptr: text-only
   std::shared_ptr<ProjectorImpl> projector;  // nullptr when the tower projects to the LLM itself (Qwen2.5-VL)
+  at::Tensor image_newline;  // [D] LLaVA-NeXT's row end of the tile grid (model/llava_next.h); undefined otherwise
 };
 
 // Shifted next-token cross-entropy (fp32), ignore_index -100. Returns (sum, count).

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "model/llava_hr_config.h"
+#include "model/llava_next_config.h"
 #include "model/mgm_config.h"
 #include "model/safetensors.h"
 
@@ -176,6 +177,7 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
     cfg["torch_dtype"] = dtype_name;
     llava_hr_fields_to_json(c, cfg);
     mgm_fields_to_json(c, cfg);
+    llava_next_fields_to_json(c, /*original=*/true, cfg);
   } else if (llava) {
     cfg = {{"architectures", {"LlavaForConditionalGeneration"}},
            {"model_type", "llava"},
@@ -189,6 +191,7 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
            {"multimodal_projector_bias", true},
            {"tie_word_embeddings", c.text.tie_word_embeddings},
            {"torch_dtype", dtype_name}};
+    llava_next_fields_to_json(c, /*original=*/false, cfg);
   } else {
     cfg = text;
     cfg["architectures"] = {llm_architecture(c.text.family)};

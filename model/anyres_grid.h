@@ -1,0 +1,47 @@
+// LLaVA-NeXT's AnyRes geometry, shared by the image preprocessing (data/anyres.h) and the model's packing of tile
+// features (model/llava_next.h): which of the `image_grid_pinpoints` an image is resized into, the grid of tiles
+// that gives, where spatial_unpad cuts the padding off the grid's feature map, and how many LLM positions an image
+// then takes. Sizes are (height, width) throughout, in transformers' order; the original LLaVA code writes them as
+// (width, height), and its configs are converted on reading (model/config.cpp). Torch-free.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+namespace gmod {
+
+struct AnyresConfig {
+  // Candidate resolutions (height, width) in the order the checkpoint lists them: the first of equally good ones
+  // wins, so the order is part of the model.
+  std::vector<std::array<int, 2>> pinpoints;
+  // spatial_unpad's size of the image inside the grid: transformers rounds to 7 decimals before truncating
+  // (int(round(x, 7))), the original LLaVA code truncates (int(x)). They differ when x lies just below an
+  // integer, e.g. 23.999999999.
+  bool unpad_truncates = false;
+};
+
+// transformers' / LLaVA's select_best_resolution for an image of `height` x `width`: the candidate that keeps the
+// most of the image's pixels when it is scaled to fit inside (capped at the image's own area), then the one that
+// wastes the least; ties keep the earlier candidate. Returns (height, width). Throws for an empty list or a
+// non-positive size.
+std::array<int, 2> select_best_resolution(int height, int width, const std::vector<std::array<int, 2>>& pinpoints);
+
+// The tile grid (rows, cols) of an image: the best resolution divided by the tile side.
+std::array<int, 2> anyres_grid_shape(int height, int width, const AnyresConfig& c, int tile);
+
+// Tiles per image: the grid's, plus the base image resized to the tower's size (which comes first).
+int anyres_num_tiles(int height, int width, const AnyresConfig& c, int tile);
+
+// spatial_unpad on a feature map of `rows` x `cols` (the grid's patches): the half-open ranges [r0, r1) and [c0,
+// c1) that hold the image, from the image's size and the rounding of `c`.
+struct UnpadBox {
+  int r0 = 0, r1 = 0, c0 = 0, c1 = 0;
+};
+UnpadBox anyres_unpad_box(int height, int width, int rows, int cols, bool truncate);
+
+// LLM positions of one image: the base image's patches (side^2, `side` = tower image size / patch size), plus
+// the unpadded grid feature map with one newline per row (rows * (cols + 1)).
+int anyres_image_tokens(int height, int width, const AnyresConfig& c, int tile, int side);
+
+}  // namespace gmod

@@ -1,0 +1,51 @@
+// AnyRes feature packing (see llava_next.h).
+#include "model/llava_next.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gmod {
+
+at::Tensor pack_anyres_features(const at::Tensor& features, const at::Tensor& image_sizes, const AnyresConfig& c,
+                                int tile, int side, const at::Tensor& newline) {
+  if (features.dim() != 3 || features.size(1) != int64_t(side) * side)
+    throw std::invalid_argument("AnyRes tile features must be [tiles, " + std::to_string(side * side) +
+                                ", D], got " + std::to_string(features.dim()) + " dimensions with " +
+                                std::to_string(features.dim() > 1 ? features.size(1) : 0) + " tokens a tile");
+  if (!image_sizes.defined() || image_sizes.dim() != 2 || image_sizes.size(1) != 2)
+    throw std::invalid_argument("AnyRes images need image_sizes [N_images, 2] (height, width)");
+  const auto sizes = image_sizes.to(at::kCPU, at::kLong).contiguous();
+  const auto* hw = sizes.data_ptr<int64_t>();
+  const int64_t D = features.size(2), n_images = sizes.size(0);
+  const auto nl = newline.to(features.scalar_type());
+  std::vector<at::Tensor> parts;
+  int64_t at_tile = 0;
+  for (int64_t i = 0; i < n_images; ++i) {
+    const int h = static_cast<int>(hw[2 * i]), w = static_cast<int>(hw[2 * i + 1]);
+    const auto g = anyres_grid_shape(h, w, c, tile);
+    const int64_t n = int64_t(g[0]) * g[1] + 1;
+    if (at_tile + n > features.size(0))
+      throw std::invalid_argument("AnyRes image " + std::to_string(i) + " (" + std::to_string(h) + "x" +
+                                  std::to_string(w) + ") needs tiles " + std::to_string(at_tile) + ".." +
+                                  std::to_string(at_tile + n - 1) + " but the batch has " +
+                                  std::to_string(features.size(0)) + " tiles");
+    parts.push_back(features[at_tile]);  // the base image [side^2, D]
+    const int rows = g[0] * side, cols = g[1] * side;
+    auto grid = features.narrow(0, at_tile + 1, n - 1)
+                    .view({g[0], g[1], side, side, D})
+                    .permute({0, 2, 1, 3, 4})
+                    .reshape({rows, cols, D});  // the grid's feature map
+    const auto b = anyres_unpad_box(h, w, rows, cols, c.unpad_truncates);
+    grid = grid.narrow(0, b.r0, b.r1 - b.r0).narrow(1, b.c0, b.c1 - b.c0);
+    grid = at::cat({grid, nl.view({1, 1, D}).expand({grid.size(0), 1, D})}, 1);  // a newline ends every row
+    parts.push_back(grid.reshape({-1, D}));
+    at_tile += n;
+  }
+  if (at_tile != features.size(0))
+    throw std::invalid_argument("AnyRes batch has " + std::to_string(features.size(0)) + " tiles but its " +
+                                std::to_string(n_images) + " image_sizes account for " + std::to_string(at_tile));
+  return at::cat(parts, 0);
+}
+
+}  // namespace gmod
