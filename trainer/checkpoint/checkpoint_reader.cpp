@@ -190,12 +190,14 @@ void CheckpointReader::load_model_into(const NamedTensors& params, bool strict, 
   at::NoGradGuard no_grad;
   for (const auto& [name, p] : params) {
     at::Tensor t = p.detach();
+    // Straight into the parameter's memory when it is a contiguous CPU tensor of the stored dtype (no temporary,
+    // one pass); else through a temporary (read_tensor_into).
     if (!share.broadcast) {
-      t.copy_(files.open(name).read_tensor(name, !files_verified_));
+      files.open(name).read_tensor_into(name, t, !files_verified_);
       continue;
     }
     const int root = reader_of.at(name);
-    if (root == share.rank) t.copy_(files.open(name).read_tensor(name, !files_verified_));
+    if (root == share.rank) files.open(name).read_tensor_into(name, t, !files_verified_);
     share.broadcast(t, root);
   }
 }
