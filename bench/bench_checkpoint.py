@@ -37,6 +37,35 @@ def dd_rate(path, nbytes, flags):
     return (int(m.group(1)) / float(m.group(2)), "") if m else (None, r.stderr)
 
 
+def torch_save_load(state, path, reps):
+    """The peer's part on one rank (torch.distributed initialised): the fastest of `reps` torch.save + fsync of
+    `state` into `path` and of `reps` torch.load of it, each the slowest rank's; and the bytes of all ranks' files."""
+    import torch
+    import torch.distributed as dist
+    best_save = best_load = 1e30
+    for _ in range(reps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        with open(path, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        best_save = min(best_save, t.item())
+    nbytes = torch.tensor([os.path.getsize(path)], dtype=torch.float64)
+    dist.all_reduce(nbytes)
+    for _ in range(reps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        back = torch.load(path, map_location="cpu")
+        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        best_load = min(best_load, t.item())
+        assert torch.equal(back["optim"]["master"], state["optim"]["master"])
+    return best_save, best_load, nbytes.item()
+
+
 def peer_rank(args):
     """One rank of the torch peer (started by mpirun: OMPI_COMM_WORLD_RANK/SIZE)."""
     import torch
@@ -59,29 +88,9 @@ def peer_rank(args):
     size = max(0, min(params, per * (rank + 1)) - min(params, per * rank))
     state = {"model": mine, "optim": {k: torch.randn(size) for k in ("master", "exp_avg", "exp_avg_sq")}}
     path = os.path.join(args.peer_dir, f"rank-{rank}.pt")
-    best_save = best_load = 1e30
-    for _ in range(args.reps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        with open(path, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        best_save = min(best_save, t.item())
-    nbytes = torch.tensor([os.path.getsize(path)], dtype=torch.float64)
-    dist.all_reduce(nbytes)
-    for _ in range(args.reps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        back = torch.load(path, map_location="cpu")
-        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        best_load = min(best_load, t.item())
-        assert torch.equal(back["optim"]["master"], state["optim"]["master"])
+    best_save, best_load, nbytes = torch_save_load(state, path, args.reps)
     if rank == 0:
-        print(json.dumps({"peer_save_s": best_save, "peer_load_s": best_load, "peer_bytes": nbytes.item()}))
+        print(json.dumps({"peer_save_s": best_save, "peer_load_s": best_load, "peer_bytes": nbytes}))
     dist.destroy_process_group()
 
 

@@ -38,7 +38,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from bench_checkpoint import dd_rate, mpirun  # noqa: E402  (the same dd and mpirun lines as the component bench)
+from bench_checkpoint import dd_rate, mpirun, torch_save_load  # noqa: E402  (the component bench's dd, mpirun, peer)
 
 
 def dir_bytes(path):
@@ -76,19 +76,7 @@ def peer_rank(args):
     state = {"model": {n: torch.randn(shape, generator=g) for n, shape in spec["model"]},
              "optim": {k: torch.randn(spec["shard"], generator=g) for k in ("master", "exp_avg", "exp_avg_sq")}}
     path = os.path.join(args.peer_dir, f"rank-{rank}.pt")
-    best_save = best_load = 1e30
-    for _ in range(args.reps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        with open(path, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        best_save = min(best_save, t.item())
-    nbytes = torch.tensor([os.path.getsize(path)], dtype=torch.float64)
-    dist.all_reduce(nbytes)
+    best_save, best_load, nbytes = torch_save_load(state, path, args.reps)
     copy = 1e30  # a host copy of this rank's state (what an async save's stall should cost)
     for _ in range(args.reps):
         t0 = time.perf_counter()
@@ -97,16 +85,8 @@ def peer_rank(args):
     t = torch.tensor([copy], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     copy = t.item()
-    for _ in range(args.reps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        back = torch.load(path, map_location="cpu")
-        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        best_load = min(best_load, t.item())
-        assert torch.equal(back["optim"]["master"], state["optim"]["master"])
     if rank == 0:
-        print(json.dumps({"peer_save_s": best_save, "peer_load_s": best_load, "peer_bytes": nbytes.item(),
+        print(json.dumps({"peer_save_s": best_save, "peer_load_s": best_load, "peer_bytes": nbytes,
                           "host_copy_s": copy}))
     dist.destroy_process_group()
 
