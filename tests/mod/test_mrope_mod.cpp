@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <iostream>
 #include <limits>
 
@@ -48,6 +49,31 @@ ModelInputs batch(const MultimodalLM& model) {
   in.image_grid_thw = ref.tensor("input.image_grid_thw").clone();
   in.token_roles = test::make_roles(in.input_ids, in.attention_mask, model.config.image_token_id);
   return in;
+}
+
+// Rows 0 and 1 of the fixture batch as prompts, each row's tokens moved to the front (right padding), with their
+// images; lengths[b] = row b's token count.
+struct Prompts {
+  ModelInputs in;
+  int64_t lengths[2];
+};
+
+Prompts right_padded_prompts(const MultimodalLM& model, const ModelInputs& full) {
+  const auto mask = full.attention_mask;
+  Prompts r{{}, {mask[0].sum().item<int64_t>(), mask[1].sum().item<int64_t>()}};
+  const int64_t L = std::max(r.lengths[0], r.lengths[1]);
+  ModelInputs& p = r.in;
+  p.input_ids = at::zeros({2, L}, at::kLong);
+  p.attention_mask = at::zeros({2, L}, at::kBool);
+  for (int64_t b = 0; b < 2; ++b) {
+    p.input_ids[b].narrow(0, 0, r.lengths[b]).copy_(full.input_ids[b].masked_select(mask[b]));
+    p.attention_mask[b].narrow(0, 0, r.lengths[b]).fill_(true);
+  }
+  p.token_roles = test::make_roles(p.input_ids, p.attention_mask, model.config.image_token_id);
+  const auto patches = full.image_grid_thw.prod(1);
+  p.pixel_values = full.pixel_values.narrow(0, 0, patches.sum().item<int64_t>());
+  p.image_grid_thw = full.image_grid_thw;
+  return r;
 }
 
 // Every method with its one MoD layer at layer 1 of the 2-layer model, kept tokens at their original positions.
@@ -343,21 +369,8 @@ TEST(MRopeMoD, PackedRowsTakePerSample3DPositions) {
 // Greedy generation of rows 0 and 1 (right-padded, their images) against transformers' generate of each alone.
 TEST(MRopeMoD, GreedyGenerateWithImagesMatchesTransformersGenerate) {
   auto model = load_pretrained(full_dir());
-  auto full = batch(*model);
   SafetensorsFile ref(mod_ref());
-  const auto mask = full.attention_mask;
-  const int64_t n0 = mask[0].sum().item<int64_t>(), n1 = mask[1].sum().item<int64_t>();
-  ModelInputs p;
-  p.input_ids = at::zeros({2, n0}, at::kLong);
-  p.input_ids[0].copy_(full.input_ids[0]);
-  p.input_ids[1].narrow(0, 0, n1).copy_(full.input_ids[1].masked_select(mask[1]));
-  p.attention_mask = at::zeros({2, n0}, at::kBool);
-  p.attention_mask[0].fill_(true);
-  p.attention_mask[1].narrow(0, 0, n1).fill_(true);
-  p.token_roles = test::make_roles(p.input_ids, p.attention_mask, model->config.image_token_id);
-  const auto patches = full.image_grid_thw.prod(1);
-  p.pixel_values = full.pixel_values.narrow(0, 0, patches.sum().item<int64_t>());
-  p.image_grid_thw = full.image_grid_thw;
+  const ModelInputs p = right_padded_prompts(*model, batch(*model)).in;
   const int64_t T = ref.tensor("generate.row0").size(0);
   for (const bool cache : {true, false}) {
     GenerateOptions o;
@@ -430,20 +443,9 @@ TEST(MRopeMoD, CachedMoDDecodeEqualsReplayedFullForwardAt3DPositions) {
   cfg.decode_threshold = 0.5;
   auto model = converted(cfg);
   model->eval();
-  auto full = batch(*model);
-  const auto mask = full.attention_mask;
-  const int64_t n0 = mask[0].sum().item<int64_t>(), n1 = mask[1].sum().item<int64_t>(), L = n0;
-  ModelInputs p;
-  p.input_ids = at::zeros({2, L}, at::kLong);
-  p.input_ids[0].copy_(full.input_ids[0]);
-  p.input_ids[1].narrow(0, 0, n1).copy_(full.input_ids[1].masked_select(mask[1]));
-  p.attention_mask = at::zeros({2, L}, at::kBool);
-  p.attention_mask[0].fill_(true);
-  p.attention_mask[1].narrow(0, 0, n1).fill_(true);
-  p.token_roles = test::make_roles(p.input_ids, p.attention_mask, model->config.image_token_id);
-  const auto patches = full.image_grid_thw.prod(1);
-  p.pixel_values = full.pixel_values.narrow(0, 0, patches.sum().item<int64_t>());
-  p.image_grid_thw = full.image_grid_thw;
+  const auto prompts = right_padded_prompts(*model, batch(*model));
+  const ModelInputs& p = prompts.in;
+  const int64_t n0 = prompts.lengths[0], n1 = prompts.lengths[1], L = p.input_ids.size(1);
 
   auto layer = mod_layers(*model).at(0);
   layer->record_selection = true;
