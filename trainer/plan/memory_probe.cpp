@@ -19,6 +19,7 @@
 #include "model/token_roles.h"
 #include "parallel/data_parallel.h"
 #include "trainer/plan/memory_tracker.h"
+#include "trainer/plan/tower_costs.h"
 #include "model/unit_hooks.h"
 #include "parallel/dp_strategy.h"
 
@@ -29,26 +30,35 @@ bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p,
 
 // One micro-batch of full-length samples: [BOS, image tokens..., text...], the text a question (unsupervised)
 // and then the answer, whose round(supervised_fraction * (L - 1)) tokens carry labels, no padding (the plan
-// assumes padded length = seq_len).
+// assumes padded length = seq_len). Towers of variable patch grids (TowerCosts) get each image at the plan's size
+// (`visual`): its patches, its grid row, its LLM tokens, one text token between two images (a run of image tokens
+// is one image to the rotary positions).
 ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, double supervised_fraction,
-                            uint64_t seed) {
+                            const VisualInputs& visual, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const int64_t V = c.text.vocab_size;
-  const int64_t T = images > 0 ? c.image_seq_length() * images : 0;
+  const std::unique_ptr<TowerCosts> tc = tower_costs(c);
+  if (tc && images > 0 && visual.frames > 1)
+    throw std::invalid_argument("memory probe: videos (frames " + std::to_string(visual.frames) +
+                                ") are not measured yet; images only");
+  const int64_t per_image = tc ? tc->llm_tokens(visual) : c.image_seq_length();
+  const int64_t gap = tc ? 1 : 0;  // text tokens between two images
+  const int64_t T = images > 0 ? per_image * images + gap * (images - 1) : 0;
   if (T + 4 > L)
     throw std::invalid_argument("memory probe: seq_len " + std::to_string(L) + " too short for " +
                                 std::to_string(T) + " image tokens");
   const auto lopt = at::TensorOptions().dtype(at::kLong);
   ModelInputs in;
-  // Text ids avoid 0..2 (pad/bos/eos) and the image token.
+  // Text ids avoid 0..2 (pad/bos/eos) and the image (and video) token.
   at::Tensor ids = at::randint(3, std::max<int64_t>(4, V - 1), {B, L}, gen, lopt);
   ids.masked_fill_(ids == c.image_token_id, 3);
+  if (c.mrope) ids.masked_fill_(ids == c.mrope->video_token_id, 3);  // a video's token would start a video
   at::Tensor roles = at::full({B, L}, int64_t(TokenRole::kQuestion), lopt);
   ids.select(1, 0).fill_(c.text.bos_token_id);
   roles.select(1, 0).fill_(int64_t(TokenRole::kSystem));
-  if (T > 0) {
-    ids.narrow(1, 1, T).fill_(c.image_token_id);
-    roles.narrow(1, 1, T).fill_(int64_t(TokenRole::kImage));
+  for (int64_t i = 0; i < (T > 0 ? images : 0); ++i) {
+    ids.narrow(1, 1 + i * (per_image + gap), per_image).fill_(c.image_token_id);
+    roles.narrow(1, 1 + i * (per_image + gap), per_image).fill_(int64_t(TokenRole::kImage));
   }
   const int64_t n_sup = std::llround(supervised_fraction * double(L - 1));
   if (supervised_fraction < 0 || n_sup > L - 1 - T)
@@ -62,7 +72,12 @@ ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, doub
   in.input_ids = ids;
   in.token_roles = roles.to(at::kChar);
   in.attention_mask = at::ones({B, L}, at::TensorOptions().dtype(at::kBool));
-  if (T > 0) {
+  if (T > 0 && tc) {
+    const auto g = tc->grid(visual);
+    in.pixel_values = at::randn({int64_t(B) * images * tc->patches(visual), tc->pixel_elements(visual) / tc->patches(visual)},
+                                gen, at::TensorOptions().dtype(at::kFloat));
+    in.image_grid_thw = at::tensor(std::vector<int64_t>{g[0], g[1], g[2]}, lopt).repeat({int64_t(B) * images, 1});
+  } else if (T > 0) {
     const int S = c.image_input_size();
     in.pixel_values = at::randn({int64_t(B) * images, 3, S, S}, gen, at::TensorOptions().dtype(at::kFloat));
   }
@@ -93,7 +108,9 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
       // Methods whose rule decides their layers set their router (and its settings) themselves, as in training.
       if (in.mod_rule.empty() || !method.layers_from_rule()) mc.router = method.kind();
       // kept fraction = 1 - skip_frac * routable / L with routable = the image tokens (the probe's batches).
-      const double routable = double(in.model.image_seq_length() * in.images_per_sample) / double(in.seq_len);
+      const auto tc = tower_costs(in.model);
+      const int64_t image_tokens = tc ? tc->llm_tokens(in.visual) : in.model.image_seq_length();
+      const double routable = double(image_tokens * in.images_per_sample) / double(in.seq_len);
       mc.skip_frac = routable > 0 ? std::min(1.0, (1.0 - in.mod_kept_fraction) / routable) : 0.0;
       if (!in.mod_rule.empty()) {  // the rule decides the layers and what they keep (p-MoD, PyramidDrop), as in training
         const int n = in.model.text.num_hidden_layers;
@@ -157,7 +174,7 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
     std::vector<ModelInputs> micro;
     for (int k = 0; k < in.grad_accum; ++k)
       micro.push_back(synthetic_batch(in.model, in.micro_batch, in.seq_len, in.images_per_sample,
-                                      in.supervised_fraction,
+                                      in.supervised_fraction, in.visual,
                                       seed + 1000 * uint64_t(comm->rank()) + uint64_t(k)));
     m.steady_bytes = tracker.live_bytes() - base;
     m.host_state_bytes = dp->host_state_bytes();

@@ -39,6 +39,14 @@ class Qwen25VisionCosts : public TowerCosts {
     return (v.frames + T - 1) / T * (v.max_pixels / (P * P * M)) * M;
   }
   int64_t pixel_elements(const VisualInputs& v) const override { return patches(v) * c_.patch_dim(); }
+  std::array<int64_t, 3> grid(const VisualInputs& v) const override {
+    const int64_t m = c_.spatial_merge_size, P = c_.patch_size, T = c_.temporal_patch_size;
+    const int64_t blocks = v.max_pixels / (P * P * m * m);
+    int64_t a = 1;
+    for (int64_t d = 1; d * d <= blocks; ++d)
+      if (blocks % d == 0) a = d;
+    return {(v.frames + T - 1) / T, a * m, blocks / std::max<int64_t>(1, a) * m};
+  }
   int64_t llm_tokens(const VisualInputs& v) const override { return patches(v) / c_.merge_unit(); }
 
   // Saved by one block on N patches (Qwen25VisionBlock::forward): norm1's input and rstd; qkv's input; the fp32

@@ -6,6 +6,7 @@
 // (param_counts.cpp, tower_activation_plan.h), and tower_costs() returns nullptr for them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -35,6 +36,9 @@ class TowerCosts {
   virtual int64_t patches(const VisualInputs& v) const = 0;
   virtual int64_t pixel_elements(const VisualInputs& v) const = 0;
   virtual int64_t llm_tokens(const VisualInputs& v) const = 0;
+  // The patch grid (t, h, w) of one such input, t * h * w = patches(v): a processor's output for an image of that
+  // size, as near square as whole merge blocks allow (the memory probe feeds it; trainer/plan/memory_probe.h).
+  virtual std::array<int64_t, 3> grid(const VisualInputs& v) const = 0;
   // `inputs` visual inputs through the tower in the compute dtype (`e` bytes): with `train` (freeze.vision off)
   // what its forward saves for the backward, its largest checkpoint unit, and the peak of its own backward; with
   // `checkpointing` each unit keeps only its input. Nothing when the tower is frozen (no graph is recorded).
