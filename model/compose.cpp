@@ -174,6 +174,22 @@ Composition compose(const ModelParts& parts, bool read_projector_file) {
       else
         parse_mgm_fields(mgm, where, c.config, problems);
     }
+    if (!parts.image_grid_pinpoints.empty()) {  // LLaVA-NeXT: AnyRes tiles of the CLIP tower's input
+      if (c.config.multipath || c.config.mgm)
+        problems.push_back("model.image_grid_pinpoints: AnyRes tiles a single CLIP tower's input, not LLaVA-HR's or "
+                           "MGM's towers");
+      const int tile = c.config.vision ? c.config.vision->image_size : 0;
+      for (const auto& hw : parts.image_grid_pinpoints)
+        if (tile > 0 && (hw[0] <= 0 || hw[1] <= 0 || hw[0] % tile || hw[1] % tile))
+          problems.push_back("model.image_grid_pinpoints: [" + std::to_string(hw[0]) + ", " + std::to_string(hw[1]) +
+                             "] is not a whole grid of the tower's " + std::to_string(tile) + " px tiles");
+      AnyresConfig a;
+      a.pinpoints = parts.image_grid_pinpoints;
+      a.unpad_truncates = true;  // the original LLaVA code's spatial_unpad
+      c.config.anyres = a;
+    }
+  } else if (!parts.image_grid_pinpoints.empty()) {
+    problems.push_back("model.image_grid_pinpoints is given but model.vision is not (AnyRes tiles a tower's input)");
   } else if (!parts.vision_slow.empty() || !parts.vision_aux.empty()) {
     problems.push_back("model.vision_slow / model.vision_aux is given but model.vision is not (LLaVA-HR's fast "
                        "path and MGM's low-resolution path are CLIP towers)");
@@ -333,6 +349,7 @@ std::shared_ptr<MultimodalLM> load_composed(const ModelParts& parts, at::ScalarT
   if (!c.problems.empty()) throw_problems(c.problems);  // configs must be right before anything is allocated
   auto model = std::make_shared<MultimodalLM>(c.config);
   if (c.projector.empty() && c.config.vision) model->init_weights(init_seed, "projector.");
+  if (c.config.anyres) model->init_weights(init_seed, "image_newline");  // LLaVA-NeXT's row end starts random
   // LLaVA-HR's adapters: those the stage-1 file lacks start as the original initialises them (a frozen-tower stage 1
   // saves the align module but no stitches; LLaVA-HR loads it with strict=False).
   std::set<std::string> adapter_groups;  // "vision.align_stages." / "vision.align_stages_latent." given by the file
@@ -350,7 +367,7 @@ std::shared_ptr<MultimodalLM> load_composed(const ModelParts& parts, at::ScalarT
   std::vector<std::string>& problems = c.problems;
   try {
     LoadOptions o;
-    o.optional_prefixes = {"vision.", "projector."};
+    o.optional_prefixes = {"vision.", "projector.", "image_newline"};
     load_weights(*model, parts.llm, o);
   } catch (const std::exception& e) {
     problems.push_back(std::string("model.llm: ") + e.what());

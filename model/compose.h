@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,6 +43,10 @@ struct ModelParts {
   bool image_global = false;
   bool optimize_vision_tower = false;
   bool optimize_vision_tower_aux = false;
+  // LLaVA-NeXT (model/anyres_grid.h): AnyRes tiling of `vision`'s input among these (height, width) resolutions,
+  // spatial_unpad with the original LLaVA code's truncating rounding (the code LLaVA-NeXT, p-MoD and PyramidDrop
+  // trained with), and the learned image_newline, initialised as LLaVA does (normal, std 1 / sqrt(hidden)).
+  std::vector<std::array<int, 2>> image_grid_pinpoints;
 };
 
 // The composed model's config (LLM config + vision config + LLaVA wiring). Throws listing every problem.

@@ -29,6 +29,8 @@ ModelParts parts_of(const ModelSection& m) {
   p.image_global = m.image_global;
   p.optimize_vision_tower = m.optimize_vision_tower;
   p.optimize_vision_tower_aux = m.optimize_vision_tower_aux;
+  for (const auto& hw : m.image_grid_pinpoints)
+    if (hw.size() == 2) p.image_grid_pinpoints.push_back({hw[0], hw[1]});
   return p;
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model/anyres_grid.h"
 #include "model/compose.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
@@ -153,6 +154,46 @@ TEST(Compose, PartsThatDoNotFitAreAllReportedInOneError) {
   ModelParts s = fixture_parts();
   s.vision_feature_layer = -9;
   EXPECT_NE(error_of([&] { compose_model_config(s); }).find("vision_feature_layer -9 is out of range"),
+            std::string::npos);
+}
+
+// LLaVA-NeXT from parts (model.image_grid_pinpoints): the same tower, projector and LLM, plus AnyRes with the
+// original code's spatial_unpad and a random image_newline; an image of 16 x 36 px takes the 16 x 32 pinpoint's
+// two tiles plus the base, and its LLM positions are anyres_image_tokens' count.
+TEST(Compose, PinpointsComposeLlavaNextWithARandomNewline) {
+  ModelParts p = fixture_parts();
+  p.image_grid_pinpoints = {{16, 32}, {32, 16}, {32, 32}};
+  auto next = load_composed(p, at::kFloat, at::kCPU, 5), plain = load_composed(fixture_parts());
+  ASSERT_TRUE(next->config.anyres);
+  EXPECT_TRUE(next->config.anyres->unpad_truncates);
+  EXPECT_EQ(next->config.anyres->pinpoints, p.image_grid_pinpoints);
+  ASSERT_TRUE(next->image_newline.defined());
+  EXPECT_EQ(next->image_newline.sizes(), at::IntArrayRef({next->config.text.hidden_size}));
+  EXPECT_GT(next->image_newline.abs().max().item<double>(), 0.0);
+  EXPECT_TRUE(next->image_newline.equal(load_composed(p, at::kFloat, at::kCPU, 5)->image_newline));
+  EXPECT_FALSE(next->image_newline.equal(load_composed(p, at::kFloat, at::kCPU, 6)->image_newline));
+  auto a = next->named_parameters(), b = plain->named_parameters();
+  EXPECT_EQ(a.size(), b.size() + 1);
+  for (const auto& t : b) EXPECT_TRUE(a[t.key()].equal(t.value())) << t.key();
+
+  const int tiles = anyres_num_tiles(16, 36, *next->config.anyres, 16);
+  EXPECT_EQ(tiles, 3);
+  const int64_t n = anyres_image_tokens(16, 36, *next->config.anyres, 16, 16 / 4);
+  ModelInputs in;
+  in.input_ids = at::full({1, n + 3}, int64_t(5), at::kLong);
+  in.input_ids.narrow(1, 1, n).fill_(next->config.image_token_id);
+  in.attention_mask = at::ones({1, n + 3}, at::kBool);
+  in.pixel_values = at::randn({tiles, 3, 16, 16});
+  in.image_sizes = at::tensor(std::vector<int64_t>{16, 36}, at::kLong).view({1, 2});
+  next->eval();
+  at::NoGradGuard ng;
+  const auto logits = next->forward(in).logits;
+  EXPECT_EQ(logits.sizes(), at::IntArrayRef({1, n + 3, next->config.text.vocab_size}));
+  EXPECT_TRUE(logits.isfinite().all().item<bool>());
+
+  ModelParts bad = fixture_parts();
+  bad.image_grid_pinpoints = {{16, 30}};
+  EXPECT_NE(error_of([&] { load_composed(bad); }).find("[16, 30] is not a whole grid of the tower's 16 px tiles"),
             std::string::npos);
 }
 

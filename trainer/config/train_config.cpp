@@ -58,7 +58,8 @@ json to_json(const TrainConfig& c) {
         {"freeze_vision", c.model.freeze_vision}, {"vision_aux", c.model.vision_aux},
         {"image_size_aux", c.model.image_size_aux}, {"image_grid", c.model.image_grid},
         {"image_global", c.model.image_global}, {"optimize_vision_tower", c.model.optimize_vision_tower},
-        {"optimize_vision_tower_aux", c.model.optimize_vision_tower_aux}, {"dtype", c.model.dtype},
+        {"optimize_vision_tower_aux", c.model.optimize_vision_tower_aux},
+        {"image_grid_pinpoints", c.model.image_grid_pinpoints}, {"dtype", c.model.dtype},
         {"device", c.model.device}, {"init", c.model.init},
         {"init_seed", c.model.init_seed}, {"activation_checkpointing", c.model.activation_checkpointing}}},
       {"data",
@@ -139,6 +140,7 @@ TrainConfig train_config_from_json(const json& user, const std::vector<std::stri
       get(m, "image_grid", c.model.image_grid), get(m, "image_global", c.model.image_global);
       get(m, "optimize_vision_tower", c.model.optimize_vision_tower);
       get(m, "optimize_vision_tower_aux", c.model.optimize_vision_tower_aux);
+      get(m, "image_grid_pinpoints", c.model.image_grid_pinpoints);
       get(m, "activation_checkpointing", c.model.activation_checkpointing);
       get(d, "train", c.data.train), get(d, "image_folder", c.data.image_folder);
       get(d, "tokenizer", c.data.tokenizer), get(d, "template", c.data.template_name);
@@ -382,9 +384,9 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
     if (!fs::exists(fs::path(c.model.path) / "config.json"))
       e.push_back("model.path: " + c.model.path + "/config.json does not exist");
     if (!c.model.vision.empty() || !c.model.projector.empty() || !c.model.vision_slow.empty() ||
-        !c.model.vision_aux.empty())
-      e.push_back("model.vision / model.vision_slow / model.vision_aux / model.projector: only with model.llm "
-                  "(parts), not with model.path");
+        !c.model.vision_aux.empty() || !c.model.image_grid_pinpoints.empty())
+      e.push_back("model.vision / model.vision_slow / model.vision_aux / model.projector / model.image_grid_pinpoints: "
+                  "only with model.llm (parts), not with model.path (its config.json says)");
   } else {
     for (auto [key, dir] : {std::pair<const char*, const std::string*>{"model.llm", &c.model.llm},
                             {"model.vision", &c.model.vision}})
@@ -394,6 +396,16 @@ std::vector<std::string> check_train_config(const TrainConfig& c, int world, int
       e.push_back("model.projector: " + c.model.projector + " is not a file");
     if (!c.model.projector.empty() && c.model.vision.empty())
       e.push_back("model.projector: needs model.vision (a projector maps vision features)");
+    for (size_t i = 0; i < c.model.image_grid_pinpoints.size(); ++i) {
+      const auto& p = c.model.image_grid_pinpoints[i];
+      if (p.size() != 2 || p[0] <= 0 || p[1] <= 0)
+        e.push_back("model.image_grid_pinpoints[" + std::to_string(i) + "]: " + json(p).dump() +
+                    ", expected [height, width] in pixels, both positive");
+    }
+    if (!c.model.image_grid_pinpoints.empty() && (c.model.vision.empty() || !c.model.vision_slow.empty() ||
+                                                   !c.model.vision_aux.empty()))
+      e.push_back("model.image_grid_pinpoints: AnyRes tiles a single CLIP tower's input: needs model.vision and "
+                  "neither model.vision_slow nor model.vision_aux");
     if (!c.model.vision_slow.empty() && c.model.freeze_vision != c.freeze.vision)
       e.push_back(std::string("model.freeze_vision (") + (c.model.freeze_vision ? "true" : "false") +
                   ", LLaVA-HR's flag: stitch adapters exist only when the towers train) and freeze.vision (" +

@@ -43,6 +43,10 @@ struct ModelSection {
   bool image_global = false;
   bool optimize_vision_tower = false;
   bool optimize_vision_tower_aux = false;
+  // Parts only, LLaVA-NeXT (model/anyres_grid.h): AnyRes tiling with spatial_unpad and the learned image_newline,
+  // the candidate resolutions as (height, width) pairs in transformers' order (the original LLaVA code lists them as
+  // (width, height)); each side a multiple of the tower's image size. Empty: one image crop per image (LLaVA-1.5).
+  std::vector<std::vector<int>> image_grid_pinpoints;
   std::string dtype = "fp32";    // compute/parameter dtype: "fp32" or "bf16" (optimizer keeps fp32 master weights)
   // "cpu", "cuda" (each rank takes GPU local_rank % device_count) or "cuda:N" (only with one rank per node)
   std::string device = "cpu";
