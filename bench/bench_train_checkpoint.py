@@ -11,8 +11,9 @@ vision tower trained) and each rank count (--ranks):
   2. The same run with `checkpoint.async: true`: the stall is the trainer's own `copied to host in N ms` line, and
      the cost to training is the run's wall time over the baseline's, per save (steps slowed by the background
      write included).
-  3. A resume of the last synchronous checkpoint (page cache warm, as the peer's load): the trainer's own figure,
-     `files checked in A ms, state read and its tensors' CRCs checked in B ms` (A + B).
+  3. A resume of the last synchronous checkpoint, its files read once before (page cache warm, as the peer's
+     load: a save writes the large datasets with O_DIRECT, which leaves them out of the page cache): the trainer's
+     own figure, `files checked in A ms, state read and its tensors' CRCs checked in B ms` (A + B).
   4. The peer: N Python ranks, each torch.save + fsync of the same tensors gmod's rank wrote (the model tensors
      of its model file, their shapes from `gmod export` of the checkpoint, and its optimizer shard: master,
      exp_avg, exp_avg_sq of the same size), then torch.load of that file; dd of the checkpoint's bytes (direct and
@@ -62,6 +63,14 @@ def train(gmod, n, base, model, run_dir, steps, sets, log):
     if r.returncode != 0:
         sys.exit(f"gmod train failed (np {n}, see {log}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     return wall, r.stdout + r.stderr
+
+
+def warm(path):
+    """Reads every file of a directory once, so that a load after it reads from the page cache."""
+    for fn in sorted(os.listdir(path)):
+        with open(os.path.join(path, fn), "rb", buffering=0) as f:
+            while f.read(16 << 20):
+                pass
 
 
 def peer_rank(args):
@@ -176,6 +185,7 @@ def main():
                                           ["checkpoint.every=1", "checkpoint.keep_last=2", "checkpoint.async=true",
                                            "resume=none"], log)
                 stalls = [int(m) for m in re.findall(r"copied to host in (\d+) ms", out_a)]
+                warm(ckpt)
                 _, out_r = train(args.gmod, n, base, model, os.path.join(work, "sync"), s + 1,
                                  ["checkpoint.every=0", "resume=auto"], log)
                 m = re.search(r"files checked in (\d+) ms, state read and its tensors' CRCs checked in (\d+) ms", out_r)

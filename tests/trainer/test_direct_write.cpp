@@ -1,6 +1,7 @@
 // Checkpoint data written with O_DIRECT (trainer/checkpoint/direct_write.h, H5File::create's direct_data): the bytes
 // on disk equal the regions given, whatever their offsets and tails; an HDF5 file built that way reads back
 // bitwise with every dataset's CRC verified, and its whole-file CRC from the known regions equals a full read.
+// Large datasets are read back in one pass (read_file_region_crc: pread in parallel ranges, CRC taken as read).
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "tests/common/paths.h"
+#include "tests/trainer/checkpoint_fixture.h"
 #include "trainer/checkpoint/direct_write.h"
 #include "trainer/checkpoint/file_crc.h"
 #include "trainer/checkpoint/hdf5_file.h"
@@ -111,4 +113,79 @@ TEST(DirectWrite, CrcEqualsZlib) {
     for (const size_t n : {size_t(0), size_t(1), size_t(15), size_t(63), size_t(64), size_t(65), size_t(4099)})
       EXPECT_EQ(crc32_bytes(buf.data() + 5, n, start), uint32_t(crc32(start, buf.data() + 5, uInt(n)))) << n;
   }
+}
+
+// read_file_region_crc: the bytes of any region (an odd offset and length, ranges read in parallel) and the CRC-32
+// of one pass over them; a region past the end of the file is an error naming it.
+TEST(DirectWrite, RegionReadGivesTheBytesAndTheirCrc) {
+  gmod::test::TempDir dir;
+  const std::string path = dir.str("r.bin");
+  std::vector<unsigned char> data((70u << 20) + 77);
+  std::mt19937 rng(5);
+  for (auto& b : data) b = static_cast<unsigned char>(rng());
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size()));
+  }
+  for (const auto& [off, n] : {std::pair<uint64_t, uint64_t>{13, data.size() - 20}, {4096, 1000}, {0, data.size()}}) {
+    std::vector<unsigned char> got(n, 0);
+    EXPECT_EQ(read_file_region_crc(path, off, n, got.data()), crc32_bytes(data.data() + off, n)) << off << " " << n;
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin() + std::ptrdiff_t(off))) << off << " " << n;
+  }
+  std::vector<unsigned char> got(100);
+  try {
+    read_file_region_crc(path, data.size() - 50, 100, got.data());
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("r.bin"), std::string::npos) << e.what();
+  }
+}
+
+// A dataset read in one pass (>= 1 MiB, contiguous, stored as in memory) reads back bitwise, into a new tensor or
+// into a given one, and a byte flipped in either half of it (each half read by its own range) fails its CRC, naming
+// the dataset: thrown, or collected with a sink (the resume's collective load).
+TEST(DirectWrite, LargeDatasetReadInOnePassChecksItsCrc) {
+  gmod::test::TempDir dir;
+  const std::string path = dir.str("big.h5");
+  at::manual_seed(9);
+  const at::Tensor big = at::randn({(70 << 20) / 4 + 3});  // ~70 MiB: two ranges
+  const at::Tensor half = at::randn({1 << 20}).to(at::kBFloat16);
+  {
+    H5File f = H5File::create(path);
+    f.write_tensor("big", big);
+    f.write_tensor("half", half);
+    f.close();
+  }
+  uint64_t off = 0;
+  {
+    const H5File f = H5File::open(path);
+    EXPECT_TRUE(bit_equal(f.read_tensor("big"), big));
+    EXPECT_TRUE(bit_equal(f.read_tensor("half"), half));
+    at::Tensor into = at::empty_like(big);
+    f.read_tensor_into("big", into);
+    EXPECT_TRUE(bit_equal(into, big));
+    const auto regions = f.checksummed_regions(1u << 20);
+    for (const auto& r : regions)
+      if (r.bytes == uint64_t(big.numel()) * 4) off = r.offset;
+  }
+  ASSERT_GT(off, 0u);
+  for (const uint64_t at_byte : {uint64_t(1000), uint64_t(big.numel()) * 4 - 1000}) {
+    flip_byte(path, off + at_byte);
+    {
+      const H5File f = H5File::open(path);
+      try {
+        f.read_tensor("big");
+        ADD_FAILURE() << "no throw for the byte at " << at_byte;
+      } catch (const Hdf5Error& e) {
+        EXPECT_NE(std::string(e.what()).find("checksum mismatch for dataset 'big'"), std::string::npos) << e.what();
+      }
+      std::vector<std::string> sink;
+      H5File g = H5File::open(path);
+      g.set_crc_failures(&sink);
+      EXPECT_FALSE(bit_equal(g.read_tensor("big"), big));
+      EXPECT_EQ(sink.size(), 1u) << at_byte;
+    }
+    flip_byte(path, off + at_byte);  // back
+  }
+  EXPECT_TRUE(bit_equal(H5File::open(path).read_tensor("big"), big));
 }

@@ -1,5 +1,5 @@
-// Checkpoint save protocol, verification and retention; see checkpoint.h for the layout (reading:
-// checkpoint_reader.cpp).
+// Checkpoint save protocol and retention; see checkpoint.h for the layout (reading: checkpoint_reader.cpp,
+// verification: checkpoint_verify.cpp).
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/checkpoint_files.h"
 
@@ -48,12 +48,6 @@ bool remove_tree(const fs::path& p) {
   return ::lstat(p.c_str(), &st) != 0;
 }
 
-std::string hex32(uint32_t v) {
-  char b[16];
-  std::snprintf(b, sizeof(b), "%08x", v);
-  return b;
-}
-
 void fsync_path(const std::string& path, bool directory) {
   int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
   if (fd < 0) throw std::runtime_error("checkpoint: cannot open " + path + " to fsync: " + errno_msg());
@@ -89,16 +83,6 @@ void write_file_synced(const std::string& path, const std::string& text) {
 void rename_or_throw(const fs::path& from, const fs::path& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0)
     throw std::runtime_error("checkpoint: rename " + from.string() + " -> " + to.string() + " failed: " + errno_msg());
-}
-
-// Parses "step-<digits>" exactly; -1 otherwise.
-int64_t parse_step_dir(const std::string& name) {
-  const std::string prefix = "step-";
-  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
-  std::string digits = name.substr(prefix.size());
-  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return -1;
-  return std::stoll(digits);
 }
 
 void check_names(const NamedTensors& ts, const std::string& what) {
@@ -414,108 +398,6 @@ std::vector<CheckpointEntry> CheckpointManager::list() const {
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step > b.step; });
   return out;
-}
-
-std::string CheckpointManager::verify(const std::string& step_dir, bool checksums) {
-  const fs::path dir(step_dir);
-  const fs::path mpath = dir / kManifest;
-  if (!fs::exists(mpath)) return "no " + std::string(kManifest) + " (incomplete save)";
-  json m;
-  try {
-    m = read_json_file(mpath.string());
-    if (m.value("format", "") != kFormat) return "manifest.json is not a " + std::string(kFormat) + " manifest";
-    int64_t step = m.at("step").get<int64_t>();
-    int64_t dir_step = parse_step_dir(dir.filename().string());
-    if (dir_step >= 0 && dir_step != step)
-      return "manifest.json says step " + std::to_string(step) + " but the directory is " + dir.filename().string();
-    const json& w = m.at("world_size");
-    if (!w.is_number_integer() || w.get<int64_t>() < 1 || w.get<int64_t>() > (1 << 20))
-      return "manifest.json world_size " + w.dump() + " is not a rank count (1 or more)";
-    const int world = w.get<int>();
-    const json& files = m.at("files");
-    // Exactly one optimizer file per rank 0..world_size-1: a world_size that disagrees with the files is
-    // named here, instead of failing later when the optimizer state is resharded.
-    int listed = 0;
-    for (const auto& [fname, info] : files.items()) {
-      (void)info;
-      if (fname.rfind("optim-rank-", 0) != 0 || fname.size() < 15 ||
-          fname.compare(fname.size() - 3, 3, ".h5") != 0)
-        continue;
-      ++listed;
-      const std::string idx = fname.substr(11, fname.size() - 14);
-      if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos || std::stoll(idx) >= world)
-        return "manifest.json is inconsistent: world_size " + std::to_string(world) + " but it lists " +
-               fname;
-    }
-    if (listed != world)
-      return "manifest.json is inconsistent: world_size " + std::to_string(world) +
-             " but it lists the optimizer files of " + std::to_string(listed) + " rank(s)";
-    std::vector<std::string> required{kModelFile, kStateFile};
-    for (int r = 0; r < world; ++r) required.push_back(optim_file(r));
-    for (const auto& f : required)
-      if (!files.contains(f)) return "manifest.json does not list " + f;
-    for (const auto& [fname, info] : files.items()) {
-      std::string why = check_file(dir, fname, info, checksums);
-      if (!why.empty()) return why;
-    }
-  } catch (const std::exception& e) {
-    return std::string("unreadable manifest or file: ") + e.what();
-  }
-  return "";
-}
-
-std::string CheckpointManager::check_file(const std::filesystem::path& dir, const std::string& fname,
-                                          const nlohmann::json& info, bool checksums, bool defer_data) {
-  const fs::path p = dir / fname;
-  std::error_code ec;
-  uint64_t size = fs::file_size(p, ec);
-  if (ec) return fname + " is missing";
-  uint64_t want = info.at("bytes").get<uint64_t>();
-  if (size != want)
-    return fname + " has " + std::to_string(size) + " bytes, manifest says " + std::to_string(want) + " (truncated?)";
-  if (checksums) {
-    uint32_t value = 0;
-    if (defer_data && fname.size() > 3 && fname.compare(fname.size() - 3, 3, ".h5") == 0) {
-      std::vector<KnownCrcRegion> known;
-      {
-        const H5File f = H5File::open(p.string());
-        known = f.checksummed_regions(CheckpointReader::kDeferredCrcBytes);
-      }
-      value = crc32_file_with_known(p.string(), std::move(known));
-    } else {
-      value = crc32_file(p.string());
-    }
-    std::string crc = hex32(value);
-    if (crc != info.at("crc32").get<std::string>())
-      return fname + " CRC-32 " + crc + " does not match manifest " + info.at("crc32").get<std::string>() +
-             " (corrupt)";
-  }
-  return "";
-}
-
-std::vector<std::string> CheckpointManager::manifest_files(const std::string& step_dir) {
-  std::vector<std::string> out;
-  const json m = read_json_file((fs::path(step_dir) / kManifest).string());
-  for (const auto& [fname, info] : m.at("files").items()) out.push_back(fname);
-  return out;  // nlohmann's object order: sorted by name, the same on every rank
-}
-
-std::string CheckpointManager::verify_file(const std::string& step_dir, const std::string& fname) {
-  try {
-    const json m = read_json_file((fs::path(step_dir) / kManifest).string());
-    return check_file(step_dir, fname, m.at("files").at(fname), true);
-  } catch (const std::exception& e) {
-    return fname + ": " + e.what();
-  }
-}
-
-std::string CheckpointManager::verify_file_deferring_data(const std::string& step_dir, const std::string& fname) {
-  try {
-    const json m = read_json_file((fs::path(step_dir) / kManifest).string());
-    return check_file(step_dir, fname, m.at("files").at(fname), true, /*defer_data=*/true);
-  } catch (const std::exception& e) {
-    return fname + ": " + e.what();
-  }
 }
 
 CheckpointManager::Scan CheckpointManager::scan(bool checksums) const {

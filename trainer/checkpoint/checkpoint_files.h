@@ -1,8 +1,11 @@
-// Names of the files inside a checkpoint step directory and the JSON reader shared by the checkpoint writer
-// and manager (checkpoint.cpp) and the reader (checkpoint_reader.cpp). Internal to trainer/.
+// Names of the files inside a checkpoint step directory and the small helpers (JSON reader, CRC text, step directory
+// names) shared by the checkpoint writer and manager (checkpoint.cpp, checkpoint_verify.cpp) and the reader
+// (checkpoint_reader.cpp). Internal to trainer/.
 #pragma once
 
 #include <nlohmann/json.hpp>
+
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,5 +29,11 @@ std::vector<std::pair<std::string, std::vector<std::string>>> model_part_index(c
 
 // Parses a JSON file; a missing or malformed file is an error naming it.
 nlohmann::json read_json_file(const std::string& path);
+
+// A CRC-32 as the manifest writes it: 8 lower-case hex digits.
+std::string hex32(uint32_t v);
+
+// Parses "step-<digits>" exactly; -1 otherwise.
+int64_t parse_step_dir(const std::string& name);
 
 }  // namespace gmod::checkpoint_files

@@ -26,4 +26,10 @@ uint32_t crc32_file(const std::string& path, uint64_t* size_out = nullptr);
 uint32_t crc32_file_with_known(const std::string& path, std::vector<KnownCrcRegion> known,
                                uint64_t* size_out = nullptr, bool* used_regions = nullptr);
 
+// Reads [offset, offset + bytes) of `path` into dst and returns its CRC-32, each 1 MiB piece checksummed right after
+// it is read, while it is still in the CPU's cache (one pass over memory, not a read and then a second pass); large
+// regions in parallel ranges (joined with crc32_combine: the value of one sequential pass). A resume reads each
+// contiguous dataset this way. Throws naming the file when it cannot be read or ends early.
+uint32_t read_file_region_crc(const std::string& path, uint64_t offset, uint64_t bytes, void* dst);
+
 }  // namespace gmod
