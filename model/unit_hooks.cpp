@@ -6,6 +6,7 @@
 #include "model/convnext.h"
 #include "model/decoder_layer.h"
 #include "model/qwen2_5_vl_vision.h"
+#include "model/qwen3_vl_vision.h"
 
 namespace gmod {
 
@@ -29,8 +30,9 @@ std::vector<std::shared_ptr<torch::nn::Module>> hooked_units(torch::nn::Module& 
       convnext.push_back(m);
     else if (std::dynamic_pointer_cast<ClipEncoderLayer>(m))
       clip.push_back(m);
-    else if (std::dynamic_pointer_cast<Qwen25VisionBlock>(m) || std::dynamic_pointer_cast<Qwen25VisionMerger>(m))
-      qwen_vision.push_back(m);  // blocks, then the merger: named_modules lists them in that order
+    else if (std::dynamic_pointer_cast<Qwen25VisionBlock>(m) || std::dynamic_pointer_cast<Qwen25VisionMerger>(m) ||
+             std::dynamic_pointer_cast<Qwen3VisionBlock>(m) || std::dynamic_pointer_cast<Qwen3VisionMerger>(m))
+      qwen_vision.push_back(m);  // blocks, then the merger(s): named_modules lists them in that order
     else if (std::dynamic_pointer_cast<DecoderBlock>(m))
       decoder.push_back(m);
     else

@@ -1,0 +1,218 @@
+// Qwen3-VL against transformers on committed fixtures (tests/fixtures/make_qwen3_vl_fixtures.py, transformers
+// 5.24.0's Qwen3VLForConditionalGeneration at tiny random weights), loaded from the directory save_pretrained
+// wrote: the M-RoPE position ids exactly (get_rope_index), the interleaved cos/sin tables within 1e-6, the vision
+// encoder's merged and DeepStack features within 1e-5 max abs, and the whole model's logits (1e-5 max abs on real
+// tokens), loss (1e-5) and every parameter's gradient (1e-4 relative L2): the bounds of test_qwen2_5_vl.cpp and
+// test_hf_parity.cpp. The batch: two images of different grids (1x8x12, 1x4x4) in one row, a left-padded row with
+// a 1x4x8 image, a right-padded text-only row.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <iostream>
+#include <map>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/hf_names.h"
+#include "model/json_file.h"
+#include "model/llava.h"
+#include "model/mrope.h"
+#include "model/pretrained.h"
+#include "model/qwen3_vl_vision.h"
+#include "model/safetensors.h"
+#include "tests/common/paths.h"
+
+using namespace gmod;
+
+namespace {
+
+std::string full_dir() { return test::fixture("qwen3_vl/full"); }
+
+ModelInputs full_inputs(const SafetensorsFile& ref) {
+  ModelInputs in;
+  in.input_ids = ref.tensor("input.input_ids").clone();
+  in.attention_mask = ref.tensor("input.attention_mask").to(at::kBool);
+  in.labels = ref.tensor("input.labels").clone();
+  in.pixel_values = ref.tensor("input.pixel_values").clone();
+  in.image_grid_thw = ref.tensor("input.image_grid_thw").clone();
+  return in;
+}
+
+double max_abs_on_valid(const at::Tensor& a, const at::Tensor& b, const at::Tensor& valid) {
+  return (a - b).abs().masked_select(valid.unsqueeze(-1).expand_as(a)).max().item<double>();
+}
+
+TEST(Qwen3VLConfig, ReadsTheFixtureConfig) {
+  const auto c = load_model_config(full_dir());
+  ASSERT_TRUE(c.qwen3_vision);
+  EXPECT_FALSE(c.qwen_vision);
+  EXPECT_FALSE(c.vision);
+  EXPECT_EQ(c.text.family, LlmFamily::kQwen2);
+  EXPECT_TRUE(c.text.qk_norm);
+  EXPECT_FALSE(c.text.qkv_bias);
+  EXPECT_FALSE(c.text.attention_bias);
+  EXPECT_EQ(c.text.dim_per_head(), 24);  // head_dim from the config, not hidden / heads (16)
+  EXPECT_TRUE(c.text.mrope_interleaved);
+  EXPECT_EQ(c.text.mrope_section, (std::vector<int64_t>{6, 3, 3}));
+  ASSERT_TRUE(c.mrope);
+  EXPECT_TRUE(c.mrope->interleaved);
+  EXPECT_EQ(c.mrope->head_dim, 24);
+  EXPECT_EQ(c.image_token_id, 60);
+  EXPECT_EQ(c.qwen3_vision->deepstack_visual_indexes, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(c.qwen3_vision->grid_side(), 4);
+  EXPECT_EQ(c.qwen3_vision->hidden_act, "gelu_pytorch_tanh");
+}
+
+TEST(Qwen3VLConfig, RejectsWhatItCannotComputeByName) {
+  const auto good = load_json_file(full_dir() + "/config.json");
+  auto message = [&](const std::function<void(nlohmann::json&)>& edit) -> std::string {
+    auto j = good;
+    edit(j);
+    try {
+      parse_model_config(j, "cfg.json");
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(message([](auto& j) { j["vision_config"]["num_position_embeddings"] = 15; })
+                .find("num_position_embeddings 15 is not a square"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& j) { j["vision_config"]["deepstack_visual_indexes"] = {0, 3}; })
+                .find("deepstack_visual_indexes holds 3, outside depth 3"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& j) { j["text_config"]["rope_parameters"]["mrope_interleaved"] = false; })
+                .find("mrope_interleaved false"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& j) { j["text_config"]["rope_parameters"]["mrope_section"] = {6, 3, 2}; })
+                .find("mrope_section"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& j) { j.erase("text_config"); }).find("missing object 'text_config'"), std::string::npos);
+  EXPECT_NE(message([](auto& j) { j["vision_config"]["hidden_act"] = "relu"; }).find("hidden_act 'relu'"),
+            std::string::npos);
+  EXPECT_EQ(message([](auto&) {}), "");
+}
+
+// Images' 3-D ids are Qwen2.5-VL's (model/mrope.h): transformers' Qwen3VLModel.get_rope_index gives the same.
+TEST(Qwen3VL, PositionIdsAndDeltasEqualGetRopeIndex) {
+  const auto c = load_model_config(full_dir());
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  const auto r = mrope_positions(ref.tensor("input.input_ids"), ref.tensor("input.attention_mask"),
+                                 ref.tensor("input.image_grid_thw"), {}, {}, *c.mrope);
+  EXPECT_TRUE(r.positions.equal(ref.tensor("position_ids")));
+  EXPECT_TRUE(r.deltas.equal(ref.tensor("rope_deltas")));
+}
+
+// Interleaved M-RoPE (Qwen3VLTextRotaryEmbedding) within 1e-6; the plain sections of Qwen2.5-VL are far off.
+TEST(Qwen3VL, InterleavedCosSinMatchTransformers) {
+  const auto c = load_model_config(full_dir());
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  const auto pos = ref.tensor("position_ids");
+  auto [cos, sin] = MRotaryEmbedding(*c.mrope).cos_sin(pos, at::kFloat);
+  const double ec = (cos - ref.tensor("cos")).abs().max().item<double>(),
+               es = (sin - ref.tensor("sin")).abs().max().item<double>();
+  EXPECT_LT(ec, 1e-6);
+  EXPECT_LT(es, 1e-6);
+  std::cout << "Qwen3-VL M-RoPE: max cos diff " << ec << ", sin diff " << es << "\n";
+  auto plain = *c.mrope;
+  plain.interleaved = false;
+  auto [pc, ps] = MRotaryEmbedding(plain).cos_sin(pos, at::kFloat);
+  EXPECT_GT((pc - ref.tensor("cos")).abs().max().item<double>(), 0.1);
+}
+
+TEST(Qwen3VL, VisionFeaturesAndDeepStackMatchTransformers) {
+  auto model = load_pretrained(full_dir());
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  at::NoGradGuard ng;
+  std::vector<at::Tensor> deepstack;
+  auto out = model->vision->token_features_stacked(ref.tensor("input.pixel_values"), ref.tensor("input.image_grid_thw"),
+                                                    deepstack);
+  ASSERT_EQ(out.sizes(), ref.tensor("vision.output").sizes());
+  const double e = (out - ref.tensor("vision.output")).abs().max().item<double>();
+  EXPECT_LT(e, 1e-5);
+  std::cout << "Qwen3-VL vision: max feature diff " << e;
+  ASSERT_EQ(deepstack.size(), 2u);
+  for (size_t j = 0; j < deepstack.size(); ++j) {
+    const auto r = ref.tensor("vision.deepstack." + std::to_string(j));
+    ASSERT_EQ(deepstack[j].sizes(), r.sizes());
+    const double ej = (deepstack[j] - r).abs().max().item<double>();
+    EXPECT_LT(ej, 1e-5) << "DeepStack level " << j;
+    std::cout << ", DeepStack " << j << " " << ej;
+  }
+  std::cout << "\n";
+}
+
+// Qwen3VLForConditionalGeneration as gmod's MultimodalLM: logits within 1e-5 on real tokens, loss within 1e-5,
+// every parameter's gradient within 1e-4 relative L2 (1e-8 absolute floor as test_hf_parity.cpp), every parameter
+// covered.
+TEST(Qwen3VL, LogitsLossAndEveryGradientMatchTransformers) {
+  auto model = load_pretrained(full_dir());
+  ASSERT_TRUE(model->vision);
+  EXPECT_FALSE(model->projector);
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  auto in = full_inputs(ref);
+  auto out = model->forward(in);
+  const double logit_err = max_abs_on_valid(out.logits, ref.tensor("logits"), in.attention_mask);
+  EXPECT_LT(logit_err, 1e-5) << "max abs logit difference";
+  EXPECT_NEAR(out.lm_loss.item<double>(), ref.tensor("loss").item<double>(), 1e-5);
+  out.lm_loss.backward();
+  auto params = model->named_parameters();
+  std::map<std::string, bool> covered;
+  for (const auto& p : params) covered[p.key()] = false;
+  int compared = 0;
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& name : ref.names()) {
+    if (name.rfind("grad.", 0) != 0) continue;
+    const auto g = hf_to_gmod(name.substr(5));
+    if (!g || !params.contains(*g)) {
+      ADD_FAILURE() << "transformers parameter " << name.substr(5) << " has no gmod parameter";
+      continue;
+    }
+    EXPECT_FALSE(covered[*g]) << *g << " covered twice";
+    covered[*g] = true;
+    const auto& grad = params[*g].grad();
+    if (!grad.defined()) {
+      ADD_FAILURE() << *g << " has no gradient in gmod";
+      continue;
+    }
+    const auto r = ref.tensor(name);
+    const double diff = (grad - r).norm().item<double>(), rel = diff / std::max(r.norm().item<double>(), 1e-30);
+    EXPECT_TRUE(rel < 1e-4 || diff < 1e-8) << "gradient of " << *g << ": relative L2 difference " << rel;
+    if (diff >= 1e-8 && rel > worst) worst = rel, worst_name = *g;
+    ++compared;
+  }
+  for (const auto& [g, seen] : covered) EXPECT_TRUE(seen) << "gmod parameter " << g << " has no reference";
+  EXPECT_EQ(compared, load_json_file(full_dir() + "/reference.json").at("gradients").get<int>());
+  std::cout << "Qwen3-VL: max logit diff " << logit_err << ", loss " << out.lm_loss.item<double>() << " vs "
+            << ref.tensor("loss").item<double>() << ", worst relative gradient diff " << worst << " (" << worst_name
+            << ")\n";
+}
+
+// save_pretrained writes Qwen3VLForConditionalGeneration's layout (model.visual.*, model.language_model.*,
+// lm_head.*; text_config with interleaved M-RoPE, vision_config with deepstack_visual_indexes): the tensor names
+// are exactly those transformers' save_pretrained wrote for the fixture, and the directory loads back to bitwise
+// the same logits.
+TEST(Qwen3VL, SavePretrainedWritesTransformersNamesAndLoadsBack) {
+  auto model = load_pretrained(full_dir());
+  test::TempDir tmp;
+  const auto dir = tmp.str("export");
+  save_pretrained(*model, dir);
+  std::set<std::string> ours, theirs;
+  for (const auto& n : SafetensorsFile(dir + "/model.safetensors").names()) ours.insert(n);
+  for (const auto& n : SafetensorsFile(full_dir() + "/model.safetensors").names()) theirs.insert(n);
+  EXPECT_EQ(ours, theirs);
+  const auto cfg = load_json_file(dir + "/config.json");
+  EXPECT_EQ(cfg.at("architectures").at(0).get<std::string>(), "Qwen3VLForConditionalGeneration");
+  EXPECT_EQ(cfg.at("text_config").at("model_type").get<std::string>(), "qwen3_vl_text");
+  EXPECT_TRUE(cfg.at("text_config").at("rope_parameters").at("mrope_interleaved").get<bool>());
+  EXPECT_EQ(cfg.at("vision_config").at("deepstack_visual_indexes").get<std::vector<int64_t>>(),
+            (std::vector<int64_t>{0, 2}));
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  at::NoGradGuard ng;
+  auto back = load_pretrained(dir);
+  EXPECT_TRUE(back->forward(full_inputs(ref)).logits.equal(model->forward(full_inputs(ref)).logits));
+}
+
+}  // namespace
