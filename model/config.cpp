@@ -85,11 +85,10 @@ void check_positive(std::vector<std::string>& errors, const std::string& where, 
   if (!(v > 0)) errors.push_back(where + "'" + name + "' must be positive, got " + num(v));
 }
 
-// Qwen3's text model (and Qwen3-VL's) is the Qwen family's (its chat template, its vocabulary) with q_norm / k_norm
-// and no default q/k/v biases: LlamaConfig::qk_norm within LlmFamily::kQwen2.
-bool is_qwen3_type(const std::string& type) {
-  return type == "qwen3" || type == "qwen3_vl" || type == "qwen3_vl_text";
-}
+// Qwen3-VL's text model is the Qwen family's (its chat template, its vocabulary) with q_norm / k_norm and no default
+// q/k/v biases: LlamaConfig::qk_norm within LlmFamily::kQwen2. Text-only Qwen3 (model_type qwen3) is the same
+// decoder but has no parity check of its own yet, so it stays refused.
+bool is_qwen3_type(const std::string& type) { return type == "qwen3_vl" || type == "qwen3_vl_text"; }
 
 // model_type -> family. Original LLaVA's and Mini-Gemini's top-level configs name the LLM inside theirs (llava,
 // llava_llama, llava_mistral, llava_qwen; mgm = MGMLlamaForCausalLM, mgm_mistral).
