@@ -1,5 +1,6 @@
 #include "model/unit_hooks.h"
 
+#include <algorithm>
 #include <string>
 
 #include "model/clip.h"
@@ -30,9 +31,19 @@ std::vector<std::shared_ptr<torch::nn::Module>> hooked_units(torch::nn::Module& 
       convnext.push_back(m);
     else if (std::dynamic_pointer_cast<ClipEncoderLayer>(m))
       clip.push_back(m);
-    else if (std::dynamic_pointer_cast<Qwen25VisionBlock>(m) || std::dynamic_pointer_cast<Qwen25VisionMerger>(m) ||
-             std::dynamic_pointer_cast<Qwen3VisionBlock>(m) || std::dynamic_pointer_cast<Qwen3VisionMerger>(m))
-      qwen_vision.push_back(m);  // blocks, then the merger(s): named_modules lists them in that order
+    else if (std::dynamic_pointer_cast<Qwen25VisionBlock>(m) || std::dynamic_pointer_cast<Qwen25VisionMerger>(m))
+      qwen_vision.push_back(m);  // blocks, then the merger: named_modules lists them in that order
+    else if (auto q3 = std::dynamic_pointer_cast<Qwen3VisionEncoder>(m)) {
+      // In the order they run (ZeRO-3 gathers in forward order): each block, the DeepStack merger that reads it,
+      // then the merger. named_modules lists the DeepStack mergers last.
+      const auto& idx = q3->config.deepstack_visual_indexes;
+      for (size_t i = 0; i < q3->blocks.size(); ++i) {
+        qwen_vision.push_back(q3->blocks[i]);
+        const auto at = std::find(idx.begin(), idx.end(), static_cast<int64_t>(i));
+        if (at != idx.end()) qwen_vision.push_back(q3->deepstack_mergers[static_cast<size_t>(at - idx.begin())]);
+      }
+      qwen_vision.push_back(q3->merger);
+    }
     else if (std::dynamic_pointer_cast<DecoderBlock>(m))
       decoder.push_back(m);
     else

@@ -21,6 +21,8 @@
 #include "model/pretrained.h"
 #include "model/qwen3_vl_vision.h"
 #include "model/safetensors.h"
+#include "model/unit_hooks.h"
+#include "model/activation_checkpoint.h"
 #include "tests/common/paths.h"
 
 using namespace gmod;
@@ -188,6 +190,44 @@ TEST(Qwen3VL, LogitsLossAndEveryGradientMatchTransformers) {
   std::cout << "Qwen3-VL: max logit diff " << logit_err << ", loss " << out.lm_loss.item<double>() << " vs "
             << ref.tensor("loss").item<double>() << ", worst relative gradient diff " << worst << " (" << worst_name
             << ")\n";
+}
+
+struct RecordingHooks : UnitHooks {
+  void pre_forward(const torch::nn::Module& unit) override { order.push_back(&unit); }
+  at::Tensor post_forward(const torch::nn::Module&, const at::Tensor& out) override { return out; }
+  std::vector<const torch::nn::Module*> order;
+};
+
+// ZeRO-3 gathers the hooked units in forward order: the encoder's blocks with each DeepStack merger right after the
+// block it reads (not where named_modules lists it), then the merger, then the decoder layers; a forward runs
+// exactly those, in that order, with and without activation checkpointing.
+TEST(Qwen3VL, ZeRO3UnitsAreListedInTheOrderTheyRun) {
+  auto model = load_pretrained(full_dir());
+  std::map<const torch::nn::Module*, std::string> name_of;
+  for (const auto& m : model->named_modules()) name_of[m.value().get()] = m.key();
+  std::vector<std::string> names;
+  for (const auto& u : hooked_units(*model)) names.push_back(name_of.at(u.get()));
+  const std::vector<std::string> expected = {"vision.blocks.0", "vision.deepstack_merger_list.0", "vision.blocks.1",
+                                             "vision.blocks.2", "vision.deepstack_merger_list.1", "vision.merger",
+                                             "llm.layers.0", "llm.layers.1", "llm.layers.2"};
+  EXPECT_EQ(names, expected);
+  SafetensorsFile ref(full_dir() + "/reference.safetensors");
+  for (const bool ck : {false, true}) {
+    model->llm->activation_checkpointing = parse_activation_checkpointing(ck ? "full" : "none");
+    model->vision->set_activation_checkpointing(ck);
+    RecordingHooks hooks;
+    set_unit_hooks(&hooks);
+    auto out = model->forward(full_inputs(ref));
+    set_unit_hooks(nullptr);
+    std::vector<std::string> ran;
+    for (const auto* u : hooks.order) ran.push_back(name_of.count(u) ? name_of.at(u) : "(not a module)");
+    EXPECT_EQ(ran, expected) << "checkpointing " << ck;
+    if (ck) {  // recomputed blocks give bitwise the loss of the plain forward
+      model->llm->activation_checkpointing = parse_activation_checkpointing("none");
+      model->vision->set_activation_checkpointing(false);
+      EXPECT_TRUE(out.lm_loss.equal(model->forward(full_inputs(ref)).lm_loss));
+    }
+  }
 }
 
 // save_pretrained writes Qwen3VLForConditionalGeneration's layout (model.visual.*, model.language_model.*,
