@@ -66,6 +66,37 @@ TEST(Qwen3VLConfig, ReadsTheFixtureConfig) {
   EXPECT_EQ(c.qwen3_vision->hidden_act, "gelu_pytorch_tanh");
 }
 
+// The published files' layout (Qwen/Qwen3-VL-2B-Instruct's config.json fields): M-RoPE under text_config.rope_scaling
+// with rope_theta beside it, the vision model_type "qwen3_vl", tied embeddings at the top.
+TEST(Qwen3VLConfig, ReadsThePublishedLayout) {
+  const auto j = nlohmann::json::parse(R"({
+    "architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", "image_token_id": 151655,
+    "video_token_id": 151656, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+    "tie_word_embeddings": true,
+    "text_config": {"attention_bias": false, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
+      "intermediate_size": 6144, "max_position_embeddings": 262144, "model_type": "qwen3_vl_text",
+      "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+      "rope_scaling": {"mrope_interleaved": true, "mrope_section": [24, 20, 20], "rope_type": "default"},
+      "rope_theta": 5000000, "vocab_size": 151936},
+    "vision_config": {"deepstack_visual_indexes": [5, 11, 17], "depth": 24, "hidden_act": "gelu_pytorch_tanh",
+      "hidden_size": 1024, "in_channels": 3, "initializer_range": 0.02, "intermediate_size": 4096,
+      "model_type": "qwen3_vl", "num_heads": 16, "num_position_embeddings": 2304, "out_hidden_size": 2048,
+      "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}})");
+  const auto c = parse_model_config(j, "config.json");
+  ASSERT_TRUE(c.qwen3_vision && c.mrope);
+  EXPECT_TRUE(c.text.tie_word_embeddings);
+  EXPECT_TRUE(c.text.qk_norm);
+  EXPECT_EQ(c.text.dim_per_head(), 128);
+  EXPECT_EQ(c.text.num_key_value_heads, 8);
+  EXPECT_DOUBLE_EQ(c.text.rope_theta, 5e6);
+  EXPECT_DOUBLE_EQ(c.mrope->rope_theta, 5e6);
+  EXPECT_TRUE(c.mrope->interleaved);
+  EXPECT_EQ(c.mrope->mrope_section, (std::vector<int64_t>{24, 20, 20}));
+  EXPECT_EQ(c.qwen3_vision->grid_side(), 48);
+  EXPECT_EQ(c.qwen3_vision->deepstack_visual_indexes, (std::vector<int64_t>{5, 11, 17}));
+  EXPECT_EQ(c.image_token_id, 151655);
+}
+
 TEST(Qwen3VLConfig, RejectsWhatItCannotComputeByName) {
   const auto good = load_json_file(full_dir() + "/config.json");
   auto message = [&](const std::function<void(nlohmann::json&)>& edit) -> std::string {
