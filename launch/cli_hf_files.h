@@ -28,8 +28,9 @@ inline void write_hf_side_files(const MultimodalLM& m, const std::vector<std::st
               << " has weights and config only (copy a tokenizer in and rerun for the processor files)\n";
     return;
   }
-  if (m.config.qwen_vision) {  // the processor files written below are LLaVA's; Qwen2.5-VL's are the source's
-    std::cout << "note: Qwen2.5-VL: the source's processor and tokenizer files are copied as they are\n";
+  if (m.config.qwen_vision || m.config.qwen3_vision) {  // the processor files below are LLaVA's; Qwen-VL's: the source's
+    std::cout << "note: " << (m.config.qwen3_vision ? "Qwen3-VL" : "Qwen2.5-VL")
+              << ": the source's processor and tokenizer files are copied as they are\n";
     return;
   }
   HfProcessorSpec spec;

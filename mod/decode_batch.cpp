@@ -183,7 +183,11 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
     st.mrope_positions = mrope;
     st.token_roles = prompt.token_roles;
     if (opt_.use_cache) st.caches = &fresh;
-    auto h = model_.llm->forward(model_.embed_inputs(prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw), st);
+    std::vector<at::Tensor> deepstack;  // Qwen3-VL: added to the first layers at the image positions
+    auto emb = model_.embed_inputs(prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw, {}, &deepstack);
+    st.deepstack = deepstack;
+    if (!deepstack.empty()) st.visual_mask = prompt.input_ids == model_.config.image_token_id;
+    auto h = model_.llm->forward(emb, st);
     const auto last_at = mask.sum(1);  // right padding: each row's last prompt token
     auto last = h.gather(1, (last_at - 1).view({B, 1, 1}).expand({B, 1, h.size(2)})).squeeze(1);
     out.logits = model_.logits(last);
@@ -310,7 +314,11 @@ at::Tensor DecodeBatch::recompute_step(const at::Tensor& tokens, const at::Tenso
   prepare_forward_state(st, ids_, full_mask_, full_positions_);
   st.mrope_positions = full_mrope_;
   st.token_roles = roles_;
-  return model_.llm->forward(model_.embed_inputs(ids_, pixel_values_, grid_thw_), st).select(1, ids_.size(1) - 1);
+  std::vector<at::Tensor> deepstack;
+  auto emb = model_.embed_inputs(ids_, pixel_values_, grid_thw_, {}, &deepstack);
+  st.deepstack = deepstack;
+  if (!deepstack.empty()) st.visual_mask = ids_ == model_.config.image_token_id;
+  return model_.llm->forward(emb, st).select(1, ids_.size(1) - 1);
 }
 
 void DecodeBatch::release(int64_t row) {

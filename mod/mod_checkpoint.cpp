@@ -69,7 +69,8 @@ void save_mod_pretrained(const MultimodalLM& model, const MoDConfig& cfg, const 
     save_pretrained(model, dir);
     return;
   }
-  const auto layout = model.config.qwen_vision        ? HfLayout::kQwen25VL
+  const auto layout = model.config.qwen3_vision       ? HfLayout::kQwen3VL
+                      : model.config.qwen_vision       ? HfLayout::kQwen25VL
                       : model.config.original_layout() ? HfLayout::kLlavaHr
                       : model.vision                   ? HfLayout::kLlava
                                                        : HfLayout::kLlama;
@@ -152,7 +153,8 @@ std::shared_ptr<MultimodalLM> load_mod_pretrained(const std::string& dir, at::Sc
     std::string m;
     for (int l : mc->mod_layers)
       m += (m.empty() ? "" : ", ") +
-           (prefix.empty() ? hf_router_name(l, model->config.qwen_vision ? HfLayout::kQwen25VL
+           (prefix.empty() ? hf_router_name(l, model->config.qwen3_vision  ? HfLayout::kQwen3VL
+                                                   : model->config.qwen_vision ? HfLayout::kQwen25VL
                                                    : model->config.original_layout() ? HfLayout::kLlavaHr
                                                    : model->vision                  ? HfLayout::kLlava
                                                                                     : HfLayout::kLlama)

@@ -85,6 +85,11 @@ void check_positive(std::vector<std::string>& errors, const std::string& where, 
   if (!(v > 0)) errors.push_back(where + "'" + name + "' must be positive, got " + num(v));
 }
 
+// Qwen3-VL's text model is the Qwen family's (its chat template, its vocabulary) with q_norm / k_norm and no default
+// q/k/v biases: LlamaConfig::qk_norm within LlmFamily::kQwen2. Text-only Qwen3 (model_type qwen3) is the same
+// decoder but has no parity check of its own yet, so it stays refused.
+bool is_qwen3_type(const std::string& type) { return type == "qwen3_vl" || type == "qwen3_vl_text"; }
+
 // model_type -> family. Original LLaVA's and Mini-Gemini's top-level configs name the LLM inside theirs (llava,
 // llava_llama, llava_mistral, llava_qwen; mgm = MGMLlamaForCausalLM, mgm_mistral).
 LlmFamily parse_family(const nlohmann::json& j, const std::string& where, std::vector<std::string>& errors) {
@@ -92,7 +97,7 @@ LlmFamily parse_family(const nlohmann::json& j, const std::string& where, std::v
   Reader{j, where, errors}.optional("model_type", type);
   // Qwen2.5-VL's text model is Qwen2 with M-RoPE (its top-level config is the text config in the published files).
   if (type == "qwen2" || type == "llava_qwen" || type == "llava_qwen2" || type == "qwen2_5_vl" ||
-      type == "qwen2_5_vl_text")
+      type == "qwen2_5_vl_text" || is_qwen3_type(type))
     return LlmFamily::kQwen2;
   if (type == "mistral" || type == "llava_mistral" || type == "mgm_mistral") return LlmFamily::kMistral;
   // γ-MoD's own: mod_llava_llama (LLaVA-1.5 / LLaVA-HR based), mod_mgm (Mini-Gemini based), both LLaMA. Other
@@ -150,7 +155,14 @@ void apply_family_fields(const nlohmann::json& j, const std::string& where, Llam
       r.optional("mlp_bias", c.mlp_bias);
       break;
     case LlmFamily::kQwen2: {
-      c.qkv_bias = true;
+      std::string type;
+      if (j.contains("model_type") && j["model_type"].is_string()) type = j["model_type"];
+      if (is_qwen3_type(type)) {  // Qwen3: q_norm / k_norm; attention_bias puts biases on all four projections
+        c.qk_norm = true;
+        r.optional("attention_bias", c.attention_bias);
+      } else {
+        c.qkv_bias = true;
+      }
       bool window = false;
       r.optional("use_sliding_window", window);
       bool sliding_layers = false;
@@ -207,6 +219,7 @@ LlamaConfig parse_llama_config(const nlohmann::json& j, const std::string& where
       else
         for (const auto& v : j[key]["mrope_section"]) c.mrope_section.push_back(v.get<int64_t>());
     }
+    Reader{j[key], where + key + ": ", errors}.optional("mrope_interleaved", c.mrope_interleaved);
     break;
   }
   r.optional("max_position_embeddings", c.max_position_embeddings);
@@ -360,6 +373,58 @@ void parse_qwen2_5_vl(const nlohmann::json& j, const std::string& where, LlavaCo
     errors.push_back(where + "the text model has no mrope_section matching the model's");
 }
 
+// Qwen3VLForConditionalGeneration: the Qwen3 text model (q_norm / k_norm) with interleaved M-RoPE in text_config,
+// the vision encoder with DeepStack, no projector.
+void parse_qwen3_vl(const nlohmann::json& j, const std::string& where, LlavaConfig& c,
+                    std::vector<std::string>& errors) {
+  if (!j.contains("text_config") || !j["text_config"].is_object()) {
+    errors.push_back(where + "missing object 'text_config' (Qwen3-VL keeps its text model there)");
+    return;
+  }
+  nlohmann::json text = j["text_config"];
+  if (!text.contains("model_type")) text["model_type"] = "qwen3_vl_text";
+  if (!is_qwen3_type(text["model_type"].is_string() ? text["model_type"].get<std::string>() : ""))
+    errors.push_back(where + "text_config: model_type " + text["model_type"].dump() + " is not qwen3_vl_text");
+  c.text = parse_llama_config(text, where + "text_config: ", errors);
+  if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
+      !j["text_config"].contains("tie_word_embeddings"))
+    c.text.tie_word_embeddings = j["tie_word_embeddings"];
+  if (!j.contains("vision_config") || !j["vision_config"].is_object()) {
+    errors.push_back(where + "missing object 'vision_config'");
+    return;
+  }
+  try {
+    c.qwen3_vision = Qwen3VisionConfig::from_json(j["vision_config"], where + "vision_config");
+    c.mrope = MRopeConfig::from_json(j, where.substr(0, where.size() - 2));
+  } catch (const std::exception& e) {
+    errors.push_back(e.what());
+    return;
+  }
+  // transformers' Qwen3VLTextRotaryEmbedding always interleaves (it ignores the flag); a file that says otherwise
+  // describes a model gmod would not compute as the checkpoint was trained.
+  if (text.contains("rope_parameters") || text.contains("rope_scaling")) {
+    const auto& r = text.contains("rope_parameters") && text["rope_parameters"].is_object() ? text["rope_parameters"]
+                                                                                             : text["rope_scaling"];
+    if (r.is_object() && r.contains("mrope_interleaved") && r["mrope_interleaved"] == false)
+      errors.push_back(where + "text_config: mrope_interleaved false is not Qwen3-VL's M-RoPE (transformers "
+                       "always interleaves the axes)");
+  }
+  c.text.mrope_interleaved = true;
+  c.mrope->interleaved = true;
+  c.image_token_id = static_cast<int>(c.mrope->image_token_id);
+  if (c.image_token_id < 0 || c.image_token_id >= c.text.vocab_size)
+    errors.push_back(where + "image_token_id " + std::to_string(c.image_token_id) + " is outside the vocabulary");
+  if (c.qwen3_vision->out_hidden_size != c.text.hidden_size)
+    errors.push_back(where + "vision_config.out_hidden_size " + std::to_string(c.qwen3_vision->out_hidden_size) +
+                     " differs from the text model's hidden_size " + std::to_string(c.text.hidden_size));
+  if (c.text.mrope_section != c.mrope->mrope_section)
+    errors.push_back(where + "text_config has no mrope_section matching the model's");
+  if (static_cast<int64_t>(c.qwen3_vision->deepstack_visual_indexes.size()) > c.text.num_hidden_layers)
+    errors.push_back(where + "vision_config.deepstack_visual_indexes has " +
+                     std::to_string(c.qwen3_vision->deepstack_visual_indexes.size()) +
+                     " entries, more than the text model's " + std::to_string(c.text.num_hidden_layers) + " layers");
+}
+
 }  // namespace
 
 LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& source) {
@@ -371,6 +436,10 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
   if (j.contains("model_type") && j["model_type"].is_string()) top_type = j["model_type"];
   if (top_type == "qwen2_5_vl") {  // Qwen2.5-VL: text fields in text_config (transformers 5) or at the top
     parse_qwen2_5_vl(j, where, c, errors);
+  } else if (top_type == "qwen3_vl") {
+    parse_qwen3_vl(j, where, c, errors);
+  } else if (top_type == "qwen3_vl_moe") {
+    errors.push_back(where + "model_type qwen3_vl_moe (Qwen3-VL's mixture-of-experts text model) is not supported");
   } else if (j.contains("text_config")) {  // transformers LlavaForConditionalGeneration
     if (!j["text_config"].is_object()) errors.push_back(where + "text_config is not an object");
     else c.text = parse_llama_config(j["text_config"], where + "text_config: ", errors);
@@ -537,7 +606,10 @@ nlohmann::json llama_config_to_json(const LlamaConfig& c) {
       j["attention_bias"] = c.attention_bias;
       j["mlp_bias"] = c.mlp_bias;
       break;
-    case LlmFamily::kQwen2: j["use_sliding_window"] = false; break;
+    case LlmFamily::kQwen2:
+      j["use_sliding_window"] = false;
+      if (c.qk_norm) j["model_type"] = "qwen3", j["attention_bias"] = c.attention_bias;
+      break;
     case LlmFamily::kMistral:
       j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
       break;

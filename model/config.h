@@ -13,6 +13,7 @@
 
 #include "model/anyres_grid.h"
 #include "model/qwen2_5_vl_config.h"
+#include "model/qwen3_vl_config.h"
 
 namespace gmod {
 
@@ -54,6 +55,13 @@ struct LlamaConfig {
   // Qwen2.5-VL's M-RoPE (model/mrope.h): frequencies per position axis (t, h, w), summing to head_dim / 2; empty:
   // 1-D rotary. The decoder takes 3-D positions (ForwardState::mrope_positions) when this is set.
   std::vector<int64_t> mrope_section;
+  // Qwen3-VL's M-RoPE: the frequencies of the three axes interleave (index i % 3 == 1 turns with the height id and
+  // == 2 with the width id while i < 3 * that axis' section, every other with the temporal id) instead of lying in
+  // consecutive sections (rope_parameters.mrope_interleaved).
+  bool mrope_interleaved = false;
+  // Qwen3: an RMSNorm over each head's query and key (self_attn.q_norm / k_norm, weight [head_dim], eps rms_norm_eps)
+  // before the rotary; q/k/v/o biases only with attention_bias.
+  bool qk_norm = false;
   bool mlp_bias = false;
   double initializer_range = 0.02;
   int bos_token_id = 1;
@@ -139,6 +147,9 @@ struct LlavaConfig {
   // Qwen2.5-VL (model_type qwen2_5_vl): its vision encoder instead of `vision` (absent then), no projector, and the
   // 3-D rotary positions of image tokens (text.mrope_section, image_token_id).
   std::optional<Qwen25VisionConfig> qwen_vision;
+  // Qwen3-VL (model_type qwen3_vl): its vision encoder with DeepStack (model/qwen3_vl_vision.h) instead, the Qwen3
+  // text model (text.qk_norm) and interleaved M-RoPE (mrope->interleaved); `mrope` as Qwen2.5-VL's otherwise.
+  std::optional<Qwen3VisionConfig> qwen3_vision;
   std::optional<MRopeConfig> mrope;
   // LLaVA-NeXT (model/llava_next.h): every image is the base image plus a grid of tiles, packed with spatial_unpad
   // and the learned image_newline; absent: one square image per image.

@@ -48,6 +48,10 @@ struct ForwardState {
   // images; the rotary tables then come from these. Undefined: the tables come from `positions` (also M-RoPE's with
   // equal axes, i.e. text only).
   at::Tensor mrope_positions;
+  // Qwen3-VL's DeepStack: after decoder layer j < deepstack.size(), deepstack[j] [n_visual, D] is added to the
+  // hidden states at the positions where visual_mask [B, L] (bool) is true, in row-major order. Empty: none.
+  std::vector<at::Tensor> deepstack;
+  at::Tensor visual_mask;
   AttentionMask mask;      // full-sequence mask (undefined `allowed` = plain causal; `segments` for packed rows)
   // Packed rows (model/segments.h; also in `mask`): then host_role_counts has one row per segment, and MoD layers
   // route each segment as its own sample. segment_index / segment_slots: its view_index on the batch's device.

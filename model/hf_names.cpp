@@ -89,6 +89,11 @@ std::string gmod_to_hf(const std::string& name, HfLayout layout) {
     if (auto s = swap("llm.", "model.")) return *s;
     return name;  // lm_head.* and anything extra keep their names
   }
+  if (layout == HfLayout::kQwen3VL) {
+    if (auto s = swap("vision.", "model.visual.")) return *s;
+    if (auto s = swap("llm.", "model.language_model.")) return *s;
+    return name;  // lm_head.*
+  }
   if (layout == HfLayout::kQwen25VL) {
     if (auto s = swap("vision.", "visual.")) return *s;
     if (auto s = swap("llm.", "model.")) return *s;

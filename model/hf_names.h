@@ -22,7 +22,9 @@ bool hf_unused(const std::string& hf_name);
 
 // kQwen25VL: Qwen2_5_VLForConditionalGeneration's published checkpoint names, which transformers 5's
 // save_pretrained also writes (visual.*, model.* for the text model, lm_head.*).
-enum class HfLayout { kLlama, kLlava, kLlavaHr, kQwen25VL };
+// kQwen3VL: Qwen3VLForConditionalGeneration's (published and transformers 5's): model.visual.*,
+// model.language_model.*, lm_head.*.
+enum class HfLayout { kLlama, kLlava, kLlavaHr, kQwen25VL, kQwen3VL };
 std::string gmod_to_hf(const std::string& gmod_name, HfLayout layout);
 
 // MoD router tensors. Checkpoints carry one router per MoD layer i as `<layers prefix>.{i}.router.weight`

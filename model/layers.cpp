@@ -195,13 +195,19 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c)
   k_proj = register_module("k_proj", std::make_shared<LinearImpl>(c.hidden_size, n_kv_heads * head_dim, qkv_bias));
   v_proj = register_module("v_proj", std::make_shared<LinearImpl>(c.hidden_size, n_kv_heads * head_dim, qkv_bias));
   o_proj = register_module("o_proj", std::make_shared<LinearImpl>(n_heads * head_dim, c.hidden_size, c.attention_bias));
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", std::make_shared<RMSNormImpl>(head_dim, c.rms_norm_eps));
+    k_norm = register_module("k_norm", std::make_shared<RMSNormImpl>(head_dim, c.rms_norm_eps));
+  }
 }
 
 std::pair<at::Tensor, at::Tensor> AttentionImpl::rotated_qk(const at::Tensor& x, const at::Tensor& cos,
                                                             const at::Tensor& sin) {
   auto B = x.size(0), L = x.size(1);
-  auto q = lora_linear(*q_proj, x).view({B, L, n_heads, head_dim}).transpose(1, 2);
-  auto k = lora_linear(*k_proj, x).view({B, L, n_kv_heads, head_dim}).transpose(1, 2);
+  auto q = lora_linear(*q_proj, x).view({B, L, n_heads, head_dim});
+  auto k = lora_linear(*k_proj, x).view({B, L, n_kv_heads, head_dim});
+  if (q_norm) q = q_norm->forward(q), k = k_norm->forward(k);
+  q = q.transpose(1, 2), k = k.transpose(1, 2);
   return {apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)};
 }
 

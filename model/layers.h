@@ -93,6 +93,7 @@ class AttentionImpl : public torch::nn::Module {
   std::pair<at::Tensor, at::Tensor> rotated_qk(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
   std::shared_ptr<LinearImpl> q_proj, k_proj, v_proj, o_proj;
+  std::shared_ptr<RMSNormImpl> q_norm, k_norm;  // LlamaConfig::qk_norm (Qwen3): over each head, before the rotary
   int64_t n_heads, n_kv_heads, head_dim;
   // > 0: forward limits every query to this many keys ending at itself, by index within the sequence it is given
   // (callers that attend over a subset of a sequence's tokens must not rely on it; see MoDDecoderLayer).

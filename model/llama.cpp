@@ -32,7 +32,7 @@ LlamaModel::LlamaModel(const LlamaConfig& c) : config(c), rope(c.dim_per_head(),
   layers = register_module("layers", std::make_shared<BlockStack>());
   for (int i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<DenseDecoderLayer>(c));
   norm = register_module("norm", std::make_shared<RMSNormImpl>(c.hidden_size, c.rms_norm_eps));
-  if (!c.mrope_section.empty()) mrope.emplace(c.dim_per_head(), c.rope_theta, c.mrope_section);
+  if (!c.mrope_section.empty()) mrope.emplace(c.dim_per_head(), c.rope_theta, c.mrope_section, c.mrope_interleaved);
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& inputs_embeds, ForwardState& st) {
@@ -51,6 +51,10 @@ at::Tensor LlamaModel::forward(const at::Tensor& inputs_embeds, ForwardState& st
     h = run_unit(*block, [&] {
       return activation_checkpointing.applies(idx) ? checkpointed_forward(block, h, st, idx) : block->forward(h, st, idx);
     });
+    if (i < st.deepstack.size()) {  // DeepStack (Qwen3-VL): the visual positions get this level's features added
+      const auto m = st.visual_mask.unsqueeze(-1);
+      h = h + at::zeros_like(h).masked_scatter(m, st.deepstack[i].to(h.scalar_type()));
+    }
   }
   return norm->forward(h);
 }

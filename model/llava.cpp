@@ -53,7 +53,8 @@ void MultimodalLM::init_weights(uint64_t seed, const std::string& prefix) {
     }
     const double std = !vision_param ? config.text.initializer_range
                        : config.vision ? config.vision->initializer_range
-                                       : config.qwen_vision->initializer_range;
+                       : config.qwen_vision ? config.qwen_vision->initializer_range
+                                            : config.qwen3_vision->initializer_range;
     auto ends = [&](const char* s) {
       std::string suf(s);
       return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
@@ -75,7 +76,7 @@ at::Tensor MultimodalLM::image_features(const at::Tensor& pixel_values) {
 }
 
 at::Tensor MultimodalLM::image_token_features(const at::Tensor& pixel_values, const at::Tensor& grid_thw,
-                                              const at::Tensor& image_sizes) {
+                                              const at::Tensor& image_sizes, std::vector<at::Tensor>* deepstack) {
   if (!vision) throw std::invalid_argument("image inputs given to a model without a vision tower");
   if (config.anyres) {  // LLaVA-NeXT: project every tile's patches, then pack them per image with the newline
     if (!image_sizes.defined())
@@ -85,13 +86,15 @@ at::Tensor MultimodalLM::image_token_features(const at::Tensor& pixel_values, co
     return pack_anyres_features(f, image_sizes, *config.anyres, tile, side, image_newline);
   }
   if (image_sizes.defined()) throw std::invalid_argument("image_sizes given to a model without AnyRes");
-  auto h = vision->token_features(pixel_values, grid_thw);  // [T, Dv]
+  auto h = deepstack ? vision->token_features_stacked(pixel_values, grid_thw, *deepstack)
+                     : vision->token_features(pixel_values, grid_thw);  // [T, Dv]
   if (!projector) return h;
   return projector->forward(h.to(projector->linear_1->weight.scalar_type()));
 }
 
 at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values,
-                                      const at::Tensor& grid_thw, const at::Tensor& image_sizes) {
+                                      const at::Tensor& grid_thw, const at::Tensor& image_sizes,
+                                      std::vector<at::Tensor>* deepstack) {
   auto is_img = input_ids == config.image_token_id;  // [B, L]
   check_token_ids(input_ids, is_img);
   // A model composed from parts keeps the LLM's vocabulary and uses id vocab_size as the image placeholder (as
@@ -104,7 +107,10 @@ at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Ten
                                   ") but no images");
     return emb;
   }
-  auto feats = image_token_features(pixel_values, grid_thw, image_sizes).to(emb.scalar_type());  // [T, D]
+  if (!deepstack && config.qwen3_vision)  // a forward without them would silently compute another model
+    throw std::invalid_argument("Qwen3-VL: embedding images needs somewhere to put their DeepStack features "
+                                "(embed_inputs' deepstack argument, then ForwardState::deepstack)");
+  auto feats = image_token_features(pixel_values, grid_thw, image_sizes, deepstack).to(emb.scalar_type());  // [T, D]
   const int64_t n_pos = is_img.sum().item<int64_t>();
   if (n_pos != feats.size(0)) {
     std::ostringstream os;
@@ -213,7 +219,11 @@ at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) 
       st.mrope_positions = at::stack(axes);  // [3, B, L]
     }
   }
-  return llm->forward(embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw, in.image_sizes), st);
+  std::vector<at::Tensor> deepstack;
+  auto emb = embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw, in.image_sizes, &deepstack);
+  st.deepstack = deepstack;
+  st.visual_mask = deepstack.empty() ? at::Tensor() : in.input_ids == config.image_token_id;
+  return llm->forward(emb, st);
 }
 
 ModelOutput MultimodalLM::forward(const ModelInputs& in, ForwardState& st) {

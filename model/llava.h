@@ -53,8 +53,11 @@ class MultimodalLM : public torch::nn::Module {
 
   // Embeddings with image features spliced in: [B, L, D]. `grid_thw`: ModelInputs::image_grid_thw;
   // `image_sizes`: ModelInputs::image_sizes.
+  // `deepstack` (DeepStack towers, Qwen3-VL): receives the tower's DeepStack features of the image tokens
+  // (VisionTower::token_features_stacked), which the LLM adds to its first layers (ForwardState::deepstack).
   at::Tensor embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values,
-                          const at::Tensor& grid_thw = {}, const at::Tensor& image_sizes = {});
+                          const at::Tensor& grid_thw = {}, const at::Tensor& image_sizes = {},
+                          std::vector<at::Tensor>* deepstack = nullptr);
   // Throws a named std::invalid_argument (count, first id, sample and position) when an id that is not an image
   // position (`is_img`) lies outside [0, vocab_size). embed_inputs calls it: every command's forward is covered.
   void check_token_ids(const at::Tensor& input_ids, const at::Tensor& is_img) const;
@@ -62,7 +65,7 @@ class MultimodalLM : public torch::nn::Module {
   at::Tensor image_features(const at::Tensor& pixel_values);
   // Projected features of every image-token position, in order: [sum of tokens, D] (towers of variable grids).
   at::Tensor image_token_features(const at::Tensor& pixel_values, const at::Tensor& grid_thw,
-                                  const at::Tensor& image_sizes = {});
+                                  const at::Tensor& image_sizes = {}, std::vector<at::Tensor>* deepstack = nullptr);
   // The decoder's final-normed hidden states [B, L, D] for `in` (ForwardState prepared here, M-RoPE positions
   // included).
   at::Tensor hidden_states(const ModelInputs& in, ForwardState& st);

@@ -97,8 +97,9 @@ MRopePositions mrope_positions(const at::Tensor& input_ids, const at::Tensor& at
   return {positions.to(input_ids.device()), deltas.to(input_ids.device())};
 }
 
-MRotaryEmbedding::MRotaryEmbedding(int64_t head_dim, double theta, std::vector<int64_t> mrope_section)
-    : rotary_(head_dim, theta), section_(std::move(mrope_section)) {
+MRotaryEmbedding::MRotaryEmbedding(int64_t head_dim, double theta, std::vector<int64_t> mrope_section,
+                                   bool interleaved)
+    : rotary_(head_dim, theta), section_(std::move(mrope_section)), interleaved_(interleaved) {
   const int64_t sum = std::accumulate(section_.begin(), section_.end(), int64_t{0});
   if (section_.size() != 3 || sum * 2 != head_dim)
     throw std::invalid_argument(
@@ -112,6 +113,18 @@ std::pair<at::Tensor, at::Tensor> MRotaryEmbedding::cos_sin(const at::Tensor& po
   if (pos.dim() != 3 || pos.size(0) != 3)
     throw std::invalid_argument("MRotaryEmbedding: positions must be [3, B, L] or [B, L]");
   auto ang = pos.to(at::kFloat).unsqueeze(-1) * rotary_.inv_freq(pos.device());  // [3, B, L, Dh/2] fp32
+  if (interleaved_) {
+    const int64_t half = ang.size(-1);
+    std::vector<int64_t> axis_of(static_cast<size_t>(half), 0);
+    for (int64_t i = 0; i < half; ++i)
+      if (i % 3 == 1 && i < 3 * section_[1]) axis_of[size_t(i)] = 1;
+      else if (i % 3 == 2 && i < 3 * section_[2]) axis_of[size_t(i)] = 2;
+    // Frequency i takes its angle from row axis_of[i]: a gather over the axis dimension.
+    auto idx = at::tensor(axis_of, at::kLong).to(pos.device()).view({1, 1, 1, half}).expand({1, ang.size(1), ang.size(2), half});
+    auto a = ang.gather(0, idx).squeeze(0);  // [B, L, Dh/2]
+    auto cos = a.cos(), sin = a.sin();
+    return {at::cat({cos, cos}, -1).to(dtype), at::cat({sin, sin}, -1).to(dtype)};
+  }
   std::vector<at::Tensor> parts;
   int64_t at_ = 0;
   for (int64_t axis = 0; axis < 3; ++axis) {

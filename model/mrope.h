@@ -40,12 +40,14 @@ MRopePositions mrope_positions(const at::Tensor& input_ids, const at::Tensor& at
 
 // cos/sin tables for 3-D positions: frequency i of the first mrope_section[0] turns with the temporal id, the
 // next mrope_section[1] with the height id, the rest with the width id (the default inverse frequencies of
-// rope_theta).
+// rope_theta). Interleaved (Qwen3-VL): frequency i turns with the height id when i % 3 == 1 and
+// i < 3 * mrope_section[1], with the width id when i % 3 == 2 and i < 3 * mrope_section[2], else with the temporal
+// id (so the temporal axis holds the lowest frequencies' tail), as transformers' Qwen3VLTextRotaryEmbedding.
 class MRotaryEmbedding {
  public:
-  MRotaryEmbedding(int64_t head_dim, double theta, std::vector<int64_t> mrope_section);
+  MRotaryEmbedding(int64_t head_dim, double theta, std::vector<int64_t> mrope_section, bool interleaved = false);
   explicit MRotaryEmbedding(const MRopeConfig& c)
-      : MRotaryEmbedding(c.head_dim, c.rope_theta, c.mrope_section) {}
+      : MRotaryEmbedding(c.head_dim, c.rope_theta, c.mrope_section, c.interleaved) {}
   // positions [3, B, L] int64 (or [B, L]: the same id on all three axes) -> cos, sin [B, L, head_dim] in
   // `dtype`.
   std::pair<at::Tensor, at::Tensor> cos_sin(const at::Tensor& positions, at::ScalarType dtype) const;
@@ -53,6 +55,7 @@ class MRotaryEmbedding {
  private:
   RotaryEmbedding rotary_;
   std::vector<int64_t> section_;
+  bool interleaved_;
 };
 
 }  // namespace gmod

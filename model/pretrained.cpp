@@ -136,6 +136,45 @@ nlohmann::json qwen2_5_vl_config_json(const LlavaConfig& c, nlohmann::json text)
           {"tie_word_embeddings", c.text.tie_word_embeddings}};
 }
 
+// Qwen3VLForConditionalGeneration's config.json as transformers 5's save_pretrained writes it: the Qwen3 text model
+// under text_config (model_type qwen3_vl_text, interleaved M-RoPE in rope_parameters, head_dim), the encoder's
+// vision_config with deepstack_visual_indexes, the image and video token ids. vision_start/end_token_id are not held
+// by gmod: transformers' defaults stand.
+nlohmann::json qwen3_vl_config_json(const LlavaConfig& c, nlohmann::json text) {
+  const Qwen3VisionConfig& v = *c.qwen3_vision;
+  const MRopeConfig& r = *c.mrope;
+  text["model_type"] = "qwen3_vl_text";
+  text.erase("rope_theta");
+  text.erase("rope_scaling");
+  text.erase("use_sliding_window");
+  text["rope_parameters"] = {{"rope_type", "default"},
+                             {"rope_theta", r.rope_theta},
+                             {"mrope_section", r.mrope_section},
+                             {"mrope_interleaved", true}};
+  const nlohmann::json vision = {{"model_type", "qwen3_vl_vision"},
+                                 {"depth", v.depth},
+                                 {"hidden_size", v.hidden_size},
+                                 {"intermediate_size", v.intermediate_size},
+                                 {"num_heads", v.num_heads},
+                                 {"in_channels", v.in_channels},
+                                 {"out_hidden_size", v.out_hidden_size},
+                                 {"patch_size", v.patch_size},
+                                 {"temporal_patch_size", v.temporal_patch_size},
+                                 {"spatial_merge_size", v.spatial_merge_size},
+                                 {"num_position_embeddings", v.num_position_embeddings},
+                                 {"deepstack_visual_indexes", v.deepstack_visual_indexes},
+                                 {"hidden_act", v.hidden_act},
+                                 {"initializer_range", v.initializer_range},
+                                 {"rope_parameters", {{"rope_type", "axial"}, {"rope_theta", v.rope_theta}}}};
+  return {{"architectures", {"Qwen3VLForConditionalGeneration"}},
+          {"model_type", "qwen3_vl"},
+          {"text_config", text},
+          {"vision_config", vision},
+          {"image_token_id", r.image_token_id},
+          {"video_token_id", r.video_token_id},
+          {"tie_word_embeddings", c.text.tie_word_embeddings}};
+}
+
 }  // namespace
 
 void save_pretrained(const MultimodalLM& model, const std::string& dir,
@@ -146,8 +185,12 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
   fs::create_directories(dir);
   const bool llava = model.vision != nullptr;
   const bool hr = model.config.original_layout();  // LLaVA-HR, MGM: the original code's layout
-  const bool qwen = model.config.qwen_vision.has_value();
-  const auto layout = qwen ? HfLayout::kQwen25VL : hr ? HfLayout::kLlavaHr : llava ? HfLayout::kLlava : HfLayout::kLlama;
+  const bool qwen = model.config.qwen_vision.has_value(), qwen3 = model.config.qwen3_vision.has_value();
+  const auto layout = qwen3  ? HfLayout::kQwen3VL
+                      : qwen ? HfLayout::kQwen25VL
+                      : hr   ? HfLayout::kLlavaHr
+                      : llava ? HfLayout::kLlava
+                              : HfLayout::kLlama;
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   int64_t bytes = 0;
   for (const auto& p : model.named_parameters(true)) {
@@ -161,7 +204,10 @@ void save_pretrained(const MultimodalLM& model, const std::string& dir,
   nlohmann::json cfg;
   auto dtype = model.llm->embed_tokens.scalar_type();
   std::string dtype_name = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
-  if (qwen) {
+  if (qwen3) {
+    cfg = qwen3_vl_config_json(c, text);
+    cfg["torch_dtype"] = dtype_name;
+  } else if (qwen) {
     cfg = qwen2_5_vl_config_json(c, text);
     cfg["torch_dtype"] = dtype_name;
   } else if (hr) {

@@ -87,6 +87,7 @@ MRopeConfig MRopeConfig::from_json(const nlohmann::json& config, const std::stri
   if (!rope) rope = rope_object(config);
   if (!rope) throw std::invalid_argument(where + ": no mrope_section in rope_parameters or rope_scaling");
   c.mrope_section = rope->at("mrope_section").get<std::vector<int64_t>>();
+  if (rope->contains("mrope_interleaved")) c.interleaved = rope->at("mrope_interleaved").get<bool>();
   if (rope->contains("rope_theta"))
     c.rope_theta = rope->at("rope_theta").get<double>();
   else if (text.contains("rope_theta"))

@@ -37,9 +37,10 @@ struct MRopeConfig {
   std::vector<int64_t> mrope_section = {16, 24, 24};  // frequencies per axis (t, h, w); sums to head_dim / 2
   double rope_theta = 1e6;
   int64_t head_dim = 128;
+  bool interleaved = false;  // Qwen3-VL's mrope_interleaved (LlamaConfig::mrope_interleaved tells how)
   // From a Qwen2.5-VL config.json: token ids at the top, merge size and tokens_per_second in vision_config,
   // the section and theta in text_config.rope_parameters (transformers 5) or the top-level rope_scaling /
-  // rope_theta (the published checkpoints). `where` names the file in errors.
+  // rope_theta (the published checkpoints), mrope_interleaved beside mrope_section. `where` names the file in errors.
   static MRopeConfig from_json(const nlohmann::json& config, const std::string& where);
 };
 

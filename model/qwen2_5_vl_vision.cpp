@@ -23,6 +23,42 @@ at::Tensor rotate_half(const at::Tensor& x) {
 
 }  // namespace
 
+at::Tensor vision_segment_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const std::vector<int64_t>& segments, double scale, const std::string& who) {
+  const int64_t n = q.size(0), n_heads = q.size(1), head_dim = q.size(2);
+  // Segments of equal length run as one batch (gathered, then put back).
+  std::map<int64_t, std::vector<int64_t>> starts_by_len;
+  int64_t at_ = 0;
+  for (auto len : segments) {
+    if (len > 0) starts_by_len[len].push_back(at_);
+    at_ += len;
+  }
+  if (at_ != n)
+    throw std::logic_error(who + ": segments cover " + std::to_string(at_) + " of " + std::to_string(n) +
+                           " patches");
+  at::Tensor out;
+  if (starts_by_len.size() == 1 && starts_by_len.begin()->second.size() == 1) {
+    auto split = [&](const at::Tensor& t) { return t.transpose(0, 1).unsqueeze(0); };  // [1, H, N, Dh]
+    out = at::scaled_dot_product_attention(split(q), split(k), split(v), {}, 0.0, false, scale)
+              .squeeze(0)
+              .transpose(0, 1);
+  } else {
+    out = at::zeros({n, n_heads, head_dim}, q.options());
+    for (const auto& [len, starts] : starts_by_len) {
+      const int64_t g = static_cast<int64_t>(starts.size());
+      auto idx =
+          at::arange(len, at::kLong).unsqueeze(0) + at::tensor(starts, at::kLong).unsqueeze(1);  // [G, len]
+      idx = idx.flatten().to(q.device());
+      auto gather = [&](const at::Tensor& t) {  // [G, H, len, Dh]
+        return t.index_select(0, idx).view({g, len, n_heads, head_dim}).transpose(1, 2);
+      };
+      auto a = at::scaled_dot_product_attention(gather(q), gather(k), gather(v), {}, 0.0, false, scale);
+      out = out.index_copy(0, idx, a.transpose(1, 2).reshape({g * len, n_heads, head_dim}));
+    }
+  }
+  return out;
+}
+
 Qwen25VisionLayout Qwen25VisionLayout::of(const at::Tensor& grid_thw, const Qwen25VisionConfig& c) {
   if (grid_thw.dim() != 2 || grid_thw.size(1) != 3)
     throw std::invalid_argument("Qwen2.5-VL vision: grid_thw must be [n, 3], got " +
@@ -93,37 +129,8 @@ at::Tensor Qwen25VisionBlock::forward(const at::Tensor& x, const at::Tensor& cos
     return (f * c + rotate_half(f) * s).to(x.scalar_type());
   };
   auto q = rot(qkv_.select(1, 0)), k = rot(qkv_.select(1, 1)), v = qkv_.select(1, 2);
-  // Attention within each segment; segments of equal length run as one batch (gathered, then put back).
-  std::map<int64_t, std::vector<int64_t>> starts_by_len;
-  int64_t at_ = 0;
-  for (auto len : segments) {
-    if (len > 0) starts_by_len[len].push_back(at_);
-    at_ += len;
-  }
-  if (at_ != n)
-    throw std::logic_error("Qwen2.5-VL vision block: segments cover " + std::to_string(at_) + " of " +
-                           std::to_string(n) + " patches");
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  at::Tensor out;
-  if (starts_by_len.size() == 1 && starts_by_len.begin()->second.size() == 1) {
-    auto split = [&](const at::Tensor& t) { return t.transpose(0, 1).unsqueeze(0); };  // [1, H, N, Dh]
-    out = at::scaled_dot_product_attention(split(q), split(k), split(v), {}, 0.0, false, scale)
-              .squeeze(0)
-              .transpose(0, 1);
-  } else {
-    out = at::zeros({n, n_heads, head_dim}, q.options());
-    for (const auto& [len, starts] : starts_by_len) {
-      const int64_t g = static_cast<int64_t>(starts.size());
-      auto idx =
-          at::arange(len, at::kLong).unsqueeze(0) + at::tensor(starts, at::kLong).unsqueeze(1);  // [G, len]
-      idx = idx.flatten().to(x.device());
-      auto gather = [&](const at::Tensor& t) {  // [G, H, len, Dh]
-        return t.index_select(0, idx).view({g, len, n_heads, head_dim}).transpose(1, 2);
-      };
-      auto a = at::scaled_dot_product_attention(gather(q), gather(k), gather(v), {}, 0.0, false, scale);
-      out = out.index_copy(0, idx, a.transpose(1, 2).reshape({g * len, n_heads, head_dim}));
-    }
-  }
+  const auto out = vision_segment_attention(q, k, v, segments, 1.0 / std::sqrt(static_cast<double>(head_dim)),
+                                            "Qwen2.5-VL vision block");
   auto h = x + proj->forward(out.reshape({n, d}));
   auto y = norm2->forward(h);
   auto gate = gate_proj->forward(y);

@@ -31,6 +31,13 @@ namespace gmod {
 
 class SafetensorsFile;
 
+// Bidirectional attention within consecutive segments of a packed sequence (no padding): q, k, v [N, H, Dh], the
+// segments' lengths summing to N (zero-length ones skipped) -> [N, H, Dh]. Segments of equal length run as one SDPA
+// batch. `who` names the caller in the error when the lengths do not cover N. Qwen2.5-VL's windows and frames,
+// Qwen3-VL's frames (model/qwen3_vl_vision.h).
+at::Tensor vision_segment_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const std::vector<int64_t>& segments, double scale, const std::string& who);
+
 // The patch order the encoder attends in and the segments it attends within, for one grid_thw. Plain
 // integers: computed on the CPU, no autograd.
 struct Qwen25VisionLayout {

@@ -1,11 +1,13 @@
 #include "model/unit_hooks.h"
 
+#include <algorithm>
 #include <string>
 
 #include "model/clip.h"
 #include "model/convnext.h"
 #include "model/decoder_layer.h"
 #include "model/qwen2_5_vl_vision.h"
+#include "model/qwen3_vl_vision.h"
 
 namespace gmod {
 
@@ -31,6 +33,17 @@ std::vector<std::shared_ptr<torch::nn::Module>> hooked_units(torch::nn::Module& 
       clip.push_back(m);
     else if (std::dynamic_pointer_cast<Qwen25VisionBlock>(m) || std::dynamic_pointer_cast<Qwen25VisionMerger>(m))
       qwen_vision.push_back(m);  // blocks, then the merger: named_modules lists them in that order
+    else if (auto q3 = std::dynamic_pointer_cast<Qwen3VisionEncoder>(m)) {
+      // In the order they run (ZeRO-3 gathers in forward order): each block, the DeepStack merger that reads it,
+      // then the merger. named_modules lists the DeepStack mergers last.
+      const auto& idx = q3->config.deepstack_visual_indexes;
+      for (size_t i = 0; i < q3->blocks.size(); ++i) {
+        qwen_vision.push_back(q3->blocks[i]);
+        const auto at = std::find(idx.begin(), idx.end(), static_cast<int64_t>(i));
+        if (at != idx.end()) qwen_vision.push_back(q3->deepstack_mergers[static_cast<size_t>(at - idx.begin())]);
+      }
+      qwen_vision.push_back(q3->merger);
+    }
     else if (std::dynamic_pointer_cast<DecoderBlock>(m))
       decoder.push_back(m);
     else

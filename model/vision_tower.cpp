@@ -4,12 +4,14 @@
 #include "model/mgm_tower.h"
 #include "model/multipath_tower.h"
 #include "model/qwen2_5_vl_vision.h"
+#include "model/qwen3_vl_vision.h"
 #include "model/siglip_tower.h"
 
 namespace gmod {
 
 std::shared_ptr<VisionTower> make_vision_tower(const LlavaConfig& c) {
   if (c.qwen_vision) return std::make_shared<Qwen25VisionEncoder>(*c.qwen_vision);
+  if (c.qwen3_vision) return std::make_shared<Qwen3VisionEncoder>(*c.qwen3_vision);
   if (!c.vision) return nullptr;
   if (c.multipath) return std::make_shared<MultipathTower>(*c.vision, *c.multipath);
   if (c.vision->siglip())

@@ -13,6 +13,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 
@@ -31,6 +32,14 @@ class VisionTower : public torch::nn::Module {
     if (grid_thw.defined()) throw std::invalid_argument("this vision tower takes square images, not grid_thw");
     auto f = features(pixel_values);
     return f.reshape({-1, f.size(-1)});
+  }
+  // token_features() plus, for DeepStack towers (Qwen3-VL, model/qwen3_vl_vision.h), one tensor of the same shape
+  // per DeepStack level appended to `deepstack`: what MultimodalLM adds to its first LLM layers' hidden states at
+  // the image positions (ForwardState::deepstack). Other towers append nothing.
+  virtual at::Tensor token_features_stacked(const at::Tensor& pixel_values, const at::Tensor& grid_thw,
+                                            std::vector<at::Tensor>& deepstack) {
+    (void)deepstack;
+    return token_features(pixel_values, grid_thw);
   }
   virtual int64_t feature_dim() const = 0;
   // Tokens per image; 0 when it varies with the image (grid_thw).
