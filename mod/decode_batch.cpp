@@ -45,7 +45,7 @@ int64_t DecodeBatch::active_rows() const { return std::count(active_.begin(), ac
 void DecodeBatch::reset() {
   caches_.clear();
   key_buf_ = positions_ = at::Tensor();
-  ids_ = full_mask_ = full_positions_ = roles_ = pixel_values_ = full_mrope_ = grid_thw_ = at::Tensor();
+  ids_ = full_mask_ = full_positions_ = roles_ = pixel_values_ = full_mrope_ = grid_thw_ = image_sizes_ = at::Tensor();
   n_images_ = 0;
   column_ = 0;
   active_.clear();
@@ -183,7 +183,8 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
     st.mrope_positions = mrope;
     st.token_roles = prompt.token_roles;
     if (opt_.use_cache) st.caches = &fresh;
-    auto h = model_.llm->forward(model_.embed_inputs(prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw), st);
+    auto h = model_.llm->forward(
+        model_.embed_inputs(prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw, prompt.image_sizes), st);
     const auto last_at = mask.sum(1);  // right padding: each row's last prompt token
     auto last = h.gather(1, (last_at - 1).view({B, 1, 1}).expand({B, 1, h.size(2)})).squeeze(1);
     out.logits = model_.logits(last);
@@ -206,6 +207,7 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
       pixel_values_ = prompt.pixel_values;
       full_mrope_ = mrope;
       grid_thw_ = prompt.image_grid_thw;
+      image_sizes_ = prompt.image_sizes;
       n_images_ = n_images;
     }
   }
@@ -310,7 +312,8 @@ at::Tensor DecodeBatch::recompute_step(const at::Tensor& tokens, const at::Tenso
   prepare_forward_state(st, ids_, full_mask_, full_positions_);
   st.mrope_positions = full_mrope_;
   st.token_roles = roles_;
-  return model_.llm->forward(model_.embed_inputs(ids_, pixel_values_, grid_thw_), st).select(1, ids_.size(1) - 1);
+  return model_.llm->forward(model_.embed_inputs(ids_, pixel_values_, grid_thw_, image_sizes_), st)
+      .select(1, ids_.size(1) - 1);
 }
 
 void DecodeBatch::release(int64_t row) {
