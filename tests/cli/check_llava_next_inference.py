@@ -9,6 +9,8 @@
             each answer equals `gmod generate`'s for the same question alone.
   eval      `gmod eval` on the fixture's training records: every record counted, a finite loss, exact match of the
             greedy first answers computed (each prompt's own tiles and image_sizes cut from the batch).
+  serve     `gmod serve` answering a chat request with an image_url part: the content equals `gmod generate`'s
+            for the same prompt (the parser writes the image as "<image>\\n" before the text).
 
 Usage: check_llava_next_generate.py COMMAND --gmod BIN --root REPO --workdir DIR
 """
@@ -107,9 +109,33 @@ def check_eval(args):
     print(f"ok: {n} records, loss {loss:.4f}, exact match over {n} first answers", flush=True)
 
 
+def check_serve(args):
+    sys.path.insert(0, os.path.join(args.root, "tests", "serve"))
+    from serve_util import Server, data_url  # noqa: E402
+    prompt = "What is in the image?"
+    want = output_text(generate(args, "<image>\n" + prompt, "land.jpg", 8))
+    with open(os.path.join(args.images, "land.jpg"), "rb") as f:
+        img = f.read()
+    server = Server(argparse.Namespace(gmod=args.gmod, model_args=["--model", args.model, "--threads", "1",
+                                                                   "--template", "chatml"]), [])
+    try:
+        body = {"max_tokens": 8, "temperature": 0, "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": data_url(img).replace("image/png", "image/jpeg")}},
+            {"type": "text", "text": prompt}]}]}
+        status, _, j = server.raw("/v1/chat/completions", json.dumps(body).encode())
+    finally:
+        server.close()
+    if status != 200:
+        fail(f"HTTP {status}: {j}")
+    got = j["choices"][0]["message"]["content"]
+    if got != want:
+        fail(f"served {got!r}, gmod generate {want!r}")
+    print(f"ok: the served answer equals gmod generate's ({got!r})", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("command", choices=["generate", "answer", "eval"])
+    ap.add_argument("command", choices=["generate", "answer", "eval", "serve"])
     ap.add_argument("--gmod", required=True)
     ap.add_argument("--root", required=True)
     ap.add_argument("--workdir", required=True)
@@ -119,7 +145,7 @@ def main():
     args.images = os.path.join(args.root, "tests/fixtures/image")
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
-    {"generate": check_generate, "answer": check_answer, "eval": check_eval}[args.command](args)
+    {"generate": check_generate, "answer": check_answer, "eval": check_eval, "serve": check_serve}[args.command](args)
 
 
 if __name__ == "__main__":
