@@ -9,10 +9,24 @@ namespace gmod {
 Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_size) {
   Batch b;
   const int64_t B = static_cast<int64_t>(samples.size());
-  int64_t L = 0, n_images = 0, n_grids = 0, patch_rows = 0, patch_values = 0;
+  int64_t L = 0, n_images = 0, n_grids = 0, patch_rows = 0, patch_values = 0, n_anyres = 0, tiles = 0;
+  const int64_t image_numel = 3LL * image_size * image_size;
   for (const auto& s : samples) {
     L = std::max<int64_t>(L, static_cast<int64_t>(s.sample.ids.size()));
     n_images += static_cast<int64_t>(s.pixels.size());
+    if (!s.image_sizes.empty()) {
+      if (s.image_sizes.size() != s.pixels.size())
+        throw std::runtime_error("collate: sample " + s.sample.id + " has " + std::to_string(s.pixels.size()) +
+                                 " images but " + std::to_string(s.image_sizes.size()) + " AnyRes image sizes");
+      n_anyres += static_cast<int64_t>(s.image_sizes.size());
+      for (const auto& p : s.pixels) {
+        if (image_numel == 0 || static_cast<int64_t>(p.size()) % image_numel != 0 || p.empty())
+          throw std::runtime_error("collate: an AnyRes image of sample " + s.sample.id + " has " +
+                                   std::to_string(p.size()) + " values, not a whole number of 3x" +
+                                   std::to_string(image_size) + "x" + std::to_string(image_size) + " tiles");
+        tiles += static_cast<int64_t>(p.size()) / image_numel;
+      }
+    }
     if (s.grids.empty()) continue;
     if (s.grids.size() != s.pixels.size())
       throw std::runtime_error("collate: sample " + s.sample.id + " has " + std::to_string(s.pixels.size()) +
@@ -27,6 +41,10 @@ Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_si
   if (native && n_grids != n_images)
     throw std::runtime_error("collate: the batch mixes native-resolution images (" + std::to_string(n_grids) +
                              ") with fixed-size crops (" + std::to_string(n_images - n_grids) + ")");
+  if (n_anyres > 0 && (n_anyres != n_images || native))
+    throw std::runtime_error("collate: the batch mixes AnyRes images (" + std::to_string(n_anyres) +
+                             ") with other kinds (" + std::to_string(n_images - n_anyres) + ")");
+  const bool anyres = n_anyres > 0;
   const int64_t row_size = native ? patch_values / patch_rows : 0;
   if (native && row_size * patch_rows != patch_values)
     throw std::runtime_error("collate: " + std::to_string(patch_values) + " patch values do not make " +
@@ -39,15 +57,18 @@ Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_si
   auto labels = b.labels.accessor<int64_t, 2>();
   auto mask = b.attention_mask.accessor<bool, 2>();
   auto roles = b.token_roles.accessor<int8_t, 2>();
-  const int64_t image_numel = 3LL * image_size * image_size;
   if (native) {
     b.pixel_values = at::empty({patch_rows, row_size}, at::kFloat);
     b.image_grid_thw = at::empty({n_images, 3}, at::kLong);
+  } else if (anyres) {
+    b.pixel_values = at::empty({tiles, 3, image_size, image_size}, at::kFloat);
+    b.image_sizes = at::empty({n_images, 2}, at::kLong);
   } else if (n_images > 0) {
     b.pixel_values = at::empty({n_images, 3, image_size, image_size}, at::kFloat);
   }
   float* px = n_images > 0 ? b.pixel_values.data_ptr<float>() : nullptr;
   int64_t* grid = native ? b.image_grid_thw.data_ptr<int64_t>() : nullptr;
+  int64_t* hw = anyres ? b.image_sizes.data_ptr<int64_t>() : nullptr;
   for (int64_t r = 0; r < B; ++r) {
     auto& prepared = samples[static_cast<size_t>(r)];
     auto& s = prepared.sample;
@@ -69,6 +90,9 @@ Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_si
                                    std::to_string(g[0] * g[1] * g[2]) + " patches of " + std::to_string(row_size));
         std::copy(g.begin(), g.end(), grid);
         grid += 3;
+      } else if (anyres) {
+        std::copy(prepared.image_sizes[i].begin(), prepared.image_sizes[i].end(), hw);
+        hw += 2;
       } else if (static_cast<int64_t>(p.size()) != image_numel) {
         throw std::runtime_error("collate: image of sample " + s.id + " has " + std::to_string(p.size()) +
                                  " values, expected 3*" + std::to_string(image_size) + "^2");
@@ -108,6 +132,7 @@ ModelInputs to_model_inputs(const Batch& batch, at::Device device) {
   if (batch.pixel_values.defined()) in.pixel_values = move(batch.pixel_values);
   // The M-RoPE ids and the tower's attention segments are computed from the grids (model/mrope.h).
   if (batch.image_grid_thw.defined()) in.image_grid_thw = move(batch.image_grid_thw);
+  if (batch.image_sizes.defined()) in.image_sizes = batch.image_sizes;  // AnyRes: stays on the host, read to pack
   return in;
 }
 

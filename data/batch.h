@@ -19,6 +19,9 @@ struct Batch {
   at::Tensor pixel_values;      // [N_images, 3, S, S] float32; undefined when the batch has no image
                                 // (native-resolution images: their patches concatenated, [sum of rows, C*T*P*P])
   at::Tensor image_grid_thw;    // [N_images, 3] int64 grid of each native-resolution image; else undefined
+  // [N_images, 2] int64 (height, width) of each AnyRes image; pixel_values then holds every image's tiles
+  // [sum of tiles, 3, S, S], image by image (data/anyres.h); else undefined
+  at::Tensor image_sizes;
   // Packed batches (data/pack.h) only: the samples each row holds, and positions [B, L] restarting per sample.
   std::shared_ptr<const SegmentLayout> segments;
   at::Tensor positions;
@@ -37,7 +40,8 @@ struct Batch {
 
 // Pads to the batch maximum with pad_id / -100 / false / kPad. `image_size` is the crop size (for the
 // pixel_values shape); images are copied in sample order. Samples with grids (native-resolution patches) have their
-// patches concatenated and image_grid_thw filled instead; a batch mixing both kinds is refused.
+// patches concatenated and image_grid_thw filled instead; samples with image_sizes (AnyRes) have their tiles
+// stacked, however many each image has, and image_sizes filled. A batch mixing kinds is refused.
 Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_size);
 
 // Moves the tensors to `device` (non-blocking from pinned memory is not attempted; CPU tensors are returned

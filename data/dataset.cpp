@@ -78,7 +78,7 @@ PreparedSample Dataset::prepare(size_t index, bool decode_images) const {
   auto image_error = [&](const std::string& rel, const std::exception& e) {
     return SampleError("image", where(index, rec.id) + ": image '" + rel + "': " + e.what());
   };
-  // Images whose token count depends on their size (native resolution): every header is read first, so that the
+  // Images whose token count depends on their size (native resolution, AnyRes): every header is read first, so that the
   // template can give each image its span. Fixed-size images are only looked at for the rounds truncation keeps.
   std::vector<ImageTokens> spans;
   if (preparer_->size_dependent() && !rec.images.empty()) {
@@ -100,6 +100,7 @@ PreparedSample Dataset::prepare(size_t index, bool decode_images) const {
         PreparedImage img = preparer_->prepare(decode_image_file(path, config_.max_image_pixels));
         out.pixels.push_back(std::move(img.pixels));
         if (img.native()) out.grids.push_back(img.grid_thw);
+        if (img.anyres()) out.image_sizes.push_back(img.image_size);
       } else if (!preparer_->size_dependent()) {
         probe_image_file(path, config_.max_image_pixels);  // exists, readable, a known format, within the limit
       }

@@ -38,8 +38,9 @@ struct DatasetConfig {
 
 struct PreparedSample {
   TokenizedSample sample;
-  std::vector<std::vector<float>> pixels;  // per image: CHW [3, crop, crop], or native-resolution patches
+  std::vector<std::vector<float>> pixels;  // per image: CHW [3, crop, crop], native-resolution patches or AnyRes tiles
   std::vector<std::array<int64_t, 3>> grids;  // per image with native-resolution patches: its grid_thw; else empty
+  std::vector<std::array<int64_t, 2>> image_sizes;  // per AnyRes image (pixels: its tiles): (height, width); else empty
 };
 
 // A record that was skipped, for statistics and logs.

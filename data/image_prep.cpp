@@ -1,10 +1,11 @@
-// The two image preparers: fixed-size CLIP crops and native-resolution patches.
+// The three image preparers: fixed-size CLIP crops, native-resolution patches and AnyRes tiles.
 #include "data/image_prep.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 
+#include "data/anyres.h"
 #include "data/tokenizer.h"
 #include "model/config.h"
 
@@ -55,7 +56,49 @@ class NativeImagePreparer final : public ImagePreparer {
   int32_t id_, start_, end_;
 };
 
+class AnyresImagePreparer final : public ImagePreparer {
+ public:
+  AnyresImagePreparer(const ClipPreprocessConfig& cfg, const AnyresConfig& anyres, int patch, int32_t id)
+      : cfg_(cfg), anyres_(anyres), patch_(patch), id_(id) {}
+  bool size_dependent() const override { return true; }
+  ImageTokens tokens(int width, int height) const override {
+    return {std::nullopt, id_, anyres_image_tokens(height, width, anyres_, cfg_.crop, cfg_.crop / patch_),
+            std::nullopt};
+  }
+  PreparedImage prepare(const Image& img) const override {
+    AnyresImage a = anyres_preprocess(img, cfg_, anyres_);
+    PreparedImage out;
+    out.pixels = std::move(a.pixels);
+    out.image_size = {a.image_size[0], a.image_size[1]};
+    return out;
+  }
+  bool image_first() const override { return true; }
+  std::string describe() const override {
+    std::string pins;
+    for (const auto& p : anyres_.pinpoints)
+      pins += (pins.empty() ? "" : ", ") + std::to_string(p[0]) + "x" + std::to_string(p[1]);
+    return "AnyRes tiles " + std::to_string(cfg_.crop) + "x" + std::to_string(cfg_.crop) + ", pinpoints (h x w) " +
+           pins;
+  }
+
+ private:
+  ClipPreprocessConfig cfg_;
+  AnyresConfig anyres_;
+  int patch_;
+  int32_t id_;
+};
+
 }  // namespace
+
+std::shared_ptr<const ImagePreparer> make_anyres_image_preparer(const ClipPreprocessConfig& cfg,
+                                                                const AnyresConfig& anyres, int patch_size,
+                                                                int32_t image_token_id) {
+  if (patch_size < 1 || cfg.crop < 1 || cfg.crop % patch_size != 0)
+    throw std::invalid_argument("AnyRes image preparer: the crop size " + std::to_string(cfg.crop) +
+                                " is not a multiple of the tower's patch size " + std::to_string(patch_size));
+  if (anyres.pinpoints.empty()) throw std::invalid_argument("AnyRes image preparer: no image_grid_pinpoints");
+  return std::make_shared<AnyresImagePreparer>(cfg, anyres, patch_size, image_token_id);
+}
 
 std::shared_ptr<const ImagePreparer> make_clip_image_preparer(const ClipPreprocessConfig& cfg, int32_t image_token_id,
                                                               int seq_length) {
@@ -74,6 +117,13 @@ std::shared_ptr<const ImagePreparer> make_native_image_preparer(const NativeReso
 std::shared_ptr<const ImagePreparer> make_image_preparer(const LlavaConfig& model, const ClipPreprocessConfig& clip,
                                                          const std::string& preprocessor_dir,
                                                          const Tokenizer& tokenizer) {
+  if (model.anyres && model.vision) {
+    if (clip.crop != model.vision->image_size)
+      throw std::invalid_argument("AnyRes (LLaVA-NeXT): the image processor's crop size " + std::to_string(clip.crop) +
+                                  " is not the vision tower's image_size " + std::to_string(model.vision->image_size) +
+                                  " (the tiles are the tower's input)");
+    return make_anyres_image_preparer(clip, *model.anyres, model.vision->patch_size, model.image_token_id);
+  }
   if (!model.qwen_vision)
     return make_clip_image_preparer(clip, model.image_token_id, std::max(model.image_seq_length(), 1));
   const Qwen25VisionConfig& v = *model.qwen_vision;

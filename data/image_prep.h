@@ -5,7 +5,11 @@
 //   native-resolution (Qwen2-VL / Qwen2.5-VL): an image keeps its aspect ratio (data/native_resolution.h), becomes
 //     <|vision_start|>, grid_t * grid_h * grid_w / merge_size^2 tokens <|image_pad|>, <|vision_end|>, and its
 //     patches [grid_t * grid_h * grid_w, C * T * P * P] with its grid; an image stays where the record writes it,
-//     as Qwen's chat template renders a message's items in order.
+//     as Qwen's chat template renders a message's items in order;
+//   AnyRes (LLaVA-NeXT): an image becomes its base tile and the tiles of its best pinpoint ([1 + tiles, 3, S, S],
+//     data/anyres.h) with its (height, width) for the model's image_sizes, and takes anyres_image_tokens positions
+//     of image_token_id (base patches + unpadded grid + one newline a row, as model/llava_next.h packs them);
+//     `<image>` moves to the front of its turn as for LLaVA-1.5.
 // The dataset, the collator and the trainer ask the preparer; none of them tests which model it is.
 #pragma once
 
@@ -18,6 +22,7 @@
 
 #include "data/clip_preprocess.h"
 #include "data/native_resolution.h"
+#include "model/anyres_grid.h"
 
 namespace gmod {
 
@@ -34,11 +39,14 @@ struct ImageTokens {
   int64_t total() const { return count + (start ? 1 : 0) + (end ? 1 : 0); }
 };
 
-// One image's pixel values: a CHW crop [3, S, S] (grid_thw all 0) or patches [rows, row_size] with their grid.
+// One image's pixel values: a CHW crop [3, S, S] (grid_thw all 0), patches [rows, row_size] with their grid, or
+// AnyRes tiles [tiles, 3, S, S] with the image's (height, width).
 struct PreparedImage {
   std::vector<float> pixels;
   std::array<int64_t, 3> grid_thw{};  // {0, 0, 0}: a fixed-size crop
+  std::array<int64_t, 2> image_size{};  // AnyRes: the original (height, width); {0, 0} otherwise
   bool native() const { return grid_thw[0] > 0; }
+  bool anyres() const { return image_size[0] > 0; }
 };
 
 class ImagePreparer {
@@ -65,7 +73,15 @@ std::shared_ptr<const ImagePreparer> make_native_image_preparer(const NativeReso
                                                                 int32_t image_token_id, int32_t vision_start,
                                                                 int32_t vision_end);
 
-// The preparer `model` takes, the one place that decides: native resolution for a Qwen2.5-VL vision encoder (its
+// AnyRes tiles with `cfg` (tile side cfg.crop, base image cfg.size) and `anyres`; an image of h x w takes
+// anyres_image_tokens(h, w, anyres, cfg.crop, cfg.crop / patch_size) tokens of `image_token_id`. Throws
+// std::invalid_argument when the crop is not a multiple of patch_size or the pinpoints are empty.
+std::shared_ptr<const ImagePreparer> make_anyres_image_preparer(const ClipPreprocessConfig& cfg,
+                                                                const AnyresConfig& anyres, int patch_size,
+                                                                int32_t image_token_id);
+
+// The preparer `model` takes, the one place that decides: AnyRes tiles for a LLaVA-NeXT config (`anyres`; the
+// processor's crop must be the tower's image size); native resolution for a Qwen2.5-VL vision encoder (its
 // preprocessor_config.json in `preprocessor_dir` when that holds one, else the defaults of data/native_resolution.h
 // with the encoder's patch, temporal patch and merge sizes; <|vision_start|> / <|vision_end|> from `tokenizer`,
 // which must give <|image_pad|> the model's image_token_id), CLIP crops from `clip` otherwise (image_seq_length

@@ -99,6 +99,7 @@ Batch collate_packed(std::vector<PreparedSample>& samples, int32_t pad_id, int i
   // Native-resolution images: their grids in the same (segment) order; the model computes each segment's M-RoPE ids
   // from them as its own sample's (MultimodalLM::hidden_states).
   b.image_grid_thw = one.image_grid_thw;
+  b.image_sizes = one.image_sizes;  // AnyRes: each image's size in the same order as its tiles
   b.positions = layout->positions(L);
   b.segments = layout;
   b.indices = std::move(one.indices);

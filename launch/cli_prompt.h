@@ -51,17 +51,18 @@ inline Prompt build_prompt(const ConversationEncoder& enc, std::string text, siz
 
 // A prompt's decoded images as the model takes them, through the model's image preparer (data/image_prep.h): each
 // image's tokens in the prompt (only when they depend on its size, else empty) and the pixel values as the collator
-// lays them out: crops [N, 3, S, S], or patches [rows, C*T*P*P] with image_grid_thw [N, 3].
+// lays them out: crops [N, 3, S, S], patches [rows, C*T*P*P] with image_grid_thw [N, 3], or AnyRes tiles
+// [tiles, 3, S, S] with image_sizes [N, 2].
 struct PromptImages {
   std::vector<ImageTokens> spans;
-  at::Tensor pixel_values, image_grid_thw;
+  at::Tensor pixel_values, image_grid_thw, image_sizes;
 };
 
 inline PromptImages prepare_prompt_images(const ImagePreparer& prep, const std::vector<Image>& images, int crop) {
   PromptImages out;
   if (images.empty()) return out;
   std::vector<at::Tensor> pixels;
-  std::vector<int64_t> grids;
+  std::vector<int64_t> grids, sizes;
   for (const Image& img : images) {
     if (prep.size_dependent()) out.spans.push_back(prep.tokens(img.width, img.height));
     const PreparedImage p = prep.prepare(img);
@@ -71,12 +72,16 @@ inline PromptImages prepare_prompt_images(const ImagePreparer& prep, const std::
       const int64_t rows = p.grid_thw[0] * p.grid_thw[1] * p.grid_thw[2];
       pixels.push_back(t.view({rows, n / rows}));
       grids.insert(grids.end(), p.grid_thw.begin(), p.grid_thw.end());
+    } else if (p.anyres()) {
+      pixels.push_back(t.view({-1, 3, crop, crop}));
+      sizes.insert(sizes.end(), p.image_size.begin(), p.image_size.end());
     } else {
       pixels.push_back(t.view({1, 3, crop, crop}));
     }
   }
   out.pixel_values = at::cat(pixels);  // the preparer makes one kind for all images
   if (!grids.empty()) out.image_grid_thw = at::tensor(grids, at::kLong).view({-1, 3});
+  if (!sizes.empty()) out.image_sizes = at::tensor(sizes, at::kLong).view({-1, 2});
   return out;
 }
 

@@ -157,13 +157,14 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     const size_t b1 = std::min(asked.size(), b0 + static_cast<size_t>(o.batch));
     const int64_t B = static_cast<int64_t>(b1 - b0);
     int64_t L = 0;
-    std::vector<at::Tensor> pixels, grids;  // images in sample order
+    std::vector<at::Tensor> pixels, grids, sizes;  // images in sample order
     for (size_t i = b0; i < b1; ++i) {
       const Question& q = qs[asked[i]];
       L = std::max<int64_t>(L, static_cast<int64_t>(q.tokens.ids.size()));
       if (q.q.image.empty()) continue;
       pixels.push_back(q.image.pixel_values);
       if (q.image.image_grid_thw.defined()) grids.push_back(q.image.image_grid_thw);
+      if (q.image.image_sizes.defined()) sizes.push_back(q.image.image_sizes);  // AnyRes
     }
     ModelInputs in;  // right-padded batch, images in sample order
     in.input_ids = at::full({B, L}, static_cast<int64_t>(enc.pad_id()), at::kLong);
@@ -184,6 +185,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
     in.token_roles = in.token_roles.to(m.device);
     if (!pixels.empty()) in.pixel_values = at::cat(pixels).to(m.device, m.dtype);
     if (!grids.empty()) in.image_grid_thw = at::cat(grids).to(m.device);
+    if (!sizes.empty()) in.image_sizes = at::cat(sizes);  // on the host: the packing reads it there
     const GenerateResult r = generate(*m.model, in, g);
     compute.add(r.compute);
     add_timing(r, &res.timing);

@@ -101,6 +101,7 @@ int run_generate(const GenerateCliOptions& o) {
     } else {
       in.pixel_values = pi.pixel_values;
       if (pi.image_grid_thw.defined()) in.image_grid_thw = pi.image_grid_thw.to(m.device);
+      if (pi.image_sizes.defined()) in.image_sizes = pi.image_sizes;  // AnyRes: read on the host to pack
     }
     in.pixel_values = in.pixel_values.to(m.device, m.dtype);
   }

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "mod/generate.h"
+#include "model/anyres_grid.h"
 
 namespace gmod {
 
@@ -29,6 +30,26 @@ int64_t images_in_tokens(const at::Tensor& grid_thw, int64_t first, int64_t toke
   while (tokens > 0 && first + n < rows.size(0)) tokens -= rows[first + n++].item<int64_t>() / merge_unit;
   return n;
 }
+// AnyRes images (image_sizes, LLaVA-NeXT): how many from image `first` on fill `tokens` image tokens, and the tiles
+// before image `first` / of `count` images from it (each image's own count, model/anyres_grid.h).
+struct AnyresImages {
+  const AnyresConfig* c = nullptr;
+  at::Tensor sizes;  // [N, 2] on the host
+  int tile = 0, side = 0;
+  int h(int64_t i) const { return static_cast<int>(sizes[i][0].item<int64_t>()); }
+  int w(int64_t i) const { return static_cast<int>(sizes[i][1].item<int64_t>()); }
+  int64_t in_tokens(int64_t first, int64_t tokens) const {
+    int64_t n = 0;
+    for (; tokens > 0 && first + n < sizes.size(0); ++n)
+      tokens -= anyres_image_tokens(h(first + n), w(first + n), *c, tile, side);
+    return n;
+  }
+  int64_t tiles(int64_t first, int64_t count) const {
+    int64_t t = 0;
+    for (int64_t i = first; i < first + count; ++i) t += anyres_num_tiles(h(i), w(i), *c, tile);
+    return t;
+  }
+};
 }  // namespace
 
 std::pair<int64_t, int64_t> first_answer_exact_match(MultimodalLM& model, const ModelInputs& in) {
@@ -38,10 +59,19 @@ std::pair<int64_t, int64_t> first_answer_exact_match(MultimodalLM& model, const 
   const at::Tensor grids = native ? in.image_grid_thw.cpu() : at::Tensor();
   const int64_t merge_unit = native && model.config.qwen_vision ? model.config.qwen_vision->merge_unit() : 1;
   const int64_t per_image = model.config.vision ? model.config.image_seq_length() : 0;
+  const bool anyres = in.image_sizes.defined() && model.config.anyres && model.config.vision;
+  AnyresImages ar;
+  if (anyres) {
+    ar.c = &*model.config.anyres;
+    ar.sizes = in.image_sizes.cpu().to(at::kLong);
+    ar.tile = model.config.vision->image_size;
+    ar.side = ar.tile / model.config.vision->patch_size;
+  }
   for (int64_t b = 0; b < ids.size(0); ++b) {
     const at::Tensor row_ids = ids[b], row_labels = labels[b];
     const int64_t image_tokens = row_ids.eq(model.config.image_token_id).sum().item<int64_t>();
-    const int64_t n_images = native ? images_in_tokens(grids, image_offset, image_tokens, merge_unit)
+    const int64_t n_images = native   ? images_in_tokens(grids, image_offset, image_tokens, merge_unit)
+                             : anyres ? ar.in_tokens(image_offset, image_tokens)
                              : per_image > 0 ? image_tokens / per_image : 0;
     const at::Tensor sup = row_labels.ne(-100).nonzero().reshape({-1});
     if (sup.numel() == 0) {
@@ -61,6 +91,14 @@ std::pair<int64_t, int64_t> first_answer_exact_match(MultimodalLM& model, const 
         const NativeImages im = native_images(grids, image_offset, in_prompt);
         prompt.pixel_values = in.pixel_values.narrow(0, im.patch_offset, im.patch_rows);
         prompt.image_grid_thw = im.grids.to(in.image_grid_thw.device());
+      }
+    } else if (n_images > 0 && anyres) {  // the prompt's own images, as for native ones, and their tiles
+      const int64_t in_prompt =
+          ar.in_tokens(image_offset, prompt.input_ids.eq(model.config.image_token_id).sum().item<int64_t>());
+      if (in_prompt > 0) {
+        prompt.pixel_values =
+            in.pixel_values.narrow(0, ar.tiles(0, image_offset), ar.tiles(image_offset, in_prompt));
+        prompt.image_sizes = in.image_sizes.narrow(0, image_offset, in_prompt);
       }
     } else if (n_images > 0) {
       prompt.pixel_values = in.pixel_values.narrow(0, image_offset, n_images);

@@ -101,7 +101,7 @@ ARankResult compute_arank(MultimodalLM& model, const std::vector<ModelInputs>& b
     prepare_forward_state(st, in.input_ids, in.attention_mask, mrope.defined() ? mrope.select(0, 0) : in.positions);
     st.token_roles = in.token_roles;
     st.want_attn_probs = true;
-    auto h = model.embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw);
+    auto h = model.embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw, in.image_sizes);
     st.rope = &model.llm->rope;
     st.mrope_positions = mrope;
     std::tie(st.cos, st.sin) = mrope.defined() ? model.llm->mrope->cos_sin(mrope, h.scalar_type())

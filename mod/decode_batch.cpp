@@ -45,7 +45,7 @@ int64_t DecodeBatch::active_rows() const { return std::count(active_.begin(), ac
 void DecodeBatch::reset() {
   caches_.clear();
   key_buf_ = positions_ = at::Tensor();
-  ids_ = full_mask_ = full_positions_ = roles_ = pixel_values_ = full_mrope_ = grid_thw_ = at::Tensor();
+  ids_ = full_mask_ = full_positions_ = roles_ = pixel_values_ = full_mrope_ = grid_thw_ = image_sizes_ = at::Tensor();
   n_images_ = 0;
   column_ = 0;
   active_.clear();
@@ -184,7 +184,8 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
     st.token_roles = prompt.token_roles;
     if (opt_.use_cache) st.caches = &fresh;
     std::vector<at::Tensor> deepstack;  // Qwen3-VL: added to the first layers at the image positions
-    auto emb = model_.embed_inputs(prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw, {}, &deepstack);
+    auto emb = model_.embed_inputs(prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw, prompt.image_sizes,
+                                   &deepstack);
     st.deepstack = deepstack;
     if (!deepstack.empty()) st.visual_mask = prompt.input_ids == model_.config.image_token_id;
     auto h = model_.llm->forward(emb, st);
@@ -210,6 +211,7 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
       pixel_values_ = prompt.pixel_values;
       full_mrope_ = mrope;
       grid_thw_ = prompt.image_grid_thw;
+      image_sizes_ = prompt.image_sizes;
       n_images_ = n_images;
     }
   }
@@ -315,7 +317,7 @@ at::Tensor DecodeBatch::recompute_step(const at::Tensor& tokens, const at::Tenso
   st.mrope_positions = full_mrope_;
   st.token_roles = roles_;
   std::vector<at::Tensor> deepstack;
-  auto emb = model_.embed_inputs(ids_, pixel_values_, grid_thw_, {}, &deepstack);
+  auto emb = model_.embed_inputs(ids_, pixel_values_, grid_thw_, image_sizes_, &deepstack);
   st.deepstack = deepstack;
   if (!deepstack.empty()) st.visual_mask = ids_ == model_.config.image_token_id;
   return model_.llm->forward(emb, st).select(1, ids_.size(1) - 1);

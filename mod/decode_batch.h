@@ -106,6 +106,7 @@ class DecodeBatch {
   // use_cache = false: the whole sequences so far.
   at::Tensor ids_, full_mask_, full_positions_, roles_, pixel_values_;
   at::Tensor full_mrope_, grid_thw_;  // M-RoPE: [3, R, T] positions so far and the images' grids
+  at::Tensor image_sizes_;            // AnyRes: the images' (height, width), with their tiles in pixel_values_
   int64_t n_images_ = 0;
   ComputeReport compute_;
   std::vector<LayerTokens> layer_tokens_;

@@ -120,6 +120,7 @@ ModelInputs prompt_inputs(const PreparedPrompt& p, const EngineOptions& opt) {
   in.attention_mask = at::ones({1, n}, at::TensorOptions().dtype(at::kBool).device(opt.device));
   if (p.pixels.defined()) in.pixel_values = p.pixels.to(opt.device, opt.dtype);
   if (p.image_grid_thw.defined()) in.image_grid_thw = p.image_grid_thw.to(opt.device);
+  if (p.image_sizes.defined()) in.image_sizes = p.image_sizes;  // AnyRes: on the host, read to pack the tiles
   return in;
 }
 }  // namespace

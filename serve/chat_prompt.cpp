@@ -55,7 +55,7 @@ PreparedPrompt prepare_prompt(const ChatRequest& req, const ConversationEncoder&
   const ImagePreparer& prep = *preparer;
   std::vector<ImageTokens> spans;
   std::vector<at::Tensor> pixels;
-  std::vector<int64_t> grids;
+  std::vector<int64_t> grids, sizes;
   for (const ChatImage& img : req.images) {
     PreparedImage px;
     try {
@@ -71,6 +71,9 @@ PreparedPrompt prepare_prompt(const ChatRequest& req, const ConversationEncoder&
       const int64_t rows = px.grid_thw[0] * px.grid_thw[1] * px.grid_thw[2];
       pixels.push_back(t.view({rows, n / rows}));
       grids.insert(grids.end(), px.grid_thw.begin(), px.grid_thw.end());
+    } else if (px.anyres()) {
+      pixels.push_back(t.view({-1, 3, dc.image.crop, dc.image.crop}));
+      sizes.insert(sizes.end(), px.image_size.begin(), px.image_size.end());
     } else {
       pixels.push_back(t.view({1, 3, dc.image.crop, dc.image.crop}));
     }
@@ -98,6 +101,7 @@ PreparedPrompt prepare_prompt(const ChatRequest& req, const ConversationEncoder&
 
   if (!pixels.empty()) p.pixels = at::cat(pixels);
   if (!grids.empty()) p.image_grid_thw = at::tensor(grids, at::kLong).view({-1, 3});
+  if (!sizes.empty()) p.image_sizes = at::tensor(sizes, at::kLong).view({-1, 2});
   return p;
 }
 

@@ -19,6 +19,7 @@ struct PreparedPrompt {
   at::Tensor pixels;          // [N_images, 3, S, S] fp32 on the CPU, or native-resolution patches [rows, C*T*P*P];
                               // undefined without images
   at::Tensor image_grid_thw;  // [N_images, 3] with native-resolution patches (data/image_prep.h); else undefined
+  at::Tensor image_sizes;     // [N_images, 2] (height, width) with AnyRes tiles [tiles, 3, S, S] in pixels; else undefined
 };
 
 // Throws ApiError(400) for a conversation the template cannot encode (roles not alternating user/assistant,

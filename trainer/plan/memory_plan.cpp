@@ -161,9 +161,17 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
   // A tower with its own cost model (tower_costs.h: Qwen2.5-VL) reports its pixels, tokens and activations.
   const std::unique_ptr<TowerCosts> tc = tower_costs(in.model);
   const int64_t images = in.model.vision || tc ? int64_t(in.images_per_sample) * s.B : 0;
+  // AnyRes (LLaVA-NeXT): every image planned at the largest pinpoint, its base tile and whole grid through the tower.
+  const AnyresBound anyres = anyres_image_bound(in.model);
   const int64_t img_px = tc                ? tc->pixel_elements(in.visual)
-                         : in.model.vision ? 3 * int64_t(in.model.image_input_size()) * in.model.image_input_size()
+                         : in.model.vision ? 3 * int64_t(in.model.image_input_size()) * in.model.image_input_size() *
+                                                 anyres.tiles
                                            : 0;
+  if (in.model.anyres && images > 0 && int64_t(in.images_per_sample) * anyres.tokens > s.L)
+    throw std::invalid_argument("memory plan: " + std::to_string(in.images_per_sample) +
+                                " AnyRes image(s) of up to " + std::to_string(anyres.tokens) + " LLM tokens each (" +
+                                std::to_string(anyres.tiles) + " tiles at the largest pinpoint) do not fit "
+                                "data.max_len " + std::to_string(s.L));
   if (tc && images > 0 && int64_t(in.images_per_sample) * tc->llm_tokens(in.visual) > s.L)
     throw std::invalid_argument(
         "memory plan: " + std::to_string(in.images_per_sample) + " visual input(s) of " +
@@ -232,13 +240,13 @@ MemoryPlan plan_memory(const MemoryPlanInputs& given) {
       const int run = in.model.vision_feature_layer >= 0
                           ? in.model.vision_feature_layer
                           : v.num_hidden_layers + 1 + in.model.vision_feature_layer;
-      act += int64_t(run) * clip_layer_activations(images * v.tokens(), Dv, v.intermediate_size,
+      act += int64_t(run) * clip_layer_activations(images * anyres.tiles * v.tokens(), Dv, v.intermediate_size,
                                                    v.num_attention_heads, s.e);
     }
     if (proj_rg) {
       // projector: linear_1 input [N,T,Dv] (a copy: the CLS-dropping narrow is not contiguous), gelu input,
       // linear_2 input [N,T,D].
-      act += s.e * images * T * (Dv + 2 * s.D);
+      act += s.e * images * anyres.tiles * T * (Dv + 2 * s.D);  // AnyRes: every tile's patches projected
     }
   }
   const std::set<int> mods = layer_set(in.mod_layers);

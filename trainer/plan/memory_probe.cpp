@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <set>
@@ -13,6 +14,7 @@
 #include "mod/method_registry.h"
 #include "mod/token_selection.h"
 #include "model/activation_checkpoint.h"
+#include "model/anyres_grid.h"
 #include "model/llava.h"
 #include "model/lora.h"
 #include "model/lm_loss.h"
@@ -41,8 +43,21 @@ ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, doub
   if (tc && images > 0 && visual.frames > 1)
     throw std::invalid_argument("memory probe: videos (frames " + std::to_string(visual.frames) +
                                 ") are not measured yet; images only");
-  const int64_t per_image = tc ? tc->llm_tokens(visual) : c.image_seq_length();
-  const int64_t gap = tc ? 1 : 0;  // text tokens between two images
+  int64_t per_image = tc ? tc->llm_tokens(visual) : c.image_seq_length(), tiles = 1;
+  // AnyRes (LLaVA-NeXT): every image the size of the pinpoint that gives the most tokens, so that it fills its grid.
+  std::array<int, 2> anyres_size{0, 0};
+  if (!tc && c.anyres && c.vision) {
+    const int tile = c.vision->image_size, side = tile / c.vision->patch_size;
+    for (const auto& p : c.anyres->pinpoints) {
+      const int64_t n = anyres_image_tokens(p[0], p[1], *c.anyres, tile, side);
+      if (n > per_image || anyres_size[0] == 0) {
+        per_image = n;
+        anyres_size = p;
+        tiles = anyres_num_tiles(p[0], p[1], *c.anyres, tile);
+      }
+    }
+  }
+  const int64_t gap = tc ? 1 : 0;  // text tokens between two images (variable-grid towers)
   const int64_t T = images > 0 ? per_image * images + gap * (images - 1) : 0;
   if (T + 4 > L)
     throw std::invalid_argument("memory probe: seq_len " + std::to_string(L) + " too short for " +
@@ -79,7 +94,11 @@ ModelInputs synthetic_batch(const LlavaConfig& c, int B, int L, int images, doub
     in.image_grid_thw = at::tensor(std::vector<int64_t>{g[0], g[1], g[2]}, lopt).repeat({int64_t(B) * images, 1});
   } else if (T > 0) {
     const int S = c.image_input_size();
-    in.pixel_values = at::randn({int64_t(B) * images, 3, S, S}, gen, at::TensorOptions().dtype(at::kFloat));
+    in.pixel_values =
+        at::randn({int64_t(B) * images * tiles, 3, S, S}, gen, at::TensorOptions().dtype(at::kFloat));
+    if (anyres_size[0] > 0)
+      in.image_sizes = at::tensor(std::vector<int64_t>{anyres_size[0], anyres_size[1]}, lopt)
+                           .repeat({int64_t(B) * images, 1});
   }
   return in;
 }
@@ -109,7 +128,7 @@ MemoryMeasurement measure_training_memory(const MemoryPlanInputs& in, std::share
       if (in.mod_rule.empty() || !method.layers_from_rule()) mc.router = method.kind();
       // kept fraction = 1 - skip_frac * routable / L with routable = the image tokens (the probe's batches).
       const auto tc = tower_costs(in.model);
-      const int64_t image_tokens = tc ? tc->llm_tokens(in.visual) : in.model.image_seq_length();
+      const int64_t image_tokens = tc ? tc->llm_tokens(in.visual) : anyres_image_bound(in.model).tokens;
       const double routable = double(image_tokens * in.images_per_sample) / double(in.seq_len);
       mc.skip_frac = routable > 0 ? std::min(1.0, (1.0 - in.mod_kept_fraction) / routable) : 0.0;
       if (!in.mod_rule.empty()) {  // the rule decides the layers and what they keep (p-MoD, PyramidDrop), as in training

@@ -31,8 +31,9 @@ MemoryPlanInputs plan_inputs_from_plan(const RunPlan& plan, const LlavaConfig& m
   const auto tc = tower_costs(model);
   in.images_per_sample = model.vision || tc ? 1 : 0;
   in.visual = visual;
-  // LLM tokens of one image: fixed for the CLIP family, from the tower's cost model for variable grids.
-  const int64_t image_tokens = tc ? tc->llm_tokens(visual) : model.image_seq_length();
+  // LLM tokens of one image: fixed for the CLIP family, from the tower's cost model for variable grids, the largest
+  // pinpoint's for AnyRes (base + its whole grid + newlines, model/anyres_grid.h).
+  const int64_t image_tokens = tc ? tc->llm_tokens(visual) : anyres_image_bound(model).tokens;
   in.train_vision = !cfg.freeze.vision;
   in.train_projector = !cfg.freeze.projector;
   in.train_llm = !cfg.freeze.llm;

@@ -1,8 +1,10 @@
 // Qwen2.5-VL's encoder as the memory plan counts it; each term names what it mirrors in model/qwen2_5_vl_vision.cpp.
+// Also the AnyRes (LLaVA-NeXT) bound of one image's tiles and tokens.
 // The activation terms are an estimate from the code, not yet checked against a measured peak.
 #include "trainer/plan/tower_costs.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace gmod {
 namespace {
@@ -82,6 +84,19 @@ class Qwen25VisionCosts : public TowerCosts {
 std::unique_ptr<TowerCosts> tower_costs(const LlavaConfig& c) {
   if (c.qwen_vision) return std::make_unique<Qwen25VisionCosts>(*c.qwen_vision);
   return nullptr;
+}
+
+AnyresBound anyres_image_bound(const LlavaConfig& c) {
+  if (!c.anyres || !c.vision) return {1, c.image_seq_length()};
+  if (c.anyres->pinpoints.empty()) throw std::invalid_argument("AnyRes: no image_grid_pinpoints");
+  const int64_t tile = c.vision->image_size, side = tile / c.vision->patch_size;
+  AnyresBound b{0, 0};
+  for (const auto& p : c.anyres->pinpoints) {
+    const int64_t rows = p[0] / tile, cols = p[1] / tile;
+    b.tiles = std::max(b.tiles, 1 + rows * cols);
+    b.tokens = std::max(b.tokens, side * side + rows * side * (cols * side + 1));
+  }
+  return b;
 }
 
 }  // namespace gmod
