@@ -37,9 +37,10 @@ def dd_rate(path, nbytes, flags):
     return (int(m.group(1)) / float(m.group(2)), "") if m else (None, r.stderr)
 
 
-def torch_save_load(state, path, reps):
+def torch_save_load(state, path, reps, before_load=None):
     """The peer's part on one rank (torch.distributed initialised): the fastest of `reps` torch.save + fsync of
-    `state` into `path` and of `reps` torch.load of it, each the slowest rank's; and the bytes of all ranks' files."""
+    `state` into `path` and of `reps` torch.load of it, each the slowest rank's; and the bytes of all ranks' files.
+    `before_load(path)`, when given, runs before each load, untimed (e.g. evicting the file from the page cache)."""
     import torch
     import torch.distributed as dist
     best_save = best_load = 1e30
@@ -56,6 +57,8 @@ def torch_save_load(state, path, reps):
     nbytes = torch.tensor([os.path.getsize(path)], dtype=torch.float64)
     dist.all_reduce(nbytes)
     for _ in range(reps):
+        if before_load:
+            before_load(path)
         dist.barrier()
         t0 = time.perf_counter()
         back = torch.load(path, map_location="cpu")

@@ -13,14 +13,17 @@ vision tower trained) and each rank count (--ranks):
      write included).
   3. A resume of the last synchronous checkpoint, its files read once before (page cache warm, as the peer's
      load: a save writes the large datasets with O_DIRECT, which leaves them out of the page cache): the trainer's
-     own figure, `files checked in A ms, state read and its tensors' CRCs checked in B ms` (A + B).
+     own figure, `files checked in A ms, state read and its tensors' CRCs checked in B ms` (A + B). With --cold,
+     the checkpoint's files are instead evicted from the page cache (fsync + POSIX_FADV_DONTNEED) before the
+     resume, and the peer's file before each torch.load: both loads read the disk, as a resume after a crash or
+     a reboot usually does (the bytes `fincore` still finds cached after each eviction are in the JSON rows).
   4. The peer: N Python ranks, each torch.save + fsync of the same tensors gmod's rank wrote (the model tensors
      of its model file, their shapes from `gmod export` of the checkpoint, and its optimizer shard: master,
      exp_avg, exp_avg_sq of the same size), then torch.load of that file; dd of the checkpoint's bytes (direct and
      fsync'ed), in the same run.
 
     python bench/bench_train_checkpoint.py --gmod build/bin/gmod \\
-        [--models demo=configs/demo_model,smollm2=configs/bench_smollm2_llava] [--ranks 1,2,3] [--steps 4] [--dir D]
+        [--models demo=configs/demo_model,smollm2=configs/bench_smollm2_llava] [--ranks 1,2,3] [--steps 4] [--dir D] [--cold]
 
 Targets (issue 47): sync save >= 0.8 of dd; async stall <= 1.2 x a host copy of the rank's state (first save
 included); load <= 1.2 x torch.load.
@@ -73,6 +76,28 @@ def warm(path):
                 pass
 
 
+def evict(paths):
+    """Drops files from the page cache (fsync, then POSIX_FADV_DONTNEED; no root needed), as after a reboot or a
+    crash on a node whose memory went to other work: a load after it reads the disk. Returns the bytes still
+    cached afterwards (from `fincore` where util-linux has it, else None), so that a run shows the eviction held."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    if not shutil.which("fincore"):
+        return None
+    r = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES"] + list(paths), capture_output=True,
+                       text=True)
+    return sum(int(x) for x in r.stdout.split()) if r.returncode == 0 else None
+
+
+def dir_files(path):
+    return [os.path.join(path, f) for f in sorted(os.listdir(path)) if os.path.isfile(os.path.join(path, f))]
+
+
 def peer_rank(args):
     """One rank of the torch peer (started by mpirun): torch.save + fsync, then torch.load, of this rank's share."""
     import torch
@@ -85,7 +110,9 @@ def peer_rank(args):
     state = {"model": {n: torch.randn(shape, generator=g) for n, shape in spec["model"]},
              "optim": {k: torch.randn(spec["shard"], generator=g) for k in ("master", "exp_avg", "exp_avg_sq")}}
     path = os.path.join(args.peer_dir, f"rank-{rank}.pt")
-    best_save, best_load, nbytes = torch_save_load(state, path, args.reps)
+    cached = []
+    before_load = (lambda p: cached.append(evict([p]))) if args.cold else None
+    best_save, best_load, nbytes = torch_save_load(state, path, args.reps, before_load)
     copy = 1e30  # a host copy of this rank's state (what an async save's stall should cost)
     for _ in range(args.reps):
         t0 = time.perf_counter()
@@ -96,7 +123,7 @@ def peer_rank(args):
     copy = t.item()
     if rank == 0:
         print(json.dumps({"peer_save_s": best_save, "peer_load_s": best_load, "peer_bytes": nbytes,
-                          "host_copy_s": copy}))
+                          "host_copy_s": copy, "peer_cached_after_evict": cached}))
     dist.destroy_process_group()
 
 
@@ -147,6 +174,9 @@ def main():
     ap.add_argument("--reps", type=int, default=2, help="repetitions of the peer's save and load (fastest)")
     ap.add_argument("--dir", default=None, help="where runs go (default: a temp dir under build/)")
     ap.add_argument("--keep", action="store_true", help="keep the runs and logs")
+    ap.add_argument("--cold", action="store_true",
+                    help="evict the checkpoint's and the peer's files from the page cache before each timed load "
+                         "(fsync + POSIX_FADV_DONTNEED), instead of reading the checkpoint once before the resume")
     ap.add_argument("--peer-rank", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--store", help=argparse.SUPPRESS)
     ap.add_argument("--spec", help=argparse.SUPPRESS)
@@ -155,7 +185,9 @@ def main():
     if args.peer_rank:
         return peer_rank(args)
 
-    base = args.dir or tempfile.mkdtemp(prefix="gmod-bench-train-ckpt-", dir=os.path.join(ROOT, "build"))
+    # Absolute: the torch peer's file:// store URL takes a relative --dir's first folder as a host name.
+    base = os.path.abspath(args.dir or tempfile.mkdtemp(prefix="gmod-bench-train-ckpt-",
+                                                        dir=os.path.join(ROOT, "build")))
     os.makedirs(base, exist_ok=True)
     log = os.path.join(base, "log.txt")
     r = subprocess.run([args.gmod, "data", "demo", "--out", os.path.join(base, "data")], capture_output=True,
@@ -185,7 +217,11 @@ def main():
                                           ["checkpoint.every=1", "checkpoint.keep_last=2", "checkpoint.async=true",
                                            "resume=none"], log)
                 stalls = [int(m) for m in re.findall(r"copied to host in (\d+) ms", out_a)]
-                warm(ckpt)
+                cached = None
+                if args.cold:
+                    cached = evict(dir_files(ckpt))
+                else:
+                    warm(ckpt)
                 _, out_r = train(args.gmod, n, base, model, os.path.join(work, "sync"), s + 1,
                                  ["checkpoint.every=0", "resume=auto"], log)
                 m = re.search(r"files checked in (\d+) ms, state read and its tensors' CRCs checked in (\d+) ms", out_r)
@@ -201,14 +237,16 @@ def main():
                 os.makedirs(peer_dir)
                 t = subprocess.run(mpirun(n) + [sys.executable, os.path.abspath(__file__), "--peer-rank", "--spec",
                                                 spec_path, "--store", os.path.join(work, f"store-{time.time_ns()}"),
-                                                "--peer-dir", peer_dir, "--reps", str(args.reps)],
+                                                "--peer-dir", peer_dir, "--reps", str(args.reps)]
+                                   + (["--cold"] if args.cold else []),
                                    capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
                 if t.returncode != 0:
                     sys.exit(f"torch peer failed (np {n}):\n{t.stdout}\n{t.stderr}")
                 peer = json.loads([ln for ln in t.stdout.splitlines() if ln.startswith("{")][-1])
                 rows.append(dict(model=name, world=n, bytes=nbytes, saves_ms=saves, save_s=statistics.median(saves[1:]) / 1e3,
                                  stalls_ms=stalls, async_cost_s=(async_wall - base_wall) / s,
-                                 sync_cost_s=(sync_wall - base_wall) / s, load_s=load_s, dd_direct=dd_direct,
+                                 sync_cost_s=(sync_wall - base_wall) / s, load_s=load_s, ckpt_cached_after_evict=cached,
+                                 dd_direct=dd_direct,
                                  dd_fsync=dd_fsync, **peer))
                 print(json.dumps(rows[-1]), flush=True)
                 if not args.keep:
@@ -219,7 +257,8 @@ def main():
 
     gbs = lambda b, s: b / s / 1e9
     print(f"\ncheckpoints inside `gmod train` (fp32 + AdamW, ZeRO-1, {args.steps} steps, a save after each): "
-          "the trainer's own figures beside dd and the torch peer, page cache warm for loads")
+          "the trainer's own figures beside dd and the torch peer, page cache "
+          + ("COLD for loads (files evicted before each)" if args.cold else "warm for loads"))
     hdr = ("model", "np", "GB", "dd direct", "gmod save", "save/dd", "torch.save", "stall (1st)", "host copy",
            "stall/copy", "async cost", "gmod load", "torch.load", "load ratio")
     fmt = "{:>8} {:>3} {:>6} " + "{:>12} " * (len(hdr) - 3)
