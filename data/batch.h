@@ -19,6 +19,11 @@ struct Batch {
   at::Tensor pixel_values;      // [N_images, 3, S, S] float32; undefined when the batch has no image
                                 // (native-resolution images: their patches concatenated, [sum of rows, C*T*P*P])
   at::Tensor image_grid_thw;    // [N_images, 3] int64 grid of each native-resolution image; else undefined
+  // Videos (data/video_prep.h), in sample order: their patches [sum of rows, C*T*P*P] float32, grids [N_videos, 3]
+  // int64 and seconds per temporal grid step [N_videos] float32; undefined when the batch has no video.
+  at::Tensor pixel_values_videos;
+  at::Tensor video_grid_thw;
+  at::Tensor second_per_grid_ts;
   // Packed batches (data/pack.h) only: the samples each row holds, and positions [B, L] restarting per sample.
   std::shared_ptr<const SegmentLayout> segments;
   at::Tensor positions;
@@ -37,7 +42,8 @@ struct Batch {
 
 // Pads to the batch maximum with pad_id / -100 / false / kPad. `image_size` is the crop size (for the
 // pixel_values shape); images are copied in sample order. Samples with grids (native-resolution patches) have their
-// patches concatenated and image_grid_thw filled instead; a batch mixing both kinds is refused.
+// patches concatenated and image_grid_thw filled instead; a batch mixing both kinds is refused. Videos are
+// concatenated the same way into pixel_values_videos / video_grid_thw / second_per_grid_ts.
 Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_size);
 
 // Moves the tensors to `device` (non-blocking from pinned memory is not attempted; CPU tensors are returned

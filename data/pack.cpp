@@ -99,6 +99,9 @@ Batch collate_packed(std::vector<PreparedSample>& samples, int32_t pad_id, int i
   // Native-resolution images: their grids in the same (segment) order; the model computes each segment's M-RoPE ids
   // from them as its own sample's (MultimodalLM::hidden_states).
   b.image_grid_thw = one.image_grid_thw;
+  b.pixel_values_videos = one.pixel_values_videos;  // videos likewise (segment order)
+  b.video_grid_thw = one.video_grid_thw;
+  b.second_per_grid_ts = one.second_per_grid_ts;
   b.positions = layout->positions(L);
   b.segments = layout;
   b.indices = std::move(one.indices);
