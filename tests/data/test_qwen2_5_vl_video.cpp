@@ -214,7 +214,7 @@ TEST(Qwen25VlVideo, ModelOnTheBatchMatchesTransformers) {
   const double worst_own = worst_answer_logits(own.logits, r, ref, 3);
   const double loss = out.lm_loss.item<double>(), want = ref.tensor("batch_loss").item<double>();
   std::printf("logits at %d supervised positions: max abs difference %.3g (with gmod's decoded video %.3g); loss "
-              "%.6f vs %.6f (gmod's video %.6f)\n",
+              "%.9f vs %.9f (gmod's video %.9f)\n",
               int(out.supervised_tokens), worst, worst_own, loss, want, own.lm_loss.item<double>());
   EXPECT_LT(worst, 1e-5);
   EXPECT_NEAR(loss, want, 1e-5);
