@@ -39,7 +39,7 @@ std::vector<Batch> arank_batches(const Dataset& ds, const std::vector<size_t>& o
       if (stats.bad++ == 0) stats.first_bad = br.message;
       continue;
     }
-    if (opt.images_only && s.sample.images.empty()) {
+    if (opt.images_only && s.sample.images.empty() && s.sample.videos.empty()) {  // a video counts as visual
       ++stats.text_only;
       continue;
     }

@@ -5,6 +5,50 @@
 #include <cstring>
 
 namespace gmod {
+namespace {
+
+// Every sample's videos, in sample order, into b's three video tensors.
+void collate_videos(const std::vector<PreparedSample>& samples, Batch& b) {
+  int64_t n = 0, rows = 0, values = 0;
+  for (const auto& s : samples) {
+    if (s.video_grids.size() != s.video_pixels.size() || s.video_seconds.size() != s.video_pixels.size())
+      throw std::runtime_error("collate: sample " + s.sample.id + " has " + std::to_string(s.video_pixels.size()) +
+                               " videos but " + std::to_string(s.video_grids.size()) + " grids and " +
+                               std::to_string(s.video_seconds.size()) + " step lengths");
+    for (size_t i = 0; i < s.video_grids.size(); ++i) {
+      rows += s.video_grids[i][0] * s.video_grids[i][1] * s.video_grids[i][2];
+      values += static_cast<int64_t>(s.video_pixels[i].size());
+    }
+    n += static_cast<int64_t>(s.video_grids.size());
+  }
+  if (n == 0) return;
+  const int64_t row_size = rows > 0 ? values / rows : 0;
+  if (row_size == 0 || row_size * rows != values)
+    throw std::runtime_error("collate: " + std::to_string(values) + " video patch values do not make " +
+                             std::to_string(rows) + " equal rows");
+  b.pixel_values_videos = at::empty({rows, row_size}, at::kFloat);
+  b.video_grid_thw = at::empty({n, 3}, at::kLong);
+  b.second_per_grid_ts = at::empty({n}, at::kFloat);
+  float* px = b.pixel_values_videos.data_ptr<float>();
+  int64_t* grid = b.video_grid_thw.data_ptr<int64_t>();
+  float* secs = b.second_per_grid_ts.data_ptr<float>();
+  for (const auto& s : samples)
+    for (size_t i = 0; i < s.video_grids.size(); ++i) {
+      const auto& g = s.video_grids[i];
+      const auto& p = s.video_pixels[i];
+      if (static_cast<int64_t>(p.size()) != g[0] * g[1] * g[2] * row_size)
+        throw std::runtime_error("collate: video " + std::to_string(i) + " of sample " + s.sample.id + " has " +
+                                 std::to_string(p.size()) + " values for a grid of " +
+                                 std::to_string(g[0] * g[1] * g[2]) + " patches of " + std::to_string(row_size));
+      std::copy(g.begin(), g.end(), grid);
+      grid += 3;
+      *secs++ = static_cast<float>(s.video_seconds[i]);
+      std::memcpy(px, p.data(), p.size() * sizeof(float));
+      px += p.size();
+    }
+}
+
+}  // namespace
 
 Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_size) {
   Batch b;
@@ -103,6 +147,7 @@ Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_si
     b.indices.push_back(s.index);
     b.ids.push_back(s.id);
   }
+  collate_videos(samples, b);
   return b;
 }
 
@@ -133,6 +178,11 @@ ModelInputs to_model_inputs(const Batch& batch, at::Device device) {
   // The M-RoPE ids and the tower's attention segments are computed from the grids (model/mrope.h).
   if (batch.image_grid_thw.defined()) in.image_grid_thw = move(batch.image_grid_thw);
   if (batch.image_sizes.defined()) in.image_sizes = batch.image_sizes;  // AnyRes: stays on the host, read to pack
+  if (batch.pixel_values_videos.defined()) {
+    in.pixel_values_videos = move(batch.pixel_values_videos);
+    in.video_grid_thw = move(batch.video_grid_thw);
+    in.second_per_grid_ts = batch.second_per_grid_ts;  // read on the host by mrope_positions
+  }
   return in;
 }
 

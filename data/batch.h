@@ -22,6 +22,11 @@ struct Batch {
   // [N_images, 2] int64 (height, width) of each AnyRes image; pixel_values then holds every image's tiles
   // [sum of tiles, 3, S, S], image by image (data/anyres.h); else undefined
   at::Tensor image_sizes;
+  // Videos (data/video_prep.h), in sample order: their patches [sum of rows, C*T*P*P] float32, grids [N_videos, 3]
+  // int64 and seconds per temporal grid step [N_videos] float32; undefined when the batch has no video.
+  at::Tensor pixel_values_videos;
+  at::Tensor video_grid_thw;
+  at::Tensor second_per_grid_ts;
   // Packed batches (data/pack.h) only: the samples each row holds, and positions [B, L] restarting per sample.
   std::shared_ptr<const SegmentLayout> segments;
   at::Tensor positions;
@@ -41,7 +46,8 @@ struct Batch {
 // Pads to the batch maximum with pad_id / -100 / false / kPad. `image_size` is the crop size (for the
 // pixel_values shape); images are copied in sample order. Samples with grids (native-resolution patches) have their
 // patches concatenated and image_grid_thw filled instead; samples with image_sizes (AnyRes) have their tiles
-// stacked, however many each image has, and image_sizes filled. A batch mixing kinds is refused.
+// stacked, however many each image has, and image_sizes filled. A batch mixing kinds is refused. Videos are
+// concatenated the same way into pixel_values_videos / video_grid_thw / second_per_grid_ts.
 Batch collate(std::vector<PreparedSample>& samples, int32_t pad_id, int image_size);
 
 // Moves the tensors to `device` (non-blocking from pinned memory is not attempted; CPU tensors are returned

@@ -48,9 +48,11 @@ std::string resolve_conversation_template(const std::string& name, const LlamaCo
 namespace {
 
 const std::string kImagePlaceholder = "<image>";
+// LLaVA-Video / LLaMA-Factory's video placeholder; a video's span goes where it stands (never moved to the front).
+const std::string kVideoPlaceholder = "<video>";
 
 struct Piece {
-  enum Kind { kText, kToken, kImage } kind = kText;
+  enum Kind { kText, kToken, kImage, kVideo } kind = kText;
   std::string text;
   int32_t id = 0;
   TokenRole role = TokenRole::kQuestion;
@@ -66,10 +68,9 @@ std::string strip(const std::string& s) {
   return s.substr(b, s.find_last_not_of(ws) - b + 1);
 }
 
-size_t count_placeholders(const std::string& s) {
+size_t count_placeholders(const std::string& s, const std::string& placeholder = kImagePlaceholder) {
   size_t n = 0;
-  for (size_t p = s.find(kImagePlaceholder); p != std::string::npos; p = s.find(kImagePlaceholder, p + 1))
-    ++n;
+  for (size_t p = s.find(placeholder); p != std::string::npos; p = s.find(placeholder, p + 1)) ++n;
   return n;
 }
 
@@ -78,15 +79,19 @@ std::string remove_placeholders(std::string s) {
   return s;
 }
 
-// Appends `text` as text pieces, with an image piece at every placeholder. Flags apply to the last text
-// piece.
+// Appends `text` as text pieces, with an image piece at every `<image>` and a video piece at every `<video>`. Flags
+// apply to the last text piece.
 void add_text(std::vector<Piece>& out, const std::string& text, TokenRole role, bool supervised = false,
               bool hard_end = false, bool round_end = false) {
   size_t pos = 0;
-  for (size_t p; (p = text.find(kImagePlaceholder, pos)) != std::string::npos;
-       pos = p + kImagePlaceholder.size()) {
+  while (true) {
+    const size_t pi = text.find(kImagePlaceholder, pos), pv = text.find(kVideoPlaceholder, pos);
+    const size_t p = std::min(pi, pv);
+    if (p == std::string::npos) break;
+    const bool video = pv < pi;
     out.push_back({Piece::kText, text.substr(pos, p - pos), 0, role, supervised});
-    out.push_back({Piece::kImage, "", 0, TokenRole::kImage});
+    out.push_back({video ? Piece::kVideo : Piece::kImage, "", 0, TokenRole::kImage});
+    pos = p + (video ? kVideoPlaceholder : kImagePlaceholder).size();
   }
   out.push_back({Piece::kText, text.substr(pos), 0, role, supervised, hard_end, round_end});
 }
@@ -145,7 +150,8 @@ EncodedConversation ConversationEncoder::encode(const Record& record, const std:
 }
 
 EncodedConversation ConversationEncoder::encode(const Record& record, const std::string& where,
-                                                const std::vector<ImageTokens>& image_tokens) const {
+                                                const std::vector<ImageTokens>& image_tokens,
+                                                const std::vector<ImageTokens>& video_tokens) const {
   auto fail = [&](const std::string& reason, const std::string& why) {
     throw SampleError(reason, where + ": " + why);
   };
@@ -173,6 +179,14 @@ EncodedConversation ConversationEncoder::encode(const Record& record, const std:
   if (placeholders != record.images.size())
     fail("placeholder", std::to_string(placeholders) + " <image> placeholder(s) but " +
                             std::to_string(record.images.size()) + " image(s)");
+  size_t video_placeholders = 0;
+  for (const auto& t : turns) video_placeholders += count_placeholders(t.value, kVideoPlaceholder);
+  if (video_placeholders != record.videos.size())
+    fail("placeholder", std::to_string(video_placeholders) + " <video> placeholder(s) but " +
+                            std::to_string(record.videos.size()) + " video(s)");
+  if (video_tokens.size() != record.videos.size())
+    throw std::invalid_argument(where + ": " + std::to_string(video_tokens.size()) + " video token spans given for " +
+                                std::to_string(record.videos.size()) + " video(s)");
   if (!image_tokens.empty() && image_tokens.size() != record.images.size())
     throw std::invalid_argument(where + ": " + std::to_string(image_tokens.size()) + " image token spans given for " +
                                 std::to_string(record.images.size()) + " image(s)");
@@ -267,6 +281,16 @@ EncodedConversation ConversationEncoder::encode(const Record& record, const std:
       }
       out.image_ends.push_back(out.ids.size());
       ++out.num_images;
+      ++i;
+      continue;
+    }
+    if (p.kind == Piece::kVideo) {  // as a native-resolution image, with the video's own span
+      const TokenRole around = i > 0 ? pieces[i - 1].role : TokenRole::kQuestion;
+      const ImageTokens& span = video_tokens[out.video_ends.size()];
+      if (span.start) push(*span.start, around, false);
+      for (int64_t k = 0; k < span.count; ++k) push(span.id, TokenRole::kImage, false);
+      if (span.end) push(*span.end, around, false);
+      out.video_ends.push_back(out.ids.size());
       ++i;
       continue;
     }

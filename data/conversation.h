@@ -97,6 +97,7 @@ struct EncodedConversation {
   std::vector<TokenRole> roles;
   std::vector<size_t> round_ends;  // token count after each complete question/answer round
   std::vector<size_t> image_ends;  // token count after each image's tokens (end token included), in order
+  std::vector<size_t> video_ends;  // the same for each video
   int num_images = 0;
 };
 
@@ -109,8 +110,11 @@ class ConversationEncoder {
   EncodedConversation encode(const Record& record, const std::string& where = "record") const;
   // The same with each image's tokens given (data/image_prep.h: one per record image, in order; a native-resolution
   // image's count depends on its size). Without, every image is image_seq_length x image_token_id.
+  // `video_tokens`: each record video's span (data/video_prep.h), one per video; a `<video>` placeholder (LLaVA-Video /
+  // LLaMA-Factory) stands where its video goes and never moves. A record with videos and no spans is refused.
   EncodedConversation encode(const Record& record, const std::string& where,
-                             const std::vector<ImageTokens>& image_tokens) const;
+                             const std::vector<ImageTokens>& image_tokens,
+                             const std::vector<ImageTokens>& video_tokens = {}) const;
 
   int32_t pad_id() const { return pad_id_; }
   // The token that ends an answer, where generation stops: "</s>" / EOS (vicuna_v1, plain, mistral),

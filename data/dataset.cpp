@@ -64,9 +64,9 @@ PreparedSample Dataset::prepare(size_t index, bool decode_images) const {
   } catch (const RecordError& e) {
     throw SampleError("malformed", e.what());
   }
-  if (!rec.videos.empty())  // records.h reads them (issue 45); training on video is the model side's next step
+  if (!rec.videos.empty() && !config_.video_preparer)
     throw SampleError("video", where(index, rec.id) + ": has " + std::to_string(rec.videos.size()) +
-                                   " video(s) ('" + rec.videos[0] + "'); this pipeline does not train on video yet");
+                                   " video(s) ('" + rec.videos[0] + "'); this model takes no video input");
   PreparedSample out;
   auto resolve = [&](const std::string& rel) {
     try {
@@ -92,7 +92,32 @@ PreparedSample Dataset::prepare(size_t index, bool decode_images) const {
       }
     }
   }
-  out.sample = make_sample(rec, index, *encoder_, config_.sample, where(index, rec.id), spans);
+  // Videos: every header is read and its frames sampled first (the span depends on both); decoded after truncation.
+  std::vector<ImageTokens> video_spans;
+  auto video_error = [&](const std::string& rel, const std::exception& e) {
+    return SampleError("video", where(index, rec.id) + ": video '" + rel + "': " + e.what());
+  };
+  for (const auto& rel : rec.videos) {
+    const std::string path = resolve(rel);
+    try {
+      video_spans.push_back(config_.video_preparer->plan(path, config_.max_image_pixels).tokens);
+    } catch (const std::exception& e) {
+      throw video_error(rel, e);
+    }
+  }
+  out.sample = make_sample(rec, index, *encoder_, config_.sample, where(index, rec.id), spans, video_spans);
+  if (decode_images) {
+    for (const auto& rel : out.sample.videos) {
+      try {
+        NativeVideo v = config_.video_preparer->prepare(resolve(rel), config_.max_image_pixels);
+        out.video_pixels.push_back(std::move(v.patches.pixel_values));
+        out.video_grids.push_back(v.patches.grid_thw);
+        out.video_seconds.push_back(v.second_per_grid_ts);
+      } catch (const std::exception& e) {
+        throw video_error(rel, e);
+      }
+    }
+  }
   for (const auto& rel : out.sample.images) {
     const std::string path = resolve(rel);
     try {

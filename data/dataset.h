@@ -15,6 +15,7 @@
 #include "data/image_prep.h"
 #include "data/records.h"
 #include "data/sample.h"
+#include "data/video_prep.h"
 
 namespace gmod {
 
@@ -33,6 +34,9 @@ struct DatasetConfig {
   // How images become tokens and pixels (data/image_prep.h), chosen once from the model's config (the trainer's
   // make_image_preparer); null = fixed-size CLIP crops from `image` with conversation.image_seq_length tokens each.
   std::shared_ptr<const ImagePreparer> image_preparer;
+  // How videos become tokens and pixels (data/video_prep.h, the trainer's make_video_preparer); null = the model takes
+  // no video and a record with one is a bad record (reason "video"). Video paths resolve as image paths do.
+  std::shared_ptr<const VideoPreparer> video_preparer;
   bool use_index_cache = true;  // <data_path>.gmodidx
 };
 
@@ -41,6 +45,10 @@ struct PreparedSample {
   std::vector<std::vector<float>> pixels;  // per image: CHW [3, crop, crop], native-resolution patches or AnyRes tiles
   std::vector<std::array<int64_t, 3>> grids;  // per image with native-resolution patches: its grid_thw; else empty
   std::vector<std::array<int64_t, 2>> image_sizes;  // per AnyRes image (pixels: its tiles): (height, width); else empty
+  // Per video (data/video_prep.h): its patches, grid_thw and seconds per temporal grid step.
+  std::vector<std::vector<float>> video_pixels;
+  std::vector<std::array<int64_t, 3>> video_grids;
+  std::vector<double> video_seconds;
 };
 
 // A record that was skipped, for statistics and logs.
@@ -59,7 +67,10 @@ class Dataset {
   Dataset(DatasetConfig config, std::shared_ptr<const Tokenizer> tokenizer);
 
   size_t size() const { return records_->size(); }
-  // Record -> template -> truncation -> decoded, preprocessed images. Throws SampleError (reasons:
+  // Record -> template -> truncation -> decoded, preprocessed images and videos (a video's header is read before
+  // templating, its frames decoded for the rounds kept; `decode_images` false reads headers only). Throws SampleError
+  // (reason "video" for a missing, unreadable, corrupt, truncated or unsupported video, or any video when the model
+  // takes none; other reasons:
   // "malformed", "roles", "no_answer", "placeholder", "too_long", "image", "image_path", "video"; see
   // sample_error_reasons()).
   PreparedSample prepare(size_t index, bool decode_images = true) const;

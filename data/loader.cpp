@@ -85,7 +85,7 @@ Batch DataLoader::build(int64_t seq) {
                     : collate(samples, dataset_.encoder().pad_id(), dataset_.config().image.crop);
   if (config_.pin_memory)
     for (at::Tensor* t : {&batch.input_ids, &batch.labels, &batch.attention_mask, &batch.token_roles,
-                          &batch.pixel_values, &batch.positions})
+                          &batch.pixel_values, &batch.positions, &batch.pixel_values_videos})
       if (t->defined() && !t->is_pinned()) *t = t->pin_memory();
   batch.skipped = std::move(bad);
   batch.sequence = seq;

@@ -100,6 +100,9 @@ Batch collate_packed(std::vector<PreparedSample>& samples, int32_t pad_id, int i
   // from them as its own sample's (MultimodalLM::hidden_states).
   b.image_grid_thw = one.image_grid_thw;
   b.image_sizes = one.image_sizes;  // AnyRes: each image's size in the same order as its tiles
+  b.pixel_values_videos = one.pixel_values_videos;  // videos likewise (segment order)
+  b.video_grid_thw = one.video_grid_thw;
+  b.second_per_grid_ts = one.second_per_grid_ts;
   b.positions = layout->positions(L);
   b.segments = layout;
   b.indices = std::move(one.indices);

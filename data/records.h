@@ -26,7 +26,7 @@ struct Turn {
 struct Record {
   std::string id;                   // as written; numeric ids are printed in decimal
   std::vector<std::string> images;  // relative image paths; empty for text-only records
-  std::vector<std::string> videos;  // relative video paths (issue 45); Dataset refuses them until it trains on video
+  std::vector<std::string> videos;  // relative video paths (issue 45; data/video_prep.h, Qwen2.5-VL only)
   std::vector<Turn> conversations;
 };
 

@@ -13,8 +13,9 @@ TruncationMode parse_truncation_mode(const std::string& s) {
 
 TokenizedSample make_sample(const Record& record, size_t index, const ConversationEncoder& encoder,
                             const SampleConfig& config, const std::string& where,
-                            const std::vector<ImageTokens>& image_tokens) {
-  EncodedConversation enc = encoder.encode(record, where, image_tokens);
+                            const std::vector<ImageTokens>& image_tokens,
+                            const std::vector<ImageTokens>& video_tokens) {
+  EncodedConversation enc = encoder.encode(record, where, image_tokens, video_tokens);
   TokenizedSample s;
   s.id = record.id;
   s.index = index;
@@ -34,6 +35,8 @@ TokenizedSample make_sample(const Record& record, size_t index, const Conversati
   const auto kept = [keep](size_t end) { return end <= keep; };
   const size_t n_images = static_cast<size_t>(std::count_if(enc.image_ends.begin(), enc.image_ends.end(), kept));
   s.images.assign(record.images.begin(), record.images.begin() + std::min(n_images, record.images.size()));
+  const size_t n_videos = static_cast<size_t>(std::count_if(enc.video_ends.begin(), enc.video_ends.end(), kept));
+  s.videos.assign(record.videos.begin(), record.videos.begin() + std::min(n_videos, record.videos.size()));
   enc.ids.resize(keep);
   enc.labels.resize(keep);
   enc.roles.resize(keep);

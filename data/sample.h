@@ -27,6 +27,7 @@ struct TokenizedSample {
   std::vector<int32_t> labels;  // kIgnoreIndex where not supervised
   std::vector<TokenRole> roles;
   std::vector<std::string> images;  // image paths as written in the record, in order of occurrence
+  std::vector<std::string> videos;  // the same for videos (kept with the rounds that hold them)
   std::string id;
   size_t index = 0;        // global record index
   bool truncated = false;  // rounds were dropped to fit max_len
@@ -37,6 +38,7 @@ struct TokenizedSample {
 // `image_tokens`: each record image's tokens (ConversationEncoder::encode); empty = the encoder's fixed-size images.
 TokenizedSample make_sample(const Record& record, size_t index, const ConversationEncoder& encoder,
                             const SampleConfig& config, const std::string& where,
-                            const std::vector<ImageTokens>& image_tokens = {});
+                            const std::vector<ImageTokens>& image_tokens = {},
+                            const std::vector<ImageTokens>& video_tokens = {});
 
 }  // namespace gmod

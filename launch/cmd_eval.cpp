@@ -48,6 +48,7 @@ int run_eval(const EvalOptions& o) {
     pending.clear();
     ModelInputs in = to_model_inputs(b, m.device);
     if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(m.dtype);
+    if (in.pixel_values_videos.defined()) in.pixel_values_videos = in.pixel_values_videos.to(m.dtype);
     ForwardState st;
     ModelOutput out = forward_label_loss(*m.model, in, st);  // loss only: no [B, L, V] logits
     loss_sum += out.lm_loss_sum.item<double>();

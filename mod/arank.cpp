@@ -95,13 +95,16 @@ ARankResult compute_arank(MultimodalLM& model, const std::vector<ModelInputs>& b
     at::Tensor mrope;
     if (in.positions.defined() && in.positions.dim() == 3)
       mrope = in.positions;
-    else if (model.config.mrope && in.image_grid_thw.defined() && !in.positions.defined())
-      mrope = mrope_positions(in.input_ids, in.attention_mask, in.image_grid_thw, {}, {}, *model.config.mrope)
+    else if (model.config.mrope && (in.image_grid_thw.defined() || in.video_grid_thw.defined()) &&
+             !in.positions.defined())
+      mrope = mrope_positions(in.input_ids, in.attention_mask, in.image_grid_thw, in.video_grid_thw,
+                              in.second_per_grid_ts, *model.config.mrope)
                   .positions.to(in.input_ids.device());
     prepare_forward_state(st, in.input_ids, in.attention_mask, mrope.defined() ? mrope.select(0, 0) : in.positions);
     st.token_roles = in.token_roles;
     st.want_attn_probs = true;
-    auto h = model.embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw, in.image_sizes);
+    auto h = model.embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw, in.image_sizes,
+                                in.pixel_values_videos, in.video_grid_thw);
     st.rope = &model.llm->rope;
     st.mrope_positions = mrope;
     std::tie(st.cos, st.sin) = mrope.defined() ? model.llm->mrope->cos_sin(mrope, h.scalar_type())

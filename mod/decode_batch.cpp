@@ -185,7 +185,7 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
     if (opt_.use_cache) st.caches = &fresh;
     std::vector<at::Tensor> deepstack;  // Qwen3-VL: added to the first layers at the image positions
     auto emb = model_.embed_inputs(prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw, prompt.image_sizes,
-                                   &deepstack);
+                                   {}, {}, &deepstack);  // (prompts take images, not videos)
     st.deepstack = deepstack;
     if (!deepstack.empty()) st.visual_mask = prompt.input_ids == model_.config.image_token_id;
     auto h = model_.llm->forward(emb, st);
@@ -317,7 +317,7 @@ at::Tensor DecodeBatch::recompute_step(const at::Tensor& tokens, const at::Tenso
   st.mrope_positions = full_mrope_;
   st.token_roles = roles_;
   std::vector<at::Tensor> deepstack;
-  auto emb = model_.embed_inputs(ids_, pixel_values_, grid_thw_, image_sizes_, &deepstack);
+  auto emb = model_.embed_inputs(ids_, pixel_values_, grid_thw_, image_sizes_, {}, {}, &deepstack);
   st.deepstack = deepstack;
   if (!deepstack.empty()) st.visual_mask = ids_ == model_.config.image_token_id;
   return model_.llm->forward(emb, st).select(1, ids_.size(1) - 1);

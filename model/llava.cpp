@@ -94,6 +94,7 @@ at::Tensor MultimodalLM::image_token_features(const at::Tensor& pixel_values, co
 
 at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values,
                                       const at::Tensor& grid_thw, const at::Tensor& image_sizes,
+                                      const at::Tensor& pixel_values_videos, const at::Tensor& video_grid_thw,
                                       std::vector<at::Tensor>* deepstack) {
   auto is_img = input_ids == config.image_token_id;  // [B, L]
   check_token_ids(input_ids, is_img);
@@ -101,6 +102,42 @@ at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Ten
   // LLaVA's IMAGE_TOKEN_INDEX): those rows are looked up as id 0 and then overwritten by image features.
   auto emb = llm->embed(config.image_token_id >= config.text.vocab_size ? input_ids.masked_fill(is_img, 0)
                                                                            : input_ids);  // [B, L, D]
+  at::Tensor image_feats;  // set when images and videos went through the encoder together
+  if (pixel_values_videos.defined() && pixel_values_videos.size(0) > 0) {
+    // Videos (Qwen2.5-VL): their features replace the video token's positions in order. With images as well, one
+    // encoder pass takes both (images first): attention never crosses an image or a video (per-frame and window
+    // segments), so the features are those of transformers' separate get_image_features / get_video_features, and
+    // every encoder unit runs once per forward (ZeRO-3 hooks, activation checkpointing).
+    if (!config.mrope || !vision)
+      throw std::invalid_argument("videos given to a model without video tokens (only Qwen2.5-VL takes videos)");
+    if (config.qwen3_vision)  // its videos are frames with text timestamps and DeepStack features: not built yet
+      throw std::invalid_argument("Qwen3-VL: videos are not supported yet (images only)");
+    if (!video_grid_thw.defined() || video_grid_thw.dim() != 2 || video_grid_thw.size(1) != 3)
+      throw std::invalid_argument("pixel_values_videos given without video_grid_thw [n_videos, 3]");
+    const bool with_images = pixel_values.defined() && pixel_values.size(0) > 0;
+    if (with_images && !grid_thw.defined())
+      throw std::invalid_argument("videos with fixed-size images: only native-resolution images (image_grid_thw) "
+                                  "mix with videos");
+    at::Tensor feats =
+        with_images ? image_token_features(at::cat({pixel_values, pixel_values_videos.to(pixel_values.scalar_type())}),
+                                           at::cat({grid_thw, video_grid_thw.to(grid_thw.device())}))
+                    : image_token_features(pixel_values_videos, video_grid_thw);
+    int64_t n_image_tokens = 0;
+    if (with_images) {
+      const int64_t m = config.mrope->spatial_merge_size;
+      n_image_tokens = grid_thw.to(at::kCPU).prod(1).sum().item<int64_t>() / (m * m);
+      image_feats = feats.narrow(0, 0, n_image_tokens);
+    }
+    const at::Tensor vf = feats.narrow(0, n_image_tokens, feats.size(0) - n_image_tokens);
+    const auto is_vid = input_ids == config.mrope->video_token_id;
+    const int64_t n_vid = is_vid.sum().item<int64_t>();
+    if (n_vid != vf.size(0))
+      throw std::invalid_argument("batch has " + std::to_string(n_vid) + " video-token positions (id " +
+                                  std::to_string(config.mrope->video_token_id) + ") but " +
+                                  std::to_string(pixel_values_videos.size(0)) + " video patches give " +
+                                  std::to_string(vf.size(0)) + " video tokens");
+    emb = emb.masked_scatter(is_vid.unsqueeze(-1), vf.to(emb.scalar_type()));
+  }
   if (!pixel_values.defined() || pixel_values.size(0) == 0) {
     if (config.image_token_id >= config.text.vocab_size && is_img.any().item<bool>())
       throw std::invalid_argument("batch has image-token positions (id " + std::to_string(config.image_token_id) +
@@ -110,7 +147,9 @@ at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Ten
   if (!deepstack && config.qwen3_vision)  // a forward without them would silently compute another model
     throw std::invalid_argument("Qwen3-VL: embedding images needs somewhere to put their DeepStack features "
                                 "(embed_inputs' deepstack argument, then ForwardState::deepstack)");
-  auto feats = image_token_features(pixel_values, grid_thw, image_sizes, deepstack).to(emb.scalar_type());  // [T, D]
+  auto feats =
+      (image_feats.defined() ? image_feats : image_token_features(pixel_values, grid_thw, image_sizes, deepstack))
+          .to(emb.scalar_type());  // [T, D]
   const int64_t n_pos = is_img.sum().item<int64_t>();
   if (n_pos != feats.size(0)) {
     std::ostringstream os;
@@ -202,17 +241,19 @@ at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) 
   }
   // A packed batch's 1-D positions (restarting per segment, data/pack.h) do not stand for 3-D ids: with images its
   // segments' ids are computed here as well.
-  if (!given_3d && config.mrope && in.image_grid_thw.defined() && (!in.positions.defined() || in.segments)) {
+  const bool visual = in.image_grid_thw.defined() || in.video_grid_thw.defined();
+  if (!given_3d && config.mrope && visual && (!in.positions.defined() || in.segments)) {
     // As transformers: with images, every row's ids from get_rope_index; without, 0..L-1 (the 1-D default).
     if (!in.segments) {
-      st.mrope_positions = mrope_positions(in.input_ids, in.attention_mask, in.image_grid_thw, {}, {}, *config.mrope)
+      st.mrope_positions = mrope_positions(in.input_ids, in.attention_mask, in.image_grid_thw, in.video_grid_thw,
+                                               in.second_per_grid_ts, *config.mrope)
                                .positions.to(in.input_ids.device());
     } else {  // packed rows (data.pack_to): each segment's ids as its own sample's, restarting at its first token
       const auto& vi = st.segment_index;
       auto seg_mask = st.segment_slots;
       if (st.key_valid.defined()) seg_mask = seg_mask & to_segment_view(st.key_valid, vi);
-      const auto seg = mrope_positions(to_segment_view(in.input_ids, vi), seg_mask, in.image_grid_thw, {}, {},
-                                       *config.mrope)
+      const auto seg = mrope_positions(to_segment_view(in.input_ids, vi), seg_mask, in.image_grid_thw,
+                                       in.video_grid_thw, in.second_per_grid_ts, *config.mrope)
                            .positions.to(in.input_ids.device());  // [3, S, Lmax]; images in segment order
       std::vector<at::Tensor> axes;
       for (int64_t a = 0; a < 3; ++a) axes.push_back(from_segment_view(seg[a], vi, st.segment_slots, st.positions));
@@ -220,7 +261,8 @@ at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) 
     }
   }
   std::vector<at::Tensor> deepstack;
-  auto emb = embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw, in.image_sizes, &deepstack);
+  auto emb = embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw, in.image_sizes, in.pixel_values_videos,
+                          in.video_grid_thw, &deepstack);
   st.deepstack = deepstack;
   st.visual_mask = deepstack.empty() ? at::Tensor() : in.input_ids == config.image_token_id;
   return llm->forward(emb, st);

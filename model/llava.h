@@ -27,6 +27,13 @@ struct ModelInputs {
                               // image by image, the base image first (data/anyres.h)
   at::Tensor image_grid_thw;  // [N_images, 3] int64 patch grid of each image, for towers of variable grids; the
                               // M-RoPE positions of the batch follow from it (model/mrope.h)
+  // Videos (Qwen2.5-VL): their patches [N_video_patches, C*T*P*P] as the processor lays them out, video by video in
+  // the order their <|video_pad|> runs occur; each video's grid [N_videos, 3]; and its seconds per temporal grid step
+  // [N_videos] float32 (undefined: 1 s). The encoder takes them in one pass with the images, and M-RoPE steps their
+  // frames by tokens_per_second * second_per_grid_ts.
+  at::Tensor pixel_values_videos;
+  at::Tensor video_grid_thw;
+  at::Tensor second_per_grid_ts;
   at::Tensor attention_mask;  // [B, L] bool, true = real token; undefined = no padding
   at::Tensor labels;          // [B, L] int64 with -100 = ignored; undefined = no loss
   at::Tensor positions;       // [B, L] int64, or [3, B, L] for M-RoPE models; undefined = 0..L-1 (M-RoPE with
@@ -53,10 +60,12 @@ class MultimodalLM : public torch::nn::Module {
 
   // Embeddings with image features spliced in: [B, L, D]. `grid_thw`: ModelInputs::image_grid_thw;
   // `image_sizes`: ModelInputs::image_sizes.
+  // `pixel_values_videos` / `video_grid_thw`: ModelInputs' videos, spliced in at the video token's positions.
   // `deepstack` (DeepStack towers, Qwen3-VL): receives the tower's DeepStack features of the image tokens
   // (VisionTower::token_features_stacked), which the LLM adds to its first layers (ForwardState::deepstack).
   at::Tensor embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values,
                           const at::Tensor& grid_thw = {}, const at::Tensor& image_sizes = {},
+                          const at::Tensor& pixel_values_videos = {}, const at::Tensor& video_grid_thw = {},
                           std::vector<at::Tensor>* deepstack = nullptr);
   // Throws a named std::invalid_argument (count, first id, sample and position) when an id that is not an image
   // position (`is_img`) lies outside [0, vocab_size). embed_inputs calls it: every command's forward is covered.

@@ -40,6 +40,7 @@ json Trainer::evaluate() {
       if (b.empty()) continue;
       ModelInputs in = to_model_inputs(b, device_);
       if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
+      if (in.pixel_values_videos.defined()) in.pixel_values_videos = in.pixel_values_videos.to(dtype_);
       ForwardState st;
       ModelOutput out = forward_label_loss(*model_, in, st);
       acc[0] += out.lm_loss_sum.item<double>();

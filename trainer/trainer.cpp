@@ -15,6 +15,7 @@
 #include "data/arank_samples.h"
 #include "data/demo_dataset.h"
 #include "data/image_prep.h"
+#include "data/video_prep.h"
 #include "model/config.h"
 #include "model/lm_loss.h"
 #include "model/pretrained.h"
@@ -233,6 +234,7 @@ std::vector<double> Trainer::run_arank() {
       for (const Batch& b : arank_batches(*train_set_, order, sampling, stats)) {
         ModelInputs in = to_model_inputs(b, device_);
         if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
+        if (in.pixel_values_videos.defined()) in.pixel_values_videos = in.pixel_values_videos.to(dtype_);
         batches.push_back(in);
       }
       print("arank: " + stats.summary() + " with images from data.train, first prompts up to the assistant turn "
@@ -250,6 +252,7 @@ std::vector<double> Trainer::run_arank() {
         if (b.empty()) continue;
         ModelInputs in = to_model_inputs(b, device_);
         if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
+        if (in.pixel_values_videos.defined()) in.pixel_values_videos = in.pixel_values_videos.to(dtype_);
         batches.push_back(in);
       }
       if (n == 0)
@@ -351,6 +354,7 @@ void Trainer::setup_data() {
   // Fixed-size crops or native-resolution patches (Qwen2.5-VL): decided once, from the model and its processor files.
   dc.image_preparer = make_image_preparer(model_->config, dc.image, preprocessor_source(cfg_.model), *tokenizer_);
   dc.conversation.image_first = dc.image_preparer->image_first();
+  dc.video_preparer = make_video_preparer(model_->config, preprocessor_source(cfg_.model), *tokenizer_);
   // Native-resolution images carry their own token counts (ImagePreparer::tokens); the encoder's fixed count, which
   // must be >= 1, is then never used.
   if (dc.image_preparer->size_dependent()) dc.conversation.image_seq_length = 1;
@@ -434,6 +438,7 @@ StepMetrics Trainer::train_step() {
     stats.samples += b.size();
     ModelInputs in = to_model_inputs(b, device_);
     if (in.pixel_values.defined()) in.pixel_values = in.pixel_values.to(dtype_);
+    if (in.pixel_values_videos.defined()) in.pixel_values_videos = in.pixel_values_videos.to(dtype_);
     ForwardState st;
     TraceRange forward("gmod::forward");
     dp_->begin_forward();
