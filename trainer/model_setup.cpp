@@ -73,7 +73,10 @@ std::string describe_model_source(const ModelSection& m) {
   return "llm=" + m.llm + (m.vision.empty() ? "" : " vision=" + m.vision) +
          (m.vision_slow.empty() ? "" : " vision_slow=" + m.vision_slow) +
          (m.vision_aux.empty() ? "" : " vision_aux=" + m.vision_aux) +
-         (m.projector.empty() ? "" : " projector=" + m.projector);
+         (m.projector.empty() ? "" : " projector=" + m.projector) +
+         (m.image_grid_pinpoints.empty()
+              ? ""
+              : " anyres=" + std::to_string(m.image_grid_pinpoints.size()) + " pinpoints");
 }
 
 MoDConfig convert_for_run(MultimodalLM& model, const ModSection& mod,
