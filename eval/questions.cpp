@@ -10,6 +10,7 @@
 #include "eval/mme_release.h"
 #include "eval/mmmu_questions.h"
 #include "eval/pystr.h"
+#include "model/strings.h"
 
 namespace gmod::eval {
 namespace {
@@ -22,10 +23,6 @@ bool is_json_list(const std::string& path) {
   while (f.get(c) && std::isspace(static_cast<unsigned char>(c))) {
   }
   return c == '[';
-}
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 // LLaVA's is_none for a TSV cell: missing (empty), "nan" or "none" in any case.

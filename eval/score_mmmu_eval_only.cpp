@@ -13,7 +13,7 @@
 namespace gmod::eval {
 namespace {
 
-const char* const kScript = "eval_mmmu_only.py";
+const char* const kMmmuScript = "eval_mmmu_only.py";
 
 // A JSON object file; `repeated` gets the top-level keys that occur more than once (json.load keeps the last
 // value, at the first key's place, as nlohmann's parser does).
@@ -57,7 +57,7 @@ ScoreResult score_mmmu_eval_only(const ScoreInputs& in) {
   if (!answers.is_object())
     throw std::runtime_error(dict_path + ": not a JSON object {id: {question_type, ground_truth}}");
   for (const std::string& k : repeated)
-    r.problems.push_back({in.answers + "[" + k + "]", "id given more than once: " + std::string(kScript) +
+    r.problems.push_back({in.answers + "[" + k + "]", "id given more than once: " + std::string(kMmmuScript) +
                                                           " (json.load) keeps the last value, as gmod does"});
   for (const std::string& k : repeated_dict)
     r.problems.push_back({dict_path + "[" + k + "]", "id given more than once: the last entry counts"});
@@ -68,10 +68,10 @@ ScoreResult score_mmmu_eval_only(const ScoreInputs& in) {
   for (const auto& [id, pred] : outputs.items()) {
     const std::string cat = mmmu::subject_of(id), where = in.answers + "[" + id + "]";
     if (!known.count(cat))
-      r.problems.push_back({where, "'" + cat + "' is not an MMMU subject: " + kScript + " skips it"});
+      r.problems.push_back({where, "'" + cat + "' is not an MMMU subject: " + kMmmuScript + " skips it"});
     else if (!answer_cats.count(cat))
-      r.problems.push_back(
-          {where, "no id of subject " + cat + " in " + dict_path + ": " + kScript + " skips the subject"});
+      r.problems.push_back({where, "no id of subject " + cat + " in " + dict_path + ": " + kMmmuScript +
+                                       " skips the subject"});
     else
       by_cat[cat].emplace_back(id, &pred);
   }
@@ -91,7 +91,7 @@ ScoreResult score_mmmu_eval_only(const ScoreInputs& in) {
       if (a == answers.end() || !a->is_object() || !a->contains("question_type") ||
           !(*a)["question_type"].is_string() || !a->contains("ground_truth")) {
         r.problems.push_back({where, "no entry {question_type, ground_truth} for this id in " + dict_path +
-                                         ": " + kScript + " stops here (KeyError)"});
+                                         ": " + kMmmuScript + " stops here (KeyError)"});
         continue;
       }
       const Json& gold = (*a)["ground_truth"];
@@ -112,7 +112,7 @@ ScoreResult score_mmmu_eval_only(const ScoreInputs& in) {
           r.problems.push_back({where, std::string(!pred->is_string() ? "an open answer that is not a string"
                                                                       : "a ground_truth that is not a string "
                                                                         "or a list of strings") +
-                                           ": " + kScript +
+                                           ": " + kMmmuScript +
                                            " stops here (parse_open_response/normalize_str)"});
           continue;
         }
@@ -125,7 +125,7 @@ ScoreResult score_mmmu_eval_only(const ScoreInputs& in) {
           {{"id", id}, {"prediction", *pred}, {"parsed", parsed}, {"answer", gold}, {"score", hit ? 1 : 0}});
     }
     if (c.num == 0) {
-      r.problems.push_back({in.answers, "subject " + cat + " has no scorable answer: " + kScript +
+      r.problems.push_back({in.answers, "subject " + cat + " has no scorable answer: " + kMmmuScript +
                                             " stops here (evaluate returns no judgement)"});
       continue;
     }
@@ -136,8 +136,9 @@ ScoreResult score_mmmu_eval_only(const ScoreInputs& in) {
   }
   for (const auto& [id, v] : answers.items())
     if (!outputs.contains(id) && known.count(mmmu::subject_of(id)))
-      r.problems.push_back({dict_path + "[" + id + "]", "no prediction for this id: " + std::string(kScript) +
-                                                            " leaves it out of the accuracy"});
+      r.problems.push_back(
+          {dict_path + "[" + id + "]",
+           "no prediction for this id: " + std::string(kMmmuScript) + " leaves it out of the accuracy"});
   // calculate_ins_level_acc: sum of acc * num in the given order, over the sum of num
   const auto ins_acc = [&](const std::vector<std::string>& cats, int64_t* num) {
     double acc = 0;

@@ -12,7 +12,7 @@
 namespace gmod::eval {
 namespace {
 
-const char* const kScript = "VQAEval (vqa.py/vqa_eval.py)";
+const char* const kVqaScript = "VQAEval (vqa.py/vqa_eval.py)";
 
 bool py_number(const Json& j, double* out) {
   if (j.is_boolean()) return *out = j.get<bool>() ? 1 : 0, true;
@@ -118,7 +118,7 @@ ScoreResult score_vqav2_vqaeval(const ScoreInputs& in) {
   }
   // the answers: the last line of a question counts (loadRes's createIndex)
   std::map<std::string, std::pair<std::string, std::string>> res;  // key -> (text, where)
-  AnswerIds seen(kScript, Repeats::kLastWins);
+  AnswerIds seen(kVqaScript, Repeats::kLastWins);
   for (const Record& rec : read_jsonl(in.answers, &r.problems)) {
     const std::string key = id_key(rec, "question_id", &r.problems);
     const std::string* text = string_field(rec, "text", &r.problems);

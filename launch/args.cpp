@@ -77,4 +77,10 @@ CLI::Option* add_flag(CLI::App& app, const std::string& name, bool& v, const std
   return app.add_flag(name, v, help);
 }
 
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 }  // namespace gmod::cli

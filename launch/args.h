@@ -45,6 +45,9 @@ struct Register {
 // "gmod 0.1.0 (LibTorch 2.x.y)": the CMake project version and the LibTorch it was built with.
 std::string version_string();
 
+// `s` as one POSIX shell word: single-quoted, an embedded ' written as '\''.
+std::string shell_quote(const std::string& s);
+
 // Validator: a decimal integer that fits T (no octal/hex, no wrap-around of out-of-range or negative values).
 template <class T>
 CLI::Validator integer_in_range() {

@@ -373,7 +373,7 @@ int run_answer(const AnswerCliOptions& o, int rank, int world) {
   return kExitOk;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_answer(CLI::App& app) {
   auto o = std::make_shared<AnswerCliOptions>();
   add_model_options(app, o->model);
   add_text_options(app, o->text, /*with_max_len=*/false);
@@ -434,9 +434,9 @@ Runner setup(CLI::App& app) {
   };
 }
 
-Register reg({"answer",
-              "answer a benchmark question file (LLaVA's jsonl) into the answer file the scorers read",
-              setup});
+Register reg_answer({"answer",
+                     "answer a benchmark question file (LLaVA's jsonl) into the answer file the scorers read",
+                     setup_answer});
 
 }  // namespace
 }  // namespace gmod::cli

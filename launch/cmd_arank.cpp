@@ -16,9 +16,11 @@
 namespace gmod::cli {
 namespace {
 
-const char* kFooter =
-    "Default (γ-MoD's protocol): the first image records, each cut to its first prompt (system + question up to the\n"
-    "assistant turn, no answer), prefill only. --full-conversations: whole conversations (the earlier default).";
+const char* kArankFooter =
+    "Default (γ-MoD's protocol): the first image records, each cut to its first prompt (system + question up "
+    "to the\n"
+    "assistant turn, no answer), prefill only. --full-conversations: whole conversations (the earlier "
+    "default).";
 
 struct ARankCliOptions {
   ModelOptions model;
@@ -74,9 +76,9 @@ int run_arank(const ARankCliOptions& o) {
   return 0;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_arank(CLI::App& app) {
   auto o = std::make_shared<ARankCliOptions>();
-  app.footer(kFooter);
+  app.footer(kArankFooter);
   add_model_options(app, o->model);
   add_text_options(app, o->text);
   add_data_options(app, o->data);
@@ -88,7 +90,8 @@ Runner setup(CLI::App& app) {
   return [o] { return run_arank(*o); };
 }
 
-Register reg({"arank", "per-layer attention rank (ARank) of a dense model on dataset samples", setup});
+Register reg_arank({"arank", "per-layer attention rank (ARank) of a dense model on dataset samples",
+                    setup_arank});
 
 }  // namespace
 }  // namespace gmod::cli

@@ -62,7 +62,7 @@ std::string bash_script(const CLI::App& root) {
   return s.str();
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_completion(CLI::App& app) {
   auto shell = std::make_shared<std::string>();
   add(app, "shell", *shell, "the shell to complete for")->check(CLI::IsMember({"bash"}))->required();
   CLI::App* self = &app;
@@ -72,7 +72,8 @@ Runner setup(CLI::App& app) {
   };
 }
 
-Register reg({"completion", "print a shell completion script: source <(gmod completion bash)", setup});
+Register reg_completion({"completion", "print a shell completion script: source <(gmod completion bash)",
+                         setup_completion});
 
 }  // namespace
 }  // namespace gmod::cli

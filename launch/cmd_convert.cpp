@@ -251,7 +251,7 @@ int run_convert(const ConvertOptions& o) {
   return 0;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_convert(CLI::App& app) {
   auto o = std::make_shared<ConvertOptions>();
   add(app, "--model", o->model, "dense Hugging Face model dir")->type_name("DIR")->required();
   add(app, "--out", o->out, "the γ-MoD model dir to write")->type_name("DIR")->required();
@@ -302,7 +302,8 @@ Runner setup(CLI::App& app) {
   return [o] { return run_convert(*o); };
 }
 
-Register reg({"convert", "a dense Hugging Face model dir -> a γ-MoD one (rule, router, capacity)", setup});
+Register reg_convert({"convert", "a dense Hugging Face model dir -> a γ-MoD one (rule, router, capacity)",
+                      setup_convert});
 
 }  // namespace
 }  // namespace gmod::cli

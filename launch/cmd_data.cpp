@@ -69,7 +69,7 @@ int run_demo(const DataCliOptions& o) {
   return 0;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_data(CLI::App& app) {
   auto o = std::make_shared<DataCliOptions>();
   app.require_subcommand(1);
   CLI::App* check =
@@ -121,7 +121,8 @@ Runner setup(CLI::App& app) {
   };
 }
 
-Register reg({"data", "validate a dataset (check), write the demo dataset (demo), print a chat template", setup});
+Register reg_data({"data", "validate a dataset (check), write the demo dataset (demo), print a chat template",
+                   setup_data});
 
 }  // namespace
 }  // namespace gmod::cli

@@ -128,7 +128,7 @@ int run_eval(const EvalOptions& o) {
   return 0;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_eval(CLI::App& app) {
   auto o = std::make_shared<EvalOptions>();
   add_model_options(app, o->model);
   add_text_options(app, o->text);
@@ -141,7 +141,8 @@ Runner setup(CLI::App& app) {
   return [o] { return run_eval(*o); };
 }
 
-Register reg({"eval", "loss, exact-match accuracy, skip ratio and FLOPs of a model on a dataset", setup});
+Register reg_eval({"eval", "loss, exact-match accuracy, skip ratio and FLOPs of a model on a dataset",
+                   setup_eval});
 
 }  // namespace
 }  // namespace gmod::cli

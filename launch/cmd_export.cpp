@@ -27,10 +27,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* kFooter =
+const char* kExportFooter =
     "RUN_DIR picks its newest valid checkpoint; --out defaults to RUN_DIR/export/step-N.\n"
     "The run's model.path (or model.llm/vision) config.json must be readable from the current directory.\n"
-    "--from-hf HF_DIR --out DIR re-saves a Hugging Face dir (e.g. official γ-MoD names -> transformers layout).";
+    "--from-hf HF_DIR --out DIR re-saves a Hugging Face dir (e.g. official γ-MoD names -> transformers "
+    "layout).";
 
 struct ExportOptions {
   std::string checkpoint, out, from_hf;
@@ -158,9 +159,9 @@ int run_export(const ExportOptions& o) {
   return 0;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_export(CLI::App& app) {
   auto o = std::make_shared<ExportOptions>();
-  app.footer(kFooter);
+  app.footer(kExportFooter);
   auto* ck = add(app, "--checkpoint", o->checkpoint, "a checkpoint (RUN_DIR/checkpoints/step-N) or a run dir")
                  ->type_name("DIR");
   add(app, "--out", o->out, "the Hugging Face dir to write (default: RUN_DIR/export/step-N)")->type_name("DIR");
@@ -176,7 +177,8 @@ Runner setup(CLI::App& app) {
   return [o] { return run_export(*o); };
 }
 
-Register reg({"export", "a training checkpoint as a Hugging Face model dir (dense or γ-MoD)", setup});
+Register reg_export({"export", "a training checkpoint as a Hugging Face model dir (dense or γ-MoD)",
+                     setup_export});
 
 }  // namespace
 }  // namespace gmod::cli

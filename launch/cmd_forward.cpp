@@ -105,7 +105,7 @@ int run_forward(const ForwardOptions& o) {
   return kExitOk;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_forward(CLI::App& app) {
   auto o = std::make_shared<ForwardOptions>();
   add(app, "--model", o->model, "Hugging Face model dir (dense, or γ-MoD with \"mod\" in config.json)")
       ->type_name("DIR");
@@ -125,7 +125,8 @@ Runner setup(CLI::App& app) {
   return [o] { return run_forward(*o); };
 }
 
-Register reg({"forward", "forward+backward of a checkpoint on a sample; prints loss and timing", setup});
+Register reg_forward({"forward", "forward+backward of a checkpoint on a sample; prints loss and timing",
+                      setup_forward});
 
 }  // namespace
 }  // namespace gmod::cli

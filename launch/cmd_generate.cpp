@@ -138,7 +138,7 @@ int run_generate(const GenerateCliOptions& o) {
   return 0;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateCliOptions>();
   add_model_options(app, o->model);
   add_text_options(app, o->text, /*with_max_len=*/false);
@@ -162,7 +162,8 @@ Runner setup(CLI::App& app) {
   return [o] { return run_generate(*o); };
 }
 
-Register reg({"generate", "generate text for a prompt (and images) with a dense or γ-MoD model", setup});
+Register reg_generate({"generate", "generate text for a prompt (and images) with a dense or γ-MoD model",
+                       setup_generate});
 
 }  // namespace
 }  // namespace gmod::cli

@@ -33,9 +33,9 @@ int run_info() {
   return 0;
 }
 
-Runner setup(CLI::App&) { return run_info; }
+Runner setup_info(CLI::App&) { return run_info; }
 
-Register reg({"info", "versions of LibTorch, MPI, NCCL and the devices seen", setup});
+Register reg_info({"info", "versions of LibTorch, MPI, NCCL and the devices seen", setup_info});
 
 }  // namespace
 }  // namespace gmod::cli

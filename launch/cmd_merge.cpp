@@ -43,7 +43,7 @@ int run_merge(const MergeOptions& o) {
   return 0;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_merge(CLI::App& app) {
   auto o = std::make_shared<MergeOptions>();
   add(app, "--model", o->model, "the base Hugging Face model dir (dense or γ-MoD)")
       ->type_name("DIR")
@@ -60,7 +60,8 @@ Runner setup(CLI::App& app) {
   return [o] { return run_merge(*o); };
 }
 
-Register reg({"merge", "a base model dir + a PEFT LoRA adapter -> the merged Hugging Face dir", setup});
+Register reg_merge({"merge", "a base model dir + a PEFT LoRA adapter -> the merged Hugging Face dir",
+                    setup_merge});
 
 }  // namespace
 }  // namespace gmod::cli

@@ -168,7 +168,7 @@ int run_plan(const PlanOptions& o) {
   return in.budget_bytes > 0 && !p.fits ? 3 : 0;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_plan(CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
   app.footer("Exit code 3 when --gpu-mem is given and the plan does not fit it. docs/plan.md explains the terms.");
   add(app, "config", o->config, "training config (configs/*.json, JSON with comments)")->type_name("CONFIG")->required();
@@ -205,9 +205,9 @@ Runner setup(CLI::App& app) {
   return [o] { return run_plan(*o); };
 }
 
-Register reg({"plan",
-              "per-rank memory (weights, grads, optimizer, activations) and communication of a config",
-              setup});
+Register reg_plan({"plan",
+                   "per-rank memory (weights, grads, optimizer, activations) and communication of a config",
+                   setup_plan});
 
 }  // namespace
 }  // namespace gmod::cli

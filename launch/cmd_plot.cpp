@@ -30,12 +30,6 @@ struct PlotOptions {
   std::string gnuplot = "gnuplot";
 };
 
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // Output of a shell command (stdout and stderr), and its exit status.
 std::pair<int, std::string> capture(const std::string& cmd) {
   std::string out;
@@ -79,7 +73,7 @@ int run_plot(const PlotOptions& o) {
   const std::string& gnuplot = o.gnuplot;
 
   // gnuplot first, so a missing one is reported before any work.
-  auto [rc, terms] = capture(quote(gnuplot) + " -e 'set terminal'");
+  auto [rc, terms] = capture(shell_quote(gnuplot) + " -e 'set terminal'");
   if (rc != 0 || terms.find("png") == std::string::npos)
     throw std::runtime_error("gnuplot ('" + gnuplot +
                              "') is not installed or has no PNG terminal; install the Debian package gnuplot-nox "
@@ -203,7 +197,8 @@ int run_plot(const PlotOptions& o) {
   scripts.push_back("throughput");
 
   for (const auto& name : scripts) {
-    auto [grc, msg] = capture("cd " + quote(out.string()) + " && " + quote(gnuplot) + " " + name + ".gp");
+    auto [grc, msg] =
+        capture("cd " + shell_quote(out.string()) + " && " + shell_quote(gnuplot) + " " + name + ".gp");
     if (grc != 0 || !fs::exists(out / (name + ".png")))
       throw std::runtime_error("gnuplot failed on " + (out / (name + ".gp")).string() + ":\n" + msg);
     std::cout << "wrote " << (out / (name + ".png")).string() << "\n";
@@ -215,7 +210,7 @@ int run_plot(const PlotOptions& o) {
   return 0;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_plot(CLI::App& app) {
   auto o = std::make_shared<PlotOptions>();
   add(app, "--metrics", o->metrics, "a run's metrics.jsonl, or the run dir holding it")->type_name("PATH")->required();
   add(app, "--out", o->out, "folder of the PNGs, .dat and .gp files (default: RUN_DIR/plots)")->type_name("DIR");
@@ -223,7 +218,8 @@ Runner setup(CLI::App& app) {
   return [o] { return run_plot(*o); };
 }
 
-Register reg({"plot", "PNG plots of a run's metrics.jsonl (loss, skip ratio, lr, tokens/s) with gnuplot", setup});
+Register reg_plot({"plot", "PNG plots of a run's metrics.jsonl (loss, skip ratio, lr, tokens/s) with gnuplot",
+                   setup_plot});
 
 }  // namespace
 }  // namespace gmod::cli

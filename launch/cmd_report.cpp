@@ -241,12 +241,6 @@ Suite read_suite(const std::string& path) {
   return s;
 }
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // Newest modification time of a file, or of a folder and its direct entries (a model dir's weights).
 double newest_mtime(const std::string& path) {
   struct stat st {};
@@ -287,13 +281,13 @@ void remove_tree(const std::string& path) {
 
 std::string command_line(const std::vector<std::string>& argv) {
   std::string cmd;
-  for (const std::string& a : argv) cmd += (cmd.empty() ? "" : " ") + quote(a);
+  for (const std::string& a : argv) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
   return cmd;
 }
 
 // Runs `cmd` with its output in `log`; throws naming `what` and the log when it fails.
 void run_logged(const std::string& cmd, const std::string& log, const std::string& what) {
-  const int rc = std::system((cmd + " > " + quote(log) + " 2>&1").c_str());
+  const int rc = std::system((cmd + " > " + shell_quote(log) + " 2>&1").c_str());
   if (rc != 0) {
     std::cout << "failed\n" << read_text(log);
     throw std::runtime_error(what + " failed (exit status " + std::to_string(rc) + "); its output: " + log);
@@ -489,7 +483,7 @@ int run_report(const ReportCliOptions& o0) {
   return kExitOk;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_report(CLI::App& app) {
   auto o = std::make_shared<ReportCliOptions>();
   add(app, "--config", o->config, "suite file (JSON: models, benchmarks; docs/eval.md)")
       ->type_name("FILE")
@@ -502,10 +496,10 @@ Runner setup(CLI::App& app) {
   return [o] { return run_report(*o); };
 }
 
-Register reg(
+Register reg_report(
     {"report",
      "answer and score a suite of benchmarks for several models; the paper-style table (md, json, svg)",
-     setup});
+     setup_report});
 
 }  // namespace
 }  // namespace gmod::cli

@@ -62,7 +62,7 @@ int run_score(const ScoreCliOptions& o) {
   return kExitOk;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_score(CLI::App& app) {
   auto o = std::make_shared<ScoreCliOptions>();
   add(app, "benchmark", o->benchmark, "textvqa, vqav2, gqa, scienceqa, pope, mme, mmbench or mmmu")
       ->type_name("BENCHMARK")
@@ -97,10 +97,10 @@ Runner setup(CLI::App& app) {
   return [o] { return run_score(*o); };
 }
 
-Register reg(
+Register reg_score(
     {"score",
      "score a benchmark's answer file with its official rules (VQA, GQA, SQA, POPE, MME, MMBench, MMMU)",
-     setup});
+     setup_score});
 
 }  // namespace
 }  // namespace gmod::cli

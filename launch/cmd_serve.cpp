@@ -106,7 +106,7 @@ int run_serve(const ServeCliOptions& o) {
   return kExitOk;
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_serve(CLI::App& app) {
   auto o = std::make_shared<ServeCliOptions>();
   add_model_options(app, o->model);
   add_text_options(app, o->text, /*with_max_len=*/false);
@@ -139,7 +139,7 @@ Runner setup(CLI::App& app) {
   return [o] { return run_serve(*o); };
 }
 
-Register reg({"serve", "serve a dense or γ-MoD model over an OpenAI-compatible HTTP API", setup});
+Register reg_serve({"serve", "serve a dense or γ-MoD model over an OpenAI-compatible HTTP API", setup_serve});
 
 }  // namespace
 }  // namespace gmod::cli

@@ -102,7 +102,7 @@ int run_train(const TrainOptions& o) {
   });
 }
 
-Runner setup(CLI::App& app) {
+Runner setup_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   app.footer("Under mpirun, one process per rank (launch/run_single_node.sh, run_multi_node.sh). docs/training.md "
              "lists the config keys.");
@@ -118,7 +118,8 @@ Runner setup(CLI::App& app) {
   return [o] { return run_train(*o); };
 }
 
-Register reg({"train", "train a (MoD) LLaVA model: --config X.json [--set key.path=value ...]", setup});
+Register reg_train({"train", "train a (MoD) LLaVA model: --config X.json [--set key.path=value ...]",
+                    setup_train});
 
 }  // namespace
 }  // namespace gmod::cli

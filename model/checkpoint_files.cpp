@@ -1,8 +1,6 @@
 // A checkpoint's named tensors over safetensors and torch.save files. See checkpoint_files.h.
 #include "model/checkpoint_files.h"
 
-#include <nlohmann/json.hpp>
-
 #include <dirent.h>
 #include <sys/stat.h>
 
@@ -10,10 +8,12 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "model/posix_path.h"
 #include "model/safetensors.h"
+#include "model/strings.h"
 #include "model/torch_save.h"
 
 namespace gmod {
@@ -27,9 +27,6 @@ using posix_path::is_file;
 using posix_path::join;
 using posix_path::parent_dir;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 bool is_torch_save_name(const std::string& p) {
   return ends_with(p, ".bin") || ends_with(p, ".pt") || ends_with(p, ".pth");
 }

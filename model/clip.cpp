@@ -2,14 +2,11 @@
 
 #include <cmath>
 
+#include "model/module_group.h"
 #include "model/unit_checkpoint.h"
 #include "model/unit_hooks.h"
 
 namespace gmod {
-
-namespace {
-class Group : public torch::nn::Module {};  // a named level in the parameter path
-}  // namespace
 
 LayerNormImpl::LayerNormImpl(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", at::ones({dim}));
@@ -22,13 +19,13 @@ ClipEncoderLayer::ClipEncoderLayer(const ClipVisionConfig& c)
           : c.hidden_act == "gelu_pytorch_tanh" ? Act::kGeluTanh
                                                 : Act::kGelu) {
   const int64_t d = c.hidden_size;
-  self_attn = register_module("self_attn", std::make_shared<Group>());
+  self_attn = register_module("self_attn", std::make_shared<ModuleGroup>());
   q_proj = self_attn->register_module("q_proj", std::make_shared<LinearImpl>(d, d, true));
   k_proj = self_attn->register_module("k_proj", std::make_shared<LinearImpl>(d, d, true));
   v_proj = self_attn->register_module("v_proj", std::make_shared<LinearImpl>(d, d, true));
   out_proj = self_attn->register_module("out_proj", std::make_shared<LinearImpl>(d, d, true));
   layer_norm1 = register_module("layer_norm1", std::make_shared<LayerNormImpl>(d, c.layer_norm_eps));
-  mlp = register_module("mlp", std::make_shared<Group>());
+  mlp = register_module("mlp", std::make_shared<ModuleGroup>());
   fc1 = mlp->register_module("fc1", std::make_shared<LinearImpl>(d, c.intermediate_size, true));
   fc2 = mlp->register_module("fc2", std::make_shared<LinearImpl>(c.intermediate_size, d, true));
   layer_norm2 = register_module("layer_norm2", std::make_shared<LayerNormImpl>(d, c.layer_norm_eps));
@@ -47,16 +44,16 @@ at::Tensor ClipEncoderLayer::forward(const at::Tensor& x) {
 }
 
 ClipVisionTower::ClipVisionTower(const ClipVisionConfig& c) : config(c) {
-  auto emb = register_module("embeddings", std::make_shared<Group>());
+  auto emb = register_module("embeddings", std::make_shared<ModuleGroup>());
   class_embedding = emb->register_parameter("class_embedding", at::empty({c.hidden_size}));
-  auto patch = emb->register_module("patch_embedding", std::make_shared<Group>());
+  auto patch = emb->register_module("patch_embedding", std::make_shared<ModuleGroup>());
   patch_embedding = patch->register_parameter(
       "weight", at::empty({c.hidden_size, c.num_channels, c.patch_size, c.patch_size}));
-  auto pos = emb->register_module("position_embedding", std::make_shared<Group>());
+  auto pos = emb->register_module("position_embedding", std::make_shared<ModuleGroup>());
   position_embedding = pos->register_parameter("weight", at::empty({c.num_patches() + 1, c.hidden_size}));
   pre_layrnorm = register_module("pre_layrnorm", std::make_shared<LayerNormImpl>(c.hidden_size, c.layer_norm_eps));
-  auto enc = register_module("encoder", std::make_shared<Group>());
-  auto list = enc->register_module("layers", std::make_shared<Group>());
+  auto enc = register_module("encoder", std::make_shared<ModuleGroup>());
+  auto list = enc->register_module("layers", std::make_shared<ModuleGroup>());
   for (int i = 0; i < c.num_hidden_layers; ++i)
     layers.push_back(list->register_module(std::to_string(i), std::make_shared<ClipEncoderLayer>(c)));
   post_layernorm = register_module("post_layernorm", std::make_shared<LayerNormImpl>(c.hidden_size, c.layer_norm_eps));

@@ -15,6 +15,7 @@
 #include "model/multipath_tower.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
+#include "model/strings.h"
 #include "model/torch_save.h"
 
 namespace gmod {
@@ -22,8 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
 // "a, b, c, ... (N in all)" with at most `n` names.
 std::string first_names(const std::vector<std::string>& v, size_t n = 6) {

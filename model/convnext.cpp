@@ -1,13 +1,10 @@
 #include "model/convnext.h"
 
+#include "model/module_group.h"
 #include "model/unit_checkpoint.h"
 #include "model/unit_hooks.h"
 
 namespace gmod {
-namespace {
-class Group : public torch::nn::Module {};  // a named level in the parameter path
-}  // namespace
-
 at::Tensor layer_norm_2d(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
   auto y = at::layer_norm(x.permute({0, 2, 3, 1}), {weight.size(0)}, weight, bias, eps);
   return y.permute({0, 3, 1, 2});
@@ -15,17 +12,17 @@ at::Tensor layer_norm_2d(const at::Tensor& x, const at::Tensor& weight, const at
 
 ConvNextBlock::ConvNextBlock(int64_t d, const ConvNextConfig& c) : eps(c.norm_eps), pad(c.kernel_size / 2) {
   const int64_t h = int64_t(c.mlp_ratio) * d;
-  auto dw = register_module("conv_dw", std::make_shared<Group>());
+  auto dw = register_module("conv_dw", std::make_shared<ModuleGroup>());
   dw_weight = dw->register_parameter("weight", at::empty({d, 1, c.kernel_size, c.kernel_size}));
   dw_bias = dw->register_parameter("bias", at::zeros({d}));
-  auto norm = register_module("norm", std::make_shared<Group>());
+  auto norm = register_module("norm", std::make_shared<ModuleGroup>());
   norm_weight = norm->register_parameter("weight", at::ones({d}));
   norm_bias = norm->register_parameter("bias", at::zeros({d}));
-  auto mlp = register_module("mlp", std::make_shared<Group>());
-  auto fc1 = mlp->register_module("fc1", std::make_shared<Group>());
+  auto mlp = register_module("mlp", std::make_shared<ModuleGroup>());
+  auto fc1 = mlp->register_module("fc1", std::make_shared<ModuleGroup>());
   fc1_weight = fc1->register_parameter("weight", at::empty({h, d}));
   fc1_bias = fc1->register_parameter("bias", at::zeros({h}));
-  auto fc2 = mlp->register_module("fc2", std::make_shared<Group>());
+  auto fc2 = mlp->register_module("fc2", std::make_shared<ModuleGroup>());
   fc2_weight = fc2->register_parameter("weight", at::empty({d, h}));
   fc2_bias = fc2->register_parameter("bias", at::zeros({d}));
   if (c.ls_init_value > 0) gamma = register_parameter("gamma", at::full({d}, c.ls_init_value));
@@ -44,15 +41,15 @@ at::Tensor ConvNextBlock::forward(const at::Tensor& x) const {
 ConvNextStage::ConvNextStage(int64_t in, int64_t out, int depth, bool downsample, const ConvNextConfig& c)
     : eps(c.norm_eps) {
   if (downsample) {
-    auto ds = register_module("downsample", std::make_shared<Group>());
-    auto n = ds->register_module("0", std::make_shared<Group>());
+    auto ds = register_module("downsample", std::make_shared<ModuleGroup>());
+    auto n = ds->register_module("0", std::make_shared<ModuleGroup>());
     ds_norm_weight = n->register_parameter("weight", at::ones({in}));
     ds_norm_bias = n->register_parameter("bias", at::zeros({in}));
-    auto conv = ds->register_module("1", std::make_shared<Group>());
+    auto conv = ds->register_module("1", std::make_shared<ModuleGroup>());
     ds_conv_weight = conv->register_parameter("weight", at::empty({out, in, 2, 2}));
     ds_conv_bias = conv->register_parameter("bias", at::zeros({out}));
   }
-  auto list = register_module("blocks", std::make_shared<Group>());
+  auto list = register_module("blocks", std::make_shared<ModuleGroup>());
   for (int j = 0; j < depth; ++j)
     blocks.push_back(list->register_module(std::to_string(j), std::make_shared<ConvNextBlock>(out, c)));
 }
@@ -68,15 +65,15 @@ at::Tensor ConvNextStage::forward(const at::Tensor& x) const {
 ConvNext::ConvNext(const ConvNextConfig& c) : config(c) {
   if (c.depths.size() != 4 || c.dims.size() != 4)
     throw std::invalid_argument("ConvNeXt: depths and dims need four entries (four stages)");
-  auto st = register_module("stem", std::make_shared<Group>());
-  auto conv = st->register_module("0", std::make_shared<Group>());
+  auto st = register_module("stem", std::make_shared<ModuleGroup>());
+  auto conv = st->register_module("0", std::make_shared<ModuleGroup>());
   stem_conv_weight =
       conv->register_parameter("weight", at::empty({c.dims[0], c.in_chans, c.patch_size, c.patch_size}));
   stem_conv_bias = conv->register_parameter("bias", at::zeros({c.dims[0]}));
-  auto norm = st->register_module("1", std::make_shared<Group>());
+  auto norm = st->register_module("1", std::make_shared<ModuleGroup>());
   stem_norm_weight = norm->register_parameter("weight", at::ones({c.dims[0]}));
   stem_norm_bias = norm->register_parameter("bias", at::zeros({c.dims[0]}));
-  auto list = register_module("stages", std::make_shared<Group>());
+  auto list = register_module("stages", std::make_shared<ModuleGroup>());
   int64_t prev = c.dims[0];
   for (int i = 0; i < 4; ++i) {
     // timm: stage 0 keeps the stem's stride-4 grid (no downsampling when its width equals the stem's).

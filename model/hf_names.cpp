@@ -3,10 +3,10 @@
 #include <utility>
 #include <vector>
 
+#include "model/strings.h"
+
 namespace gmod {
 namespace {
-
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
 // Ordered: the first matching prefix wins, so longer, more specific prefixes come first.
 const std::vector<std::pair<std::string, std::string>>& read_rules() {

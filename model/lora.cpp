@@ -10,15 +10,11 @@
 #include <stdexcept>
 
 #include "model/llava.h"
+#include "model/strings.h"
 
 namespace gmod {
 
 namespace {
-
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
 
 uint64_t mix(uint64_t x) {
   x ^= x >> 30;

@@ -2,10 +2,10 @@
 
 #include <cmath>
 
+#include "model/strings.h"
+
 namespace gmod {
 namespace {
-
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
 // F.interpolate(x.float(), size, mode='bilinear', align_corners=False) cast back to x's dtype.
 at::Tensor resize(const at::Tensor& x, int64_t side) {

@@ -4,9 +4,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/module_group.h"
+
 namespace gmod {
 namespace {
-class Group : public torch::nn::Module {};
 
 int64_t side_of(int64_t n, const char* what) {
   const auto s = static_cast<int64_t>(std::sqrt(double(n)));
@@ -18,7 +19,7 @@ int64_t side_of(int64_t n, const char* what) {
 
 std::pair<at::Tensor, at::Tensor> add_param_pair(torch::nn::Module& parent, const std::string& name,
                                                  std::vector<int64_t> wshape, int64_t bias) {
-  auto g = parent.register_module(name, std::make_shared<Group>());
+  auto g = parent.register_module(name, std::make_shared<ModuleGroup>());
   return {g->register_parameter("weight", at::zeros(wshape)),
           g->register_parameter("bias", at::zeros({bias}))};
 }
@@ -45,7 +46,7 @@ StitchAdapter::StitchAdapter(int64_t d, int64_t c) {
   std::tie(slow_proj_w, slow_proj_b) = add_param_pair(*this, "slow_proj", {d, c, 1, 1}, d);
   std::tie(fast_conv_w, fast_conv_b) = add_param_pair(*this, "fast_conv", {d, 1, 7, 7}, d);
   std::tie(fast_proj_w, fast_proj_b) = add_param_pair(*this, "fast_proj", {d, d, 1, 1}, d);
-  auto gate = register_module("gate", std::make_shared<Group>());
+  auto gate = register_module("gate", std::make_shared<ModuleGroup>());
   std::tie(gate0_w, gate0_b) = add_param_pair(*gate, "0", {d / 2, 2 * d}, d / 2);
   std::tie(gate2_w, gate2_b) = add_param_pair(*gate, "2", {1, d / 2}, 1);
 }

@@ -2,26 +2,23 @@
 
 #include <cmath>
 
-namespace gmod {
-namespace {
-class Group : public torch::nn::Module {};
+#include "model/module_group.h"
+#include "model/strings.h"
 
-bool ends_with(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-}  // namespace
+namespace gmod {
+namespace {}  // namespace
 
 MultipathTower::MultipathTower(const ClipVisionConfig& fast, const MultipathConfig& m) : config(m) {
-  auto f = register_module("fast_vision_tower", std::make_shared<Group>());
+  auto f = register_module("fast_vision_tower", std::make_shared<ModuleGroup>());
   clip = f->register_module("vision_model", std::make_shared<ClipVisionTower>(fast));
   convnext = register_module("slow_vision_tower", std::make_shared<ConvNext>(m.slow));
   const int64_t d = fast.hidden_size, c = m.slow.dims.back();
   if (m.stitch) {
-    auto list = register_module("align_stages_latent", std::make_shared<Group>());
+    auto list = register_module("align_stages_latent", std::make_shared<ModuleGroup>());
     for (int i = 0; i < 3; ++i)
       stitches.push_back(list->register_module(std::to_string(i), std::make_shared<StitchAdapter>(d, c)));
   }
-  auto list = register_module("align_stages", std::make_shared<Group>());
+  auto list = register_module("align_stages", std::make_shared<ModuleGroup>());
   align = list->register_module("0", std::make_shared<AlignAdapter>(d, c));
 }
 

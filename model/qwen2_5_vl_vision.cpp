@@ -5,23 +5,17 @@
 #include <map>
 #include <stdexcept>
 
+#include "model/module_group.h"
 #include "model/safetensors.h"
 #include "model/unit_checkpoint.h"
 #include "model/unit_hooks.h"
 
 namespace gmod {
 
-namespace {
-
-class Group : public torch::nn::Module {};  // a named level in the parameter path
-
-// rotate_half of the last axis: (x1, x2) -> (-x2, x1).
-at::Tensor rotate_half(const at::Tensor& x) {
+at::Tensor vision_rotate_half(const at::Tensor& x) {
   const int64_t h = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
 }
-
-}  // namespace
 
 at::Tensor vision_segment_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const std::vector<int64_t>& segments, double scale, const std::string& who) {
@@ -109,10 +103,10 @@ Qwen25VisionBlock::Qwen25VisionBlock(const Qwen25VisionConfig& c)
   const int64_t d = c.hidden_size, f = c.intermediate_size;
   norm1 = register_module("norm1", std::make_shared<RMSNormImpl>(d, 1e-6));
   norm2 = register_module("norm2", std::make_shared<RMSNormImpl>(d, 1e-6));
-  attn = register_module("attn", std::make_shared<Group>());
+  attn = register_module("attn", std::make_shared<ModuleGroup>());
   qkv = attn->register_module("qkv", std::make_shared<LinearImpl>(d, 3 * d, true));
   proj = attn->register_module("proj", std::make_shared<LinearImpl>(d, d, true));
-  mlp = register_module("mlp", std::make_shared<Group>());
+  mlp = register_module("mlp", std::make_shared<ModuleGroup>());
   gate_proj = mlp->register_module("gate_proj", std::make_shared<LinearImpl>(d, f, true));
   up_proj = mlp->register_module("up_proj", std::make_shared<LinearImpl>(d, f, true));
   down_proj = mlp->register_module("down_proj", std::make_shared<LinearImpl>(f, d, true));
@@ -126,7 +120,7 @@ at::Tensor Qwen25VisionBlock::forward(const at::Tensor& x, const at::Tensor& cos
   auto rot = [&](const at::Tensor& t) {
     auto f = t.to(at::kFloat);
     auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);
-    return (f * c + rotate_half(f) * s).to(x.scalar_type());
+    return (f * c + vision_rotate_half(f) * s).to(x.scalar_type());
   };
   auto q = rot(qkv_.select(1, 0)), k = rot(qkv_.select(1, 1)), v = qkv_.select(1, 2);
   const auto out = vision_segment_attention(q, k, v, segments, 1.0 / std::sqrt(static_cast<double>(head_dim)),
@@ -139,11 +133,11 @@ at::Tensor Qwen25VisionBlock::forward(const at::Tensor& x, const at::Tensor& cos
 }
 
 Qwen25VisionEncoder::Qwen25VisionEncoder(const Qwen25VisionConfig& c) : config(c) {
-  auto pe = register_module("patch_embed", std::make_shared<Group>());
-  auto pr = pe->register_module("proj", std::make_shared<Group>());
+  auto pe = register_module("patch_embed", std::make_shared<ModuleGroup>());
+  auto pr = pe->register_module("proj", std::make_shared<ModuleGroup>());
   patch_embed = pr->register_parameter(
       "weight", at::empty({c.hidden_size, c.in_channels, c.temporal_patch_size, c.patch_size, c.patch_size}));
-  auto list = register_module("blocks", std::make_shared<Group>());
+  auto list = register_module("blocks", std::make_shared<ModuleGroup>());
   for (int64_t i = 0; i < c.depth; ++i)
     blocks.push_back(list->register_module(std::to_string(i), std::make_shared<Qwen25VisionBlock>(c)));
   merger = register_module("merger", std::make_shared<Qwen25VisionMerger>(c));
@@ -151,7 +145,7 @@ Qwen25VisionEncoder::Qwen25VisionEncoder(const Qwen25VisionConfig& c) : config(c
 
 Qwen25VisionMerger::Qwen25VisionMerger(const Qwen25VisionConfig& c) : unit(c.merge_unit()) {
   ln_q = register_module("ln_q", std::make_shared<RMSNormImpl>(c.hidden_size, 1e-6));
-  auto mlp = register_module("mlp", std::make_shared<Group>());
+  auto mlp = register_module("mlp", std::make_shared<ModuleGroup>());
   const int64_t wide = c.hidden_size * unit;
   fc1 = mlp->register_module("0", std::make_shared<LinearImpl>(wide, wide, true));
   fc2 = mlp->register_module("2", std::make_shared<LinearImpl>(wide, c.out_hidden_size, true));

@@ -38,6 +38,9 @@ class SafetensorsFile;
 at::Tensor vision_segment_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const std::vector<int64_t>& segments, double scale, const std::string& who);
 
+// Hugging Face's rotate_half over the last axis, (x1, x2) -> (-x2, x1): the Qwen vision encoders' 2-D rotary.
+at::Tensor vision_rotate_half(const at::Tensor& x);
+
 // The patch order the encoder attends in and the segments it attends within, for one grid_thw. Plain
 // integers: computed on the CPU, no autograd.
 struct Qwen25VisionLayout {

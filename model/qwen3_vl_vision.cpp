@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "model/module_group.h"
 #include "model/qwen2_5_vl_vision.h"
 #include "model/unit_checkpoint.h"
 #include "model/unit_hooks.h"
@@ -11,14 +12,6 @@
 namespace gmod {
 
 namespace {
-
-class Group : public torch::nn::Module {};  // a named level in the parameter path
-
-// rotate_half of the last axis: (x1, x2) -> (-x2, x1).
-at::Tensor rotate_half(const at::Tensor& x) {
-  const int64_t h = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
-}
 
 // The two taps along one axis of `size` patches resampled from `side` grid points (align_corners): source
 // coordinate i * (side - 1) / max(size - 1, 1) in fp32, taps floor and floor + 1 clamped to the grid, weights
@@ -80,10 +73,10 @@ Qwen3VisionBlock::Qwen3VisionBlock(const Qwen3VisionConfig& c)
   const int64_t d = c.hidden_size, f = c.intermediate_size;
   norm1 = register_module("norm1", std::make_shared<LayerNormImpl>(d, 1e-6));
   norm2 = register_module("norm2", std::make_shared<LayerNormImpl>(d, 1e-6));
-  attn = register_module("attn", std::make_shared<Group>());
+  attn = register_module("attn", std::make_shared<ModuleGroup>());
   qkv = attn->register_module("qkv", std::make_shared<LinearImpl>(d, 3 * d, true));
   proj = attn->register_module("proj", std::make_shared<LinearImpl>(d, d, true));
-  mlp = register_module("mlp", std::make_shared<Group>());
+  mlp = register_module("mlp", std::make_shared<ModuleGroup>());
   fc1 = mlp->register_module("linear_fc1", std::make_shared<LinearImpl>(d, f, true));
   fc2 = mlp->register_module("linear_fc2", std::make_shared<LinearImpl>(f, d, true));
 }
@@ -96,7 +89,7 @@ at::Tensor Qwen3VisionBlock::forward(const at::Tensor& x, const at::Tensor& cos,
   auto rot = [&](const at::Tensor& t) {
     auto f = t.to(at::kFloat);
     auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);
-    return (f * c + rotate_half(f) * s).to(x.scalar_type());
+    return (f * c + vision_rotate_half(f) * s).to(x.scalar_type());
   };
   auto q = rot(qkv_.select(1, 0)), k = rot(qkv_.select(1, 1)), v = qkv_.select(1, 2);
   const auto out = vision_segment_attention(q, k, v, segments, 1.0 / std::sqrt(static_cast<double>(head_dim)),
@@ -121,18 +114,18 @@ at::Tensor Qwen3VisionMerger::forward(const at::Tensor& h) {
 }
 
 Qwen3VisionEncoder::Qwen3VisionEncoder(const Qwen3VisionConfig& c) : config(c) {
-  auto pe = register_module("patch_embed", std::make_shared<Group>());
-  auto pr = pe->register_module("proj", std::make_shared<Group>());
+  auto pe = register_module("patch_embed", std::make_shared<ModuleGroup>());
+  auto pr = pe->register_module("proj", std::make_shared<ModuleGroup>());
   patch_weight = pr->register_parameter(
       "weight", at::empty({c.hidden_size, c.in_channels, c.temporal_patch_size, c.patch_size, c.patch_size}));
   patch_bias = pr->register_parameter("bias", at::empty({c.hidden_size}));
-  auto pos = register_module("pos_embed", std::make_shared<Group>());
+  auto pos = register_module("pos_embed", std::make_shared<ModuleGroup>());
   pos_embed = pos->register_parameter("weight", at::empty({c.num_position_embeddings, c.hidden_size}));
-  auto list = register_module("blocks", std::make_shared<Group>());
+  auto list = register_module("blocks", std::make_shared<ModuleGroup>());
   for (int64_t i = 0; i < c.depth; ++i)
     blocks.push_back(list->register_module(std::to_string(i), std::make_shared<Qwen3VisionBlock>(c)));
   merger = register_module("merger", std::make_shared<Qwen3VisionMerger>(c, false));
-  auto ds = register_module("deepstack_merger_list", std::make_shared<Group>());
+  auto ds = register_module("deepstack_merger_list", std::make_shared<ModuleGroup>());
   for (size_t j = 0; j < c.deepstack_visual_indexes.size(); ++j)
     deepstack_mergers.push_back(ds->register_module(std::to_string(j), std::make_shared<Qwen3VisionMerger>(c, true)));
 }

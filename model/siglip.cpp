@@ -3,26 +3,23 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/module_group.h"
 #include "model/unit_checkpoint.h"
 #include "model/unit_hooks.h"
 
 namespace gmod {
 
-namespace {
-class Group : public torch::nn::Module {};  // a named level in the parameter path
-}  // namespace
-
 SiglipVisionTransformer::SiglipVisionTransformer(const ClipVisionConfig& c) : config(c) {
   if (!c.siglip()) throw std::invalid_argument("SigLIP tower built from a '" + c.model_type + "' vision config");
-  auto emb = register_module("embeddings", std::make_shared<Group>());
-  auto patch = emb->register_module("patch_embedding", std::make_shared<Group>());
+  auto emb = register_module("embeddings", std::make_shared<ModuleGroup>());
+  auto patch = emb->register_module("patch_embedding", std::make_shared<ModuleGroup>());
   patch_embedding = patch->register_parameter(
       "weight", at::empty({c.hidden_size, c.num_channels, c.patch_size, c.patch_size}));
   patch_bias = patch->register_parameter("bias", at::zeros({c.hidden_size}));
-  auto pos = emb->register_module("position_embedding", std::make_shared<Group>());
+  auto pos = emb->register_module("position_embedding", std::make_shared<ModuleGroup>());
   position_embedding = pos->register_parameter("weight", at::empty({c.num_patches(), c.hidden_size}));
-  auto enc = register_module("encoder", std::make_shared<Group>());
-  auto list = enc->register_module("layers", std::make_shared<Group>());
+  auto enc = register_module("encoder", std::make_shared<ModuleGroup>());
+  auto list = enc->register_module("layers", std::make_shared<ModuleGroup>());
   for (int i = 0; i < c.num_hidden_layers; ++i)
     layers.push_back(list->register_module(std::to_string(i), std::make_shared<ClipEncoderLayer>(c)));
   post_layernorm = register_module("post_layernorm", std::make_shared<LayerNormImpl>(c.hidden_size, c.layer_norm_eps));

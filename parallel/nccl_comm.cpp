@@ -26,7 +26,7 @@ void check_nccl(ncclResult_t rc, const char* what) {
                              " failed: " + ncclGetErrorString(rc));
 }
 
-void check_mpi(int rc, const std::string& what) {
+void nccl_check_mpi(int rc, const std::string& what) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -131,13 +131,13 @@ NcclComm::NcclComm(MPI_Comm parent, int device_index) {
   {
     MPI_Request req;
     const CollectiveId id{"bootstrap (MPI_Comm_idup)", 0, 0};
-    check_mpi(MPI_Comm_idup(parent, &mpi_, &req), describe(id));
+    nccl_check_mpi(MPI_Comm_idup(parent, &mpi_, &req), describe(id));
     watchdog_wait_mpi(1, &req, id);
   }
-  check_mpi(MPI_Comm_set_errhandler(mpi_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  nccl_check_mpi(MPI_Comm_set_errhandler(mpi_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   id_ = next_comm_id();
-  check_mpi(MPI_Comm_rank(mpi_, &rank_), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(mpi_, &world_), "MPI_Comm_size");
+  nccl_check_mpi(MPI_Comm_rank(mpi_, &rank_), "MPI_Comm_rank");
+  nccl_check_mpi(MPI_Comm_size(mpi_, &world_), "MPI_Comm_size");
   local_rank_ = node_local_rank(mpi_, rank_, CollectiveId{"bootstrap (MPI_Comm_split_type)", id_, 0});
 
   const int ndev = static_cast<int>(c10::cuda::device_count());
@@ -150,7 +150,7 @@ NcclComm::NcclComm(MPI_Comm parent, int device_index) {
   if (rank_ == 0) check_nccl(ncclGetUniqueId(&uid), "ncclGetUniqueId");
   const CollectiveId bcast{"bootstrap (MPI_Ibcast of the NCCL unique id)", id_, ++seq_};
   MPI_Request req;
-  check_mpi(MPI_Ibcast(&uid, sizeof(uid), MPI_BYTE, 0, mpi_, &req), describe(bcast));
+  nccl_check_mpi(MPI_Ibcast(&uid, sizeof(uid), MPI_BYTE, 0, mpi_, &req), describe(bcast));
   watchdog_wait_mpi(1, &req, bcast);
   // Non-blocking: creation (and later the connection setup inside a first collective) answers ncclInProgress
   // instead of blocking, and is polled under the deadline here; a blocked peer cannot hold this rank beyond
@@ -435,7 +435,7 @@ void NcclComm::barrier() {
   }
   cudaEventDestroy(ev);
   MPI_Request req;
-  check_mpi(MPI_Ibarrier(mpi_, &req), describe(id));
+  nccl_check_mpi(MPI_Ibarrier(mpi_, &req), describe(id));
   watchdog_wait_mpi(1, &req, id);
 }
 

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 
+#include "model/strings.h"
+
 namespace gmod {
 
-namespace {
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-}  // namespace
+namespace {}  // namespace
 
 TrainableParts TrainableParts::of(const torch::nn::Module& model, int num_layers, bool tied_head) {
   TrainableParts t;

@@ -1,14 +1,13 @@
 #include "trainer/param_freeze.h"
 
-#include "model/lora.h"
-
 #include <set>
 #include <string>
 
+#include "model/lora.h"
+#include "model/strings.h"
+
 namespace gmod {
-namespace {
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
-}  // namespace
+namespace {}  // namespace
 
 std::vector<ParamGroupInput> param_group_inputs(MultimodalLM& model, const TrainConfig& cfg) {
   const int n_layers = model.config.text.num_hidden_layers;

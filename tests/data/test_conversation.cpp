@@ -12,6 +12,8 @@
 using namespace gmod;
 using nlohmann::json;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace test_conversation {
 namespace {
 
 const json& cases() {
@@ -216,3 +218,5 @@ TEST(Sample, TruncationCutsOnRoundBoundariesOrSkips) {
   EXPECT_EQ(parse_truncation_mode("skip"), TruncationMode::kSkip);
   EXPECT_THROW(parse_truncation_mode("cut"), std::invalid_argument);
 }
+
+}  // namespace test_conversation

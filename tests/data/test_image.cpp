@@ -20,6 +20,8 @@
 namespace fs = std::filesystem;
 using gmod::Image;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace test_image {
 namespace {
 
 fs::path fixture_dir() {
@@ -352,3 +354,5 @@ TEST(Image, PixelLimitIsCheckedFromTheHeaderBeforeDecoding) {
   EXPECT_NE(e.find("larger than any image within the decoded-pixel limit of 1000"), std::string::npos) << e;
   remove_tree(d);
 }
+
+}  // namespace test_image

@@ -18,6 +18,8 @@
 
 using namespace gmod;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace test_preflight {
 namespace {
 
 struct Demo {
@@ -307,3 +309,5 @@ TEST(Preflight, VideoRecordsAreRefusedByName) {
     EXPECT_NE(bad.message.find("takes no video input"), std::string::npos) << bad.message;
   }
 }
+
+}  // namespace test_preflight

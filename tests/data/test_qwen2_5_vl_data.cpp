@@ -26,6 +26,8 @@
 
 using gmod::test::fixture;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace test_qwen2_5_vl_data {
 namespace {
 
 // The processor's resize, rescale and normalisation are the ones test_native_resolution.cpp checks value for value
@@ -299,3 +301,5 @@ TEST(Qwen25VlData, PackedImageSamplesMatchUnpacked) {
   EXPECT_EQ(po.supervised_tokens, uo.supervised_tokens);
   EXPECT_NEAR(po.lm_loss.item<double>(), uo.lm_loss.item<double>(), 1e-5);
 }
+
+}  // namespace test_qwen2_5_vl_data

@@ -28,6 +28,8 @@
 
 using gmod::test::fixture;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace test_qwen2_5_vl_video {
 namespace {
 
 std::string model_dir() { return fixture("qwen2_5_vl/data/model"); }
@@ -297,3 +299,5 @@ TEST(Qwen25VlVideo, VideoPlaceholdersMustMatchTheVideos) {
     EXPECT_NE(std::string(e.what()).find("2 <video> placeholder(s) but 1 video(s)"), std::string::npos) << e.what();
   }
 }
+
+}  // namespace test_qwen2_5_vl_video

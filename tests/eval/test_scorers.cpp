@@ -42,7 +42,7 @@ INSTANTIATE_TEST_SUITE_P(Benchmarks, Scorer,
 INSTANTIATE_TEST_SUITE_P(Benchmarks, DirtyAnswers,
                          ::testing::Values("textvqa", "vqav2", "gqa", "scienceqa", "pope", "mme", "mmbench"));
 
-std::string g17(double x) {
+std::string fmt_g17(double x) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", x);
   return buf;
@@ -64,7 +64,7 @@ TEST(MmmuRecords, ParsedAnswersEqualTheOriginalPerRecord) {
     }
     std::set<std::string> g, w;
     for (const Json& v : got[i]["parsed_pred"])
-      g.insert(v.is_string() ? "s:" + v.get<std::string>() : "n:" + g17(v.get<double>()));
+      g.insert(v.is_string() ? "s:" + v.get<std::string>() : "n:" + fmt_g17(v.get<double>()));
     for (const Json& v : want[i]["parsed_pred"]) w.insert(v.get<std::string>());
     EXPECT_EQ(g, w) << want[i]["id"];
   }

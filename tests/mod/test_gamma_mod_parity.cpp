@@ -32,22 +32,21 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "mod/conversion.h"
+#include "mod/mod_checkpoint.h"
 #include "model/hf_names.h"
 #include "model/llava.h"
 #include "model/safetensors.h"
 #include "model/token_roles.h"
-#include "mod/conversion.h"
-#include "mod/mod_checkpoint.h"
 #include "tests/common/paths.h"
+#include "tests/mod/gamma_mod_reference.h"
 
 using namespace gmod;
+// 1e-5 relative to the largest reference logit (at least 1e-5): the committed reference holds one CPU's
+// rounding.
+using gmod::test::gamma_mod_ref::logit_tolerance;
 
 namespace {
-
-// 1e-5 relative to the largest reference logit (at least 1e-5): the committed reference holds one CPU's rounding.
-double logit_tolerance(const at::Tensor& ref) {
-  return 1e-5 * std::max(1.0, ref.abs().max().item<double>());
-}
 
 constexpr int64_t kImageMarker = -200;  // the original's IMAGE_TOKEN_INDEX, kept in the stored expanded ids
 

@@ -25,6 +25,8 @@
 using namespace gmod;
 using namespace gmod::test::gamma_mod_ref;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace test_gamma_mod_short_sequence {
 namespace {
 
 
@@ -109,3 +111,5 @@ TEST(GammaModShortSequence, CapacityRuleIsAConfigKeyValidatedInOnePlace) {
       << e;
   EXPECT_NE(e.find("official_prefix = 0, expected >= 1"), std::string::npos) << e;
 }
+
+}  // namespace test_gamma_mod_short_sequence

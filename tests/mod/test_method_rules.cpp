@@ -10,19 +10,13 @@
 #include "mod/method_registry.h"
 #include "mod/pmod.h"
 #include "mod/token_selection.h"
+#include "tests/common/error_of.h"
+
+using gmod::test::invalid_argument_of;
 
 using namespace gmod;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::string owner(const std::string& rule) {
   const TokenSelector* m = method_for_rule(rule);
@@ -58,19 +52,22 @@ TEST(MethodRules, PModRefusesTheOptionsItsScheduleSets) {
   const TokenSelector& pmod = *method_for_rule("pmod");
   ConvertChoices ok;
   ok.router = default_method_name();
-  EXPECT_EQ(error_of([&] { pmod.check_convert_options("pmod", ok); }), "");
+  EXPECT_EQ(invalid_argument_of([&] { pmod.check_convert_options("pmod", ok); }), "");
   ConvertChoices own = ok;
   own.router = pmod.name();
-  EXPECT_EQ(error_of([&] { pmod.check_convert_options("pmod:official_31", own); }), "");
-  EXPECT_EQ(error_of([&] { pmod.check_convert_options("pmod:foo", ok); }),
+  EXPECT_EQ(invalid_argument_of([&] { pmod.check_convert_options("pmod:official_31", own); }), "");
+  EXPECT_EQ(invalid_argument_of([&] { pmod.check_convert_options("pmod:foo", ok); }),
             "--rule pmod:foo: expected pmod or pmod:official_31");
   ConvertChoices other = ok;
   other.router = "per_layer";
-  EXPECT_NE(error_of([&] { pmod.check_convert_options("pmod", other); }).find("drop --direct, --router"),
-            std::string::npos);
+  EXPECT_NE(
+      invalid_argument_of([&] { pmod.check_convert_options("pmod", other); }).find("drop --direct, --router"),
+      std::string::npos);
   ConvertChoices skip = ok;
   skip.skip_frac_given = true;
-  EXPECT_NE(error_of([&] { pmod.check_convert_options("pmod", skip); }).find("--skip-frac and --forced do not apply"),
+  EXPECT_NE(invalid_argument_of([&] {
+              pmod.check_convert_options("pmod", skip);
+            }).find("--skip-frac and --forced do not apply"),
             std::string::npos);
   // The config: p-MoD's official one, with --router-init only when given and --router-seed always.
   ConvertChoices init = ok;
@@ -93,9 +90,9 @@ TEST(MethodRules, ParameterFreeRulesRefuseRouterOptionsAndNameTheirSpec) {
     const TokenSelector& m = *method_for_rule(rule);
     ConvertChoices given;
     given.router = default_method_name();
-    EXPECT_EQ(error_of([&] { m.check_convert_options(rule, given); }), "") << rule;
+    EXPECT_EQ(invalid_argument_of([&] { m.check_convert_options(rule, given); }), "") << rule;
     given.adaptive = true;
-    EXPECT_EQ(error_of([&] { m.check_convert_options(rule, given); }),
+    EXPECT_EQ(invalid_argument_of([&] { m.check_convert_options(rule, given); }),
               std::string("--rule ") + rule + ": " + m.display_name() +
                   " has no router, so no --direct or --adaptive-threshold");
     EXPECT_TRUE(m.rule_checked_before_weights());
@@ -103,7 +100,9 @@ TEST(MethodRules, ParameterFreeRulesRefuseRouterOptionsAndNameTheirSpec) {
     EXPECT_EQ(c.router, m.kind());
     EXPECT_EQ(c.mod_layers, (std::vector<int>{2, 3, 4, 5})) << rule;
   }
-  EXPECT_NE(error_of([] { method_for_rule("fastv:2:x")->rule_config("fastv:2:x", 6, {}); }).find("expected K:R"),
+  EXPECT_NE(invalid_argument_of([] {
+              method_for_rule("fastv:2:x")->rule_config("fastv:2:x", 6, {});
+            }).find("expected K:R"),
             std::string::npos);
 }
 

@@ -13,6 +13,8 @@
 
 using namespace gmod;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace test_mod_fused {
 namespace {
 
 ForwardState layer_state(MultimodalLM& m, const ModelInputs& in, at::ScalarType dt) {
@@ -251,3 +253,5 @@ TEST(AModMemory, TrainingStepPeakWithinTenPercentOfGammaMoD) {
   EXPECT_GT(gamma, 0.0);
   EXPECT_LT(std::abs(amod - gamma), 0.1 * gamma) << "A-MoD peak " << amod << " B, γ-MoD peak " << gamma << " B";
 }
+
+}  // namespace test_mod_fused

@@ -8,6 +8,8 @@
 
 using namespace gmod;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace test_mod_layer {
 namespace {
 
 ForwardState layer_state(MultimodalLM& m, const ModelInputs& in, at::ScalarType dt) {
@@ -256,3 +258,5 @@ TEST(Accounting, FlopsFollowKeptTokens) {
   EXPECT_LT(rep.flop_ratio(), 1.0);
   EXPECT_NE(rep.table().find("skip ratio"), std::string::npos);
 }
+
+}  // namespace test_mod_layer

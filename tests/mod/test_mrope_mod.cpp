@@ -361,7 +361,9 @@ TEST(MRopeMoD, PackedRowsTakePerSample3DPositions) {
     ASSERT_EQ(sa.tokens.size(), sp.tokens.size()) << w;
     for (size_t i = 0; i < sa.tokens.size(); ++i) {  // the same tokens skipped, per segment as per sample
       EXPECT_EQ(sa.tokens[i].processed, sp.tokens[i].processed) << w << " layer " << sa.tokens[i].layer;
-      if (sp.tokens[i].layer == 1) EXPECT_LT(sp.tokens[i].processed, sp.tokens[i].total) << w;
+      if (sp.tokens[i].layer == 1) {
+        EXPECT_LT(sp.tokens[i].processed, sp.tokens[i].total) << w;
+      }
     }
   }
 }

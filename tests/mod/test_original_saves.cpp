@@ -22,19 +22,22 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "mod/conversion.h"
+#include "mod/mod_checkpoint.h"
 #include "model/checkpoint_files.h"
 #include "model/llava.h"
 #include "model/safetensors.h"
-#include "mod/conversion.h"
-#include "mod/mod_checkpoint.h"
+#include "tests/common/error_of.h"
 #include "tests/common/paths.h"
 #include "tests/mod/gamma_mod_reference.h"
+
+using gmod::test::error_of;
 
 using namespace gmod;
 using namespace gmod::test::gamma_mod_ref;
@@ -138,15 +141,6 @@ std::string rewritten(const test::TempDir& tmp, const std::string& name,
   edit(ts);
   save_safetensors((dir / "model.safetensors").string(), ts);
   return dir.string();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -9,28 +9,22 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "mod/conversion.h"
+#include "mod/host_sync_counter.h"
+#include "mod/pdrop.h"
 #include "model/activation_checkpoint.h"
 #include "model/llava.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
 #include "model/token_roles.h"
-#include "mod/conversion.h"
-#include "mod/host_sync_counter.h"
-#include "mod/pdrop.h"
+#include "tests/common/error_of.h"
 #include "tests/common/paths.h"
+
+using gmod::test::error_of;
 
 using namespace gmod;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::vector<int64_t> positions(const at::Tensor& row) {
   const auto t = row.nonzero().view(-1).to(at::kLong).contiguous();

@@ -32,6 +32,8 @@
 
 using namespace gmod;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace test_pdrop_parity {
 namespace {
 
 constexpr int64_t kImageMarker = -200;  // the original's IMAGE_TOKEN_INDEX, kept in the stored expanded ids
@@ -312,3 +314,5 @@ TEST(PDropParity, PlantedBugsTurnTheComparisonRed) {
     EXPECT_GT(d.grad, kTol);
   }
 }
+
+}  // namespace test_pdrop_parity

@@ -7,19 +7,13 @@
 
 #include "mod/conversion.h"
 #include "mod/pmod.h"
+#include "tests/common/error_of.h"
+
+using gmod::test::invalid_argument_of;
 
 using namespace gmod;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(PModConfig, RoundTripsAndTakesPModDefaults) {
   const MoDConfig c = pmod_config(32);
@@ -39,22 +33,24 @@ TEST(PModConfig, RoundTripsAndTakesPModDefaults) {
 }
 
 TEST(PModConfig, BadValuesAreNamedErrors) {
-  auto msg = error_of([] { mod_config_from_json({{"router", "pmod"}, {"pmod_denominator", "31"}}, "mod.config"); });
+  auto msg = invalid_argument_of([] {
+    mod_config_from_json({{"router", "pmod"}, {"pmod_denominator", "31"}}, "mod.config");
+  });
   EXPECT_NE(msg.find("pmod_denominator"), std::string::npos) << msg;
   EXPECT_NE(msg.find("official_31"), std::string::npos) << msg;
   MoDConfig c = pmod_config(32);
   c.mod_layers = {2, 3};
-  msg = error_of([&] { validate(c, 32, "mod.config"); });
+  msg = invalid_argument_of([&] { validate(c, 32, "mod.config"); });
   EXPECT_NE(msg.find("mod_layers_idx"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[8, 9"), std::string::npos) << msg;  // the list the schedule gives
   c = pmod_config(32);
   c.rope_positions = RopePositions::kCompacted;
-  msg = error_of([&] { validate(c, 32, "mod.config"); });
+  msg = invalid_argument_of([&] { validate(c, 32, "mod.config"); });
   EXPECT_NE(msg.find("rope_positions"), std::string::npos) << msg;
   c = pmod_config(32);
   c.pmod_max_ratio = 0.1;
   c.mod_layers = pmod_layers(c, 32);
-  msg = error_of([&] { validate(c, 32, "mod.config"); });
+  msg = invalid_argument_of([&] { validate(c, 32, "mod.config"); });
   EXPECT_NE(msg.find("pmod_max_ratio"), std::string::npos) << msg;
 }
 
@@ -69,7 +65,8 @@ TEST(PModConfig, OriginalConfigsGmodDoesNotImplementAreRefusedByKey) {
            {"mod_target_token_type", "vision_hr"}, {"mod_weight_norm", "softmax"}, {"mod_target_layers", "deep_all"}}) {
     auto j = ok;
     j[key] = value;
-    const auto msg = error_of([&] { pmod_config_from_official(j, 32, PModDenominator::kOfficial31, "config.json"); });
+    const auto msg = invalid_argument_of(
+        [&] { pmod_config_from_official(j, 32, PModDenominator::kOfficial31, "config.json"); });
     EXPECT_NE(msg.find(key), std::string::npos) << msg;
     EXPECT_NE(msg.find("config.json"), std::string::npos) << msg;
   }

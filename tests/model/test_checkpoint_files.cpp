@@ -15,7 +15,10 @@
 
 #include "model/checkpoint_files.h"
 #include "model/safetensors.h"
+#include "tests/common/error_of.h"
 #include "tests/common/paths.h"
+
+using gmod::test::error_of;
 
 using namespace gmod;
 namespace fs = std::filesystem;
@@ -23,15 +26,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kSaved = "gamma_mod/llava_clip_mod12/saved/";
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 void write_bytes(const std::string& path, const std::vector<char>& bytes) {
   fs::create_directories(fs::path(path).parent_path());

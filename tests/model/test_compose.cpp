@@ -12,7 +12,10 @@
 #include "model/pretrained.h"
 #include "model/safetensors.h"
 #include "model/torch_save.h"
+#include "tests/common/error_of.h"
 #include "tests/common/paths.h"
+
+using gmod::test::error_of;
 
 using namespace gmod;
 
@@ -24,15 +27,6 @@ ModelParts fixture_parts(const std::string& projector = "mm_projector.bin") {
   p.vision = test::fixture("parts/vision");
   p.projector = projector.empty() ? "" : test::fixture("parts/" + projector);
   return p;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Compose, LogitsMatchTransformersLlavaBuiltFromTheSameParts) {

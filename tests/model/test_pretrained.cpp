@@ -8,7 +8,10 @@
 
 #include "model/pretrained.h"
 #include "model/safetensors.h"
+#include "tests/common/error_of.h"
 #include "tests/common/paths.h"
+
+using gmod::test::error_of;
 
 using namespace gmod;
 
@@ -43,15 +46,6 @@ void rewrite(const std::string& src, const std::string& dst_dir,
   save_safetensors(dst_dir + "/model.safetensors", out);
   std::filesystem::copy_file(src + "/config.json", dst_dir + "/config.json",
                              std::filesystem::copy_options::overwrite_existing);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 at::Tensor logits_of(MultimodalLM& m, const ModelInputs& in) {

@@ -23,6 +23,8 @@
 
 using namespace gmod;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace test_qwen2_5_vl {
 namespace {
 
 std::string vision_dir() { return test::fixture("qwen2_5_vl/vision"); }
@@ -439,3 +441,5 @@ TEST(Qwen25VL, SavePretrainedWritesTransformersNamesAndLoadsBack) {
 }
 
 }  // namespace
+
+}  // namespace test_qwen2_5_vl

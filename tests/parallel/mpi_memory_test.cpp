@@ -19,6 +19,8 @@
 using namespace gmod;
 using namespace gmod::testing;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace mpi_memory_test {
 namespace {
 
 std::shared_ptr<MpiComm> comm() {
@@ -201,3 +203,5 @@ TEST(ZeroMemoryMpi, LiveBytesMatchThePlanAtEveryStage) {
     }
   }
 }
+
+}  // namespace mpi_memory_test

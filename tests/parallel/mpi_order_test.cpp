@@ -16,6 +16,8 @@
 using namespace gmod;
 using namespace gmod::testing;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace mpi_order_test {
 namespace {
 
 // Forwards everything to a real MpiComm; all_reduce/broadcast/all_gather/barrier record probe() first.
@@ -101,3 +103,5 @@ TEST(CommOrderMpi, StepStatisticsWaitForTheBucketReductions) {
     }
   }
 }
+
+}  // namespace mpi_order_test

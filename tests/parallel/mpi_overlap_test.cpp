@@ -19,6 +19,8 @@
 using namespace gmod;
 using namespace gmod::testing;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace mpi_overlap_test {
 namespace {
 
 std::shared_ptr<MpiComm> comm() {
@@ -191,3 +193,5 @@ TEST(OverlapNccl, HooksFireAndMatchNonOverlappedOnCuda) {
   }
 #endif
 }
+
+}  // namespace mpi_overlap_test

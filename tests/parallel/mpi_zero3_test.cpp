@@ -23,6 +23,8 @@
 using namespace gmod;
 using namespace gmod::testing;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace mpi_zero3_test {
 namespace {
 
 std::shared_ptr<MpiComm> world() {
@@ -436,3 +438,5 @@ TEST(Zero3Nccl, GathersAndReductionsOnSideStreamsEqualMpi) {
   }
 #endif
 }
+
+}  // namespace mpi_zero3_test

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "model/strings.h"
 #include "tests/common/paths.h"
 #include "tests/trainer/e2e_util.h"
 #include "trainer/model_setup.h"
@@ -18,8 +19,7 @@ namespace {
 using json = nlohmann::json;
 using namespace gmod::test;
 using namespace gmod::e2e;
-
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+using gmod::starts_with;
 
 // The e2e config with the vision tower trained (so it can have a group), weight decay on, and the collective
 // deadline of these runs.

@@ -109,10 +109,10 @@ TEST(Metrics, FailedWritesWarnThenStop) {
   gmod::test::TempDir dir;
   ASSERT_EQ(::symlink("/dev/full", dir.str("metrics.jsonl").c_str()), 0);
   gmod::MetricsLogger log(dir.str(), true, 1e6, 0, /*max_write_failures=*/3);
-  testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStdout();
   log.log(step(1), nlohmann::json::object());
   log.log_eval(1, {{"loss", 1.0}});
-  const std::string out = testing::internal::GetCapturedStdout();
+  const std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(log.write_failures(), 2);
   EXPECT_NE(out.find("warning: metrics: cannot write " + dir.str("metrics.jsonl") + ": No space left on device"),
             std::string::npos) << out;

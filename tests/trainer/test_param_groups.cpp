@@ -8,6 +8,7 @@
 #include <map>
 
 #include "model/config.h"
+#include "tests/common/error_of.h"
 #include "tests/common/paths.h"
 #include "trainer/config/param_groups.h"
 #include "trainer/config/train_config.h"
@@ -15,19 +16,12 @@
 #include "trainer/plan/memory_plan.h"
 #include "trainer/plan/param_group_counts.h"
 
+using gmod::test::error_of;
+
 using json = nlohmann::json;
 using namespace gmod;
 
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // A LLaVA-like model's parameters (a few of each part); the tower frozen as freeze.vision does by default.
 std::vector<ParamGroupInput> params(bool tower_frozen = false) {

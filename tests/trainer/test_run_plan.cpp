@@ -4,10 +4,13 @@
 
 #include <fstream>
 
+#include "tests/common/error_of.h"
 #include "tests/common/paths.h"
 #include "trainer/model_setup.h"
 #include "trainer/plan/memory_plan.h"
 #include "trainer/run_plan.h"
+
+using gmod::test::invalid_argument_of;
 
 namespace gmod {
 namespace {
@@ -19,15 +22,6 @@ TrainConfig valid_config() {
   c.data.tokenizer = test::fixture("tokenizer/sp/tokenizer.model");
   c.data.max_len = 128;  // the fixture's max_position_embeddings
   return c;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(RunPlan, ResolvesBatchDtypesAndTheStrategySettings) {
@@ -77,7 +71,7 @@ TEST(RunPlan, ReadValidatesOnceWithTheFilesMessage) {
   j["optimizer"]["lr"] = -1;
   j["optimizr"] = nlohmann::json::object();
   std::ofstream(dir.str("c.json")) << j.dump();
-  const std::string msg = error_of([&] { read_run_plan(dir.str("c.json"), {}, 1); });
+  const std::string msg = invalid_argument_of([&] { read_run_plan(dir.str("c.json"), {}, 1); });
   EXPECT_NE(msg.find(dir.str("c.json") + ": invalid training config, 3 problem(s):"), std::string::npos) << msg;
   EXPECT_NE(msg.find("optimizr: unknown key"), std::string::npos) << msg;
   EXPECT_NE(msg.find("optimizer.lr: must be > 0"), std::string::npos) << msg;
@@ -89,7 +83,8 @@ TEST(RunPlan, ReadValidatesOnceWithTheFilesMessage) {
   EXPECT_EQ(p.grad_accum, 3);
   EXPECT_EQ(p.global_batch, 12);  // 3 x 2 ranks x 2
   // Checked for the job's world size: a global batch that does not split over the ranks is refused there.
-  const std::string split = error_of([&] { read_run_plan(dir.str("ok.json"), {"batch.global_batch=6"}, 4); });
+  const std::string split =
+      invalid_argument_of([&] { read_run_plan(dir.str("ok.json"), {"batch.global_batch=6"}, 4); });
   EXPECT_NE(split.find("not a multiple of world size (4)"), std::string::npos) << split;
 }
 

@@ -4,22 +4,18 @@
 #include <cmath>
 #include <fstream>
 
+#include "tests/common/error_of.h"
 #include "tests/common/paths.h"
 #include "trainer/config/train_config.h"
+
+using gmod::test::invalid_argument_of;
 
 using gmod::TrainConfig;
 using json = nlohmann::json;
 
+// A named namespace around the file keeps its helpers apart from other files in a unity build.
+namespace test_train_config {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
 
 bool has(const std::string& msg, const std::string& part) { return msg.find(part) != std::string::npos; }
 
@@ -64,7 +60,7 @@ TEST(TrainConfig, ReadingReportsEveryUnknownKeyAndWrongTypeAtOnce) {
                   {"optimizer", {{"lr", "fast"}, {"betas", 1}}},  // wrong type, unknown key
                   {"batch", {{"micro_batch", 1.5}}},         // float for an int
                   {"deterministic", 1}};                     // int for a bool
-  const std::string msg = error_of([&] {
+  const std::string msg = invalid_argument_of([&] {
     gmod::train_config_from_json(user, {"nope.x=1", "batch.grad_accum=two", "freeze.vision=yes", "seed"});
   });
   for (const char* part : {"optimizr: unknown key", "optimizer.lr: expected number, got string",
@@ -76,7 +72,8 @@ TEST(TrainConfig, ReadingReportsEveryUnknownKeyAndWrongTypeAtOnce) {
 }
 
 TEST(TrainConfig, ModConfigErrorsComeFromTheModParser) {
-  const std::string msg = error_of([] { gmod::train_config_from_json(json::object(), {"mod.config.router=magic"}); });
+  const std::string msg =
+      invalid_argument_of([] { gmod::train_config_from_json(json::object(), {"mod.config.router=magic"}); });
   EXPECT_TRUE(has(msg, "router")) << msg;
 }
 
@@ -93,7 +90,7 @@ TEST(TrainConfig, ValidationReportsAllProblemsAtOnce) {
   c.mod.enabled = true;
   c.mod.rule = "sometimes";
   c.model.activation_checkpointing = "every_0";
-  const std::string msg = error_of([&] { gmod::validate_train_config(c, 2); });
+  const std::string msg = invalid_argument_of([&] { gmod::validate_train_config(c, 2); });
   for (const char* part : {"model.dtype", "data.train: /no/such/train.json does not exist", "batch.grad_accum: 0",
                            "optimizer.zero_stage: 4", "checkpoint.keep_last: 1", "freeze.llm_layers", "resume:",
                            "mod.rule", "model.activation_checkpointing: activation checkpointing \"every_0\"",
@@ -115,13 +112,15 @@ TEST(TrainConfig, OptimizerCommunicationKeysAreReadAndValidated) {
   EXPECT_EQ(gmod::to_json(c)["optimizer"]["reduce_dtype"], "param");
   EXPECT_EQ(gmod::to_json(c)["optimizer"]["accumulate_fp32"], true);
   EXPECT_EQ(gmod::to_json(c)["optimizer"]["overlap_comm"], false);
-  EXPECT_TRUE(has(error_of([] { gmod::train_config_from_json(json{{"optimizer", {{"overlap_comm", 1}}}}); }),
+  EXPECT_TRUE(has(invalid_argument_of([] {
+                    gmod::train_config_from_json(json{{"optimizer", {{"overlap_comm", 1}}}});
+                  }),
                   "optimizer.overlap_comm: expected boolean"));
 
   TrainConfig v = valid_config();
   v.optimizer.reduce_dtype = "fp16";
   v.optimizer.no_decay = {"bias", ""};
-  const std::string msg = error_of([&] { gmod::validate_train_config(v, 1); });
+  const std::string msg = invalid_argument_of([&] { gmod::validate_train_config(v, 1); });
   for (const char* part : {"optimizer.reduce_dtype: \"fp16\", expected fp32, bf16 or param",
                            "optimizer.no_decay[1]: empty substring", "2 problem(s)"})
     EXPECT_TRUE(has(msg, part)) << "missing \"" << part << "\" in:\n" << msg;
@@ -191,8 +190,10 @@ TEST(TrainConfig, ReadsAFileAndRejectsBadJson) {
     "run_dir": "r"})";
   EXPECT_DOUBLE_EQ(gmod::read_train_config(dir.str("ok.json")).optimizer.lr, 0.001);
   std::ofstream(dir.str("bad.json")) << "{\"a\": ";
-  EXPECT_TRUE(has(error_of([&] { gmod::read_train_config(dir.str("bad.json")); }), "not valid JSON"));
-  EXPECT_TRUE(has(error_of([&] { gmod::read_train_config(dir.str("none.json")); }), "cannot open"));
+  EXPECT_TRUE(
+      has(invalid_argument_of([&] { gmod::read_train_config(dir.str("bad.json")); }), "not valid JSON"));
+  EXPECT_TRUE(
+      has(invalid_argument_of([&] { gmod::read_train_config(dir.str("none.json")); }), "cannot open"));
 }
 
 TEST(TrainConfig, LayerRanges) {
@@ -206,21 +207,21 @@ TEST(TrainConfig, LayerRanges) {
   // Checked against the model's layers before anything is expanded: "0-2147483647" used to insert one set
   // entry per index until memory ran out.
   EXPECT_EQ(gmod::parse_layer_ranges({"0-1"}, 2), (std::vector<int>{0, 1}));
-  const std::string msg = error_of([] { gmod::parse_layer_ranges({"0-2147483647"}, 6); });
+  const std::string msg = invalid_argument_of([] { gmod::parse_layer_ranges({"0-2147483647"}, 6); });
   EXPECT_TRUE(
       has(msg, "layer range \"0-2147483647\": layer 2147483647 does not exist (the model has 6 layers, 0-5)"))
       << msg;
-  EXPECT_TRUE(has(error_of([] { gmod::parse_layer_ranges({"6"}, 6); }), "layer 6 does not exist"));
+  EXPECT_TRUE(has(invalid_argument_of([] { gmod::parse_layer_ranges({"6"}, 6); }), "layer 6 does not exist"));
   // Without a model: indices up to kMaxLayerIndex.
-  EXPECT_TRUE(
-      has(error_of([] { gmod::parse_layer_ranges({"0-2147483647"}); }), "layer indices go up to 65535"));
+  EXPECT_TRUE(has(invalid_argument_of([] { gmod::parse_layer_ranges({"0-2147483647"}); }),
+                  "layer indices go up to 65535"));
   EXPECT_EQ(gmod::parse_layer_ranges({"65535"}), (std::vector<int>{65535}));
 }
 
 // 4294967297 = 2^32 + 1 used to become 1 (batch.micro_batch) and 4294967304 = 2^32 + 8 became 8
 // (data.max_len), from the JSON file and from --set alike.
 TEST(TrainConfig, IntegersBeyond32BitsAreNamedErrorsNotWrapped) {
-  std::string msg = error_of([] {
+  std::string msg = invalid_argument_of([] {
     gmod::train_config_from_json(
         json{{"batch", {{"micro_batch", 4294967297ull}}}, {"checkpoint", {{"every", -4294967296ll}}}},
         {"data.max_len=4294967304", "mod.config.mod_layers_idx=[1,4294967297]"}, "c.json");
@@ -236,20 +237,23 @@ TEST(TrainConfig, IntegersBeyond32BitsAreNamedErrorsNotWrapped) {
   EXPECT_EQ(
       gmod::train_config_from_json(json::object(), {"schedule.max_steps=2147483647"}).schedule.max_steps,
       2147483647);
+  EXPECT_TRUE(has(invalid_argument_of([] {
+                    gmod::train_config_from_json(json::object(), {"schedule.max_steps=2147483648"});
+                  }),
+                  "schedule.max_steps: 2147483648 is out of range"));
+  EXPECT_TRUE(has(
+      invalid_argument_of([] { gmod::train_config_from_json(json::object(), {"schedule.max_steps=0x10"}); }),
+      "--set schedule.max_steps=0x10: cannot parse as integer (not a decimal integer)"));
   EXPECT_TRUE(
-      has(error_of([] { gmod::train_config_from_json(json::object(), {"schedule.max_steps=2147483648"}); }),
-          "schedule.max_steps: 2147483648 is out of range"));
-  EXPECT_TRUE(has(error_of([] { gmod::train_config_from_json(json::object(), {"schedule.max_steps=0x10"}); }),
-                  "--set schedule.max_steps=0x10: cannot parse as integer (not a decimal integer)"));
-  EXPECT_TRUE(
-      has(error_of([] { gmod::train_config_from_json(json::object(), {"seed=99999999999999999999"}); }),
+      has(invalid_argument_of(
+              [] { gmod::train_config_from_json(json::object(), {"seed=99999999999999999999"}); }),
           "--set seed=99999999999999999999: cannot parse as integer (out of range of a 64-bit integer)"));
   // int64_t fields take 64 bits.
   const TrainConfig big = gmod::train_config_from_json(json{{"data", {{"max_image_pixels", 5000000000ll}}}},
                                                        {"data.preflight_records=4294967296"});
   EXPECT_EQ(big.data.max_image_pixels, 5000000000ll);
   EXPECT_EQ(big.data.preflight_records, 4294967296ll);
-  EXPECT_TRUE(has(error_of([] {
+  EXPECT_TRUE(has(invalid_argument_of([] {
                     gmod::train_config_from_json(json{{"data", {{"max_image_pixels", 9223372036854775808ull}}}});
                   }),
                   "data.max_image_pixels: 9223372036854775808 is out of range (a 64-bit integer"));
@@ -260,7 +264,7 @@ TEST(TrainConfig, IntegersBeyond32BitsAreNamedErrorsNotWrapped) {
 
 TEST(TrainConfig, NonFiniteFloatsAreNamedErrors) {
   // From --set (JSON itself has no NaN literal).
-  const std::string msg = error_of([] {
+  const std::string msg = invalid_argument_of([] {
     gmod::train_config_from_json(json::object(), {"optimizer.max_grad_norm=nan", "optimizer.eps=inf",
                                                   "data.max_bad_fraction=nan", "mod.config.skip_frac=-inf"});
   });
@@ -302,8 +306,8 @@ TEST(TrainConfig, ReadingAndValidationProblemsComeTogether) {
   j["model"]["device"] = "gpu";
   j["optimizr"] = json::object();
   std::ofstream(dir.str("c.json")) << j.dump();
-  const std::string msg =
-      error_of([&] { gmod::read_valid_train_config(dir.str("c.json"), {"optimizer.eps=nan"}, 1); });
+  const std::string msg = invalid_argument_of(
+      [&] { gmod::read_valid_train_config(dir.str("c.json"), {"optimizer.eps=nan"}, 1); });
   for (const std::string& part :
        {dir.str("c.json") + ": invalid training config, 7 problem(s):", std::string("optimizr: unknown key"),
         std::string("batch.micro_batch: 4294967297 is out of range"),
@@ -419,3 +423,5 @@ TEST(TrainConfig, ZeroStage3IsSelectableAndItsKnobsAreChecked) {
   EXPECT_TRUE(has(errors[1], "optimizer.accumulate_fp32: not available with zero_stage 3")) << errors[1];
   EXPECT_EQ(gmod::train_config_from_json(json{{"optimizer", {{"zero3_prefetch", 2}}}}).optimizer.zero3_prefetch, 2);
 }
+
+}  // namespace test_train_config

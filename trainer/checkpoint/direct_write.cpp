@@ -11,18 +11,13 @@
 #include <memory>
 #include <stdexcept>
 
+#include "trainer/checkpoint/unique_fd.h"
+
 namespace gmod {
 namespace {
 
-constexpr uint64_t kAlign = 4096;          // O_DIRECT alignment of offsets, lengths and memory
+constexpr uint64_t kDirectAlign = 4096;    // O_DIRECT alignment of offsets, lengths and memory
 constexpr uint64_t kChunk = 16ull << 20;   // bounce buffer
-
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 void pwrite_all(int fd, const char* p, uint64_t n, uint64_t off, const std::string& path) {
   while (n > 0) {
@@ -41,7 +36,7 @@ void pwrite_all(int fd, const char* p, uint64_t n, uint64_t off, const std::stri
 DirectWriteStats write_regions_direct(const std::string& path, const std::vector<DirectRegion>& regions) {
   DirectWriteStats stats;
   if (regions.empty()) return stats;
-  Fd buffered, direct;
+  UniqueFd buffered, direct;
   buffered.fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (buffered.fd < 0)
     throw std::runtime_error("checkpoint: cannot open " + path + " for writing: " + std::strerror(errno));
@@ -51,7 +46,7 @@ DirectWriteStats write_regions_direct(const std::string& path, const std::vector
   if (direct.fd >= 0)
     for (auto& b : bounce) {
       void* p = nullptr;
-      if (posix_memalign(&p, kAlign, kChunk) != 0) throw std::bad_alloc();
+      if (posix_memalign(&p, kDirectAlign, kChunk) != 0) throw std::bad_alloc();
       b.reset(static_cast<char*>(p));
     }
   std::future<void> writing[2];
@@ -59,7 +54,7 @@ DirectWriteStats write_regions_direct(const std::string& path, const std::vector
   for (const DirectRegion& r : regions) {
     const char* src = static_cast<const char*>(r.data);
     uint64_t body = 0;  // bytes written with O_DIRECT from the region's start
-    if (direct.fd >= 0 && r.offset % kAlign == 0) body = r.bytes / kAlign * kAlign;
+    if (direct.fd >= 0 && r.offset % kDirectAlign == 0) body = r.bytes / kDirectAlign * kDirectAlign;
     for (uint64_t done = 0; done < body; next ^= 1) {
       const uint64_t n = std::min(kChunk, body - done);
       if (writing[next].valid()) writing[next].get();  // its buffer is free again (rethrows its error)

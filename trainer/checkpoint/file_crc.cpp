@@ -1,8 +1,6 @@
 // File CRC-32s for checkpoints; see file_crc.h.
 #include "trainer/checkpoint/file_crc.h"
 
-#include "trainer/checkpoint/crc32.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,17 +12,13 @@
 #include <stdexcept>
 #include <thread>
 
+#include "trainer/checkpoint/crc32.h"
+#include "trainer/checkpoint/unique_fd.h"
+
 namespace gmod {
 namespace {
 
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-uint64_t open_sized(const std::string& path, Fd& f) {
+uint64_t open_sized(const std::string& path, UniqueFd& f) {
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   struct stat st {};
@@ -66,7 +60,7 @@ int read_crc_range(int fd, uint64_t base, uint64_t begin, uint64_t end, unsigned
 }  // namespace
 
 uint32_t read_file_region_crc(const std::string& path, uint64_t offset, uint64_t bytes, void* dst) {
-  Fd f;
+  UniqueFd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   // Ranges of >= 32 MiB, one thread each: a single reader copies from the page cache at one core's speed.
@@ -95,7 +89,7 @@ uint32_t read_file_region_crc(const std::string& path, uint64_t offset, uint64_t
 // Split into at most 8 contiguous ranges of >= 64 MiB, one thread each (pread), joined with crc32_combine: the
 // same CRC as one sequential pass, several times faster on a file still in the page cache.
 uint32_t crc32_file(const std::string& path, uint64_t* size_out) {
-  Fd f;
+  UniqueFd f;
   const uint64_t size = open_sized(path, f);
   constexpr uint64_t kMinRange = uint64_t(64) << 20;
   const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
@@ -122,7 +116,7 @@ uint32_t crc32_file(const std::string& path, uint64_t* size_out) {
 
 uint32_t crc32_file_with_known(const std::string& path, std::vector<KnownCrcRegion> known, uint64_t* size_out,
                                bool* used_regions) {
-  Fd f;
+  UniqueFd f;
   const uint64_t size = open_sized(path, f);
   std::sort(known.begin(), known.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
   known.erase(std::remove_if(known.begin(), known.end(), [](const auto& r) { return r.bytes == 0; }), known.end());

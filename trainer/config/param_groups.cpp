@@ -8,20 +8,15 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "model/strings.h"
+#include "trainer/config/config_json.h"
 #include "trainer/config/train_config.h"
 
 namespace gmod {
 namespace {
 
 using json = nlohmann::json;
-
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
-
-std::string num(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
+using config_json::num;
 
 std::string group_name(const ParamGroupConfig& g, size_t i) {
   return g.name.empty() ? "group" + std::to_string(i) : g.name;

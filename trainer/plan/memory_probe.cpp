@@ -16,19 +16,18 @@
 #include "model/activation_checkpoint.h"
 #include "model/anyres_grid.h"
 #include "model/llava.h"
-#include "model/lora.h"
 #include "model/lm_loss.h"
+#include "model/lora.h"
+#include "model/strings.h"
 #include "model/token_roles.h"
+#include "model/unit_hooks.h"
 #include "parallel/data_parallel.h"
+#include "parallel/dp_strategy.h"
 #include "trainer/plan/memory_tracker.h"
 #include "trainer/plan/tower_costs.h"
-#include "model/unit_hooks.h"
-#include "parallel/dp_strategy.h"
 
 namespace gmod {
 namespace {
-
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 
 // One micro-batch of full-length samples: [BOS, image tokens..., text...], the text a question (unsupervised)
 // and then the answer, whose round(supervised_fraction * (L - 1)) tokens carry labels, no padding (the plan
