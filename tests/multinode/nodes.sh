@@ -38,6 +38,14 @@ mn_up() {
     p=$(cd "$p" 2> /dev/null && pwd) || { echo "mn_up: shared path '$p' is not a directory" >&2; exit 2; }
     case $p/ in /tmp/*) shared+=("$p") ;; esac
   done
+  # The folders of the shared libraries the gmod binary loads (LibTorch in the torch venv) are shared the same way
+  # when they lie under /tmp (GMOD_CACHE=/tmp/...): the node's own /tmp would hide them (libtorch.so not found).
+  if [[ -n ${MN_BIN:-} ]]; then
+    while read -r p; do
+      p=$(dirname "$p")
+      case $p/ in /tmp/*) [[ " ${shared[*]} " == *" $p "* ]] || shared+=("$p") ;; esac
+    done < <(ldd "$MN_BIN" 2> /dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}')
+  fi
   mn_reap
   # shellcheck disable=SC2034  # read by the sourcing script
   MN_WORK=$work
