@@ -216,7 +216,11 @@ def main():
                 async_wall, out_a = train(args.gmod, n, base, model, os.path.join(work, "async"), s,
                                           ["checkpoint.every=1", "checkpoint.keep_last=2", "checkpoint.async=true",
                                            "resume=none"], log)
-                stalls = [int(m) for m in re.findall(r"copied to host in (\d+) ms", out_a)]
+                # Each async save's line: the copy, and the wait for the previous save's write before it (if any).
+                lines = [ln for ln in out_a.splitlines() if "copied to host in" in ln]
+                copies = [int(re.search(r"copied to host in (\d+) ms", ln).group(1)) for ln in lines]
+                waits = [int((re.search(r"waited (\d+) ms", ln) or [0, 0])[1]) for ln in lines]
+                stalls = [c + w for c, w in zip(copies, waits)]
                 cached = None
                 if args.cold:
                     cached = evict(dir_files(ckpt))
@@ -244,7 +248,7 @@ def main():
                     sys.exit(f"torch peer failed (np {n}):\n{t.stdout}\n{t.stderr}")
                 peer = json.loads([ln for ln in t.stdout.splitlines() if ln.startswith("{")][-1])
                 rows.append(dict(model=name, world=n, bytes=nbytes, saves_ms=saves, save_s=statistics.median(saves[1:]) / 1e3,
-                                 stalls_ms=stalls, async_cost_s=(async_wall - base_wall) / s,
+                                 stalls_ms=stalls, copies_ms=copies, waits_ms=waits, async_cost_s=(async_wall - base_wall) / s,
                                  sync_cost_s=(sync_wall - base_wall) / s, load_s=load_s, ckpt_cached_after_evict=cached,
                                  dd_direct=dd_direct,
                                  dd_fsync=dd_fsync, **peer))
@@ -259,24 +263,27 @@ def main():
     print(f"\ncheckpoints inside `gmod train` (fp32 + AdamW, ZeRO-1, {args.steps} steps, a save after each): "
           "the trainer's own figures beside dd and the torch peer, page cache "
           + ("COLD for loads (files evicted before each)" if args.cold else "warm for loads"))
-    hdr = ("model", "np", "GB", "dd direct", "gmod save", "save/dd", "torch.save", "stall (1st)", "host copy",
-           "stall/copy", "async cost", "gmod load", "torch.load", "load ratio")
+    hdr = ("model", "np", "GB", "dd direct", "gmod save", "save/dd", "torch.save", "stall (1st)", "of it wait",
+           "host copy", "copy/host", "async cost", "gmod load", "torch.load", "load ratio")
     fmt = "{:>8} {:>3} {:>6} " + "{:>12} " * (len(hdr) - 3)
     print(fmt.format(*hdr))
     for r in rows:
         dd = r["dd_direct"] or r["dd_fsync"]
-        first_stall = r["stalls_ms"][0] / 1e3 if r["stalls_ms"] else float("nan")
+        max_copy = max(r["copies_ms"]) / 1e3 if r["copies_ms"] else float("nan")
         print(fmt.format(r["model"], r["world"], f"{r['bytes'] / 1e9:.2f}",
                          f"{dd / 1e9:.2f} GB/s", f"{gbs(r['bytes'], r['save_s']):.2f} GB/s",
                          f"{r['bytes'] / r['save_s'] / dd:.2f}", f"{gbs(r['peer_bytes'], r['peer_save_s']):.2f} GB/s",
                          f"{max(r['stalls_ms'] or [0])} ms ({r['stalls_ms'][0] if r['stalls_ms'] else '-'})",
-                         f"{r['host_copy_s'] * 1e3:.0f} ms", f"{first_stall / r['host_copy_s']:.2f}",
+                         f"{max(r['waits_ms'] or [0])} ms",
+                         f"{r['host_copy_s'] * 1e3:.0f} ms", f"{max_copy / r['host_copy_s']:.2f}",
                          f"{r['async_cost_s'] * 1e3:.0f} ms", f"{gbs(r['bytes'], r['load_s']):.2f} GB/s",
                          f"{gbs(r['peer_bytes'], r['peer_load_s']):.2f} GB/s",
                          f"{r['load_s'] / r['peer_load_s']:.2f}"))
     print("gmod save: the trainer's `checkpoint: DIR (N ms)` (median of the saves after the first); save/dd: over dd "
-          "oflag=direct of the same bytes (target >= 0.8); stall: the trainer's `copied to host` (largest, first), "
-          "host copy: a clone of one rank's state in torch (stall/copy target <= 1.2, first save); async cost: "
+          "oflag=direct of the same bytes (target >= 0.8); stall: what an async save held training (largest, first): "
+          "its copy to host plus, when the previous save was still writing, the wait for it (of it wait, largest); "
+          "host copy: a clone of one rank's state in torch; copy/host: the largest copy (first save included) over "
+          "it (target <= 1.2); async cost: "
           "the async run's wall time over the run without saves, per save (stall and steps slowed by the write); "
           "gmod load: the trainer's resume line (check before loading + read with CRCs); load ratio: over "
           "torch.load of the same tensors (target <= 1.2)")

@@ -67,7 +67,14 @@ std::string Trainer::save_checkpoint(bool allow_async) {
   const auto t0 = Clock::now();
   const TraceRange range("gmod::checkpoint");
   const bool async = allow_async && cfg_.checkpoint.async;
-  if (pending_save_) poll_async_save(/*wait=*/true);  // at most one save in flight
+  // At most one save in flight: a save due while the previous one still writes waits for it first (timed on its own:
+  // that wait is the disk's pace, not the copy's).
+  double waited_s = 0;
+  if (pending_save_) {
+    const auto w0 = Clock::now();
+    poll_async_save(/*wait=*/true);
+    waited_s = seconds_since(w0);
+  }
   // Asynchronous: every tensor copied to host memory the save owns (training then changes the originals): the
   // reused snapshot arena, sized once the weights this rank writes are known.
   auto keep = [&](const at::Tensor& t) { return async ? snapshot_arena_.take(t) : t.detach(); };
@@ -123,9 +130,12 @@ std::string Trainer::save_checkpoint(bool allow_async) {
   if (async) {
     const int64_t held = snapshot_bytes(c.model) + snapshot_bytes(mine.tensors);
     pending_save_ = std::make_unique<AsyncCheckpointSave>(std::move(writer), std::move(c), std::move(mine));
+    const int waited_ms = int(waited_s * 1000);
     print("checkpoint: step " + std::to_string(step_) + " copied to host in " +
-          std::to_string(int(seconds_since(t0) * 1000)) + " ms (" + std::to_string(held >> 20) +
-          " MiB on this rank), writing in the background");
+          std::to_string(int((seconds_since(t0) - waited_s) * 1000)) + " ms (" + std::to_string(held >> 20) +
+          " MiB on this rank), writing in the background" +
+          (waited_ms > 0 ? "; before it waited " + std::to_string(waited_ms) + " ms for the previous save's write"
+                         : std::string()));
     return "";
   }
   // The others wait in the save's barriers while rank 0 commits (manifest, rename, retention): a phase with its
