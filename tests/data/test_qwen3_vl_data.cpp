@@ -81,7 +81,8 @@ TEST(Qwen3VlData, PreparerComesFromTheModelConfig) {
   const QwenData s = qwen_data();
   ASSERT_TRUE(s.model.qwen3_vision.has_value());
   EXPECT_FALSE(s.model.qwen_vision.has_value());
-  EXPECT_EQ(s.dc.conversation.template_name, "chatml");
+  // Qwen3-VL's template: chatml without a default system block (the processor's ids below have none).
+  EXPECT_EQ(s.dc.conversation.template_name, "qwen3_vl");
   EXPECT_TRUE(s.dc.image_preparer->size_dependent());
   EXPECT_FALSE(s.dc.image_preparer->image_first());
   // 37x23 -> 24x36 at factor 4: 54 merged tokens; 100x100 is above size.longest_edge (1024) -> 32x32: 64.
@@ -106,6 +107,19 @@ TEST(Qwen3VlData, PreparerComesFromTheModelConfig) {
   // Without a preprocessor_config.json the geometry is the encoder's.
   const auto fallback = gmod::make_image_preparer(other, s.dc.image, "", *s.tok);
   EXPECT_NE(fallback->describe().find("patch 16, merge 2"), std::string::npos) << fallback->describe();
+}
+
+// A system message that is set is written as chatml writes it; none by default (SamplesMatchTheProcessor).
+TEST(Qwen3VlData, SetSystemMessageIsWritten) {
+  QwenData s = qwen_data();
+  s.dc.conversation.system_prompt = "Be brief.";
+  gmod::Dataset ds(s.dc, s.tok);
+  const gmod::PreparedSample p = ds.prepare(2);
+  const auto want = s.tok->encode("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n");
+  ASSERT_GE(p.sample.ids.size(), want.size());
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), p.sample.ids.begin()));
+  const auto plain = reference()["records"][2]["input_ids"].get<std::vector<int32_t>>();
+  EXPECT_EQ(p.sample.ids.size(), plain.size() + want.size() - s.tok->encode("<|im_start|>user\n").size());
 }
 
 TEST(Qwen3VlData, SamplesMatchTheProcessor) {
