@@ -18,8 +18,8 @@ const char* const kLlama3System =
 const char* const kLlama31Preamble = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
 
 namespace {
-const char* const kTemplates[] = {"vicuna_v1", "plain",    "chatml",  "qwen2_5",
-                                  "qwen3_vl",  "llama3",   "llama3_1", "mistral"};
+const char* const kTemplates[] = {"vicuna_v1", "plain",  "chatml",   "qwen2_5",
+                                  "qwen3_vl",  "llama3", "llama3_1", "mistral"};
 bool is_template(const std::string& name) {
   return std::find(std::begin(kTemplates), std::end(kTemplates), name) != std::end(kTemplates);
 }

@@ -242,8 +242,8 @@ TEST(Qwen3VlData, PackedImageSamplesMatchUnpacked) {
     for (const auto& a : r["records"][k]["answers"])
       for (int64_t t = a[0].get<int64_t>(); t < a[1].get<int64_t>(); ++t) positions.push_back(t);
     const at::Tensor theirs = ref.tensor("record" + std::to_string(k) + ".answer_logits");
-    worst_ref = std::max(worst_ref,
-                         (packed.index_select(0, at::tensor(positions, at::kLong)) - theirs).abs().max().item<double>());
+    const at::Tensor at_answers = packed.index_select(0, at::tensor(positions, at::kLong));
+    worst_ref = std::max(worst_ref, (at_answers - theirs).abs().max().item<double>());
     start += n;
   }
   std::printf("packed vs unpacked logits: max abs %.3g; packed vs transformers %.3g; loss %.6f vs %.6f\n", worst,
