@@ -19,6 +19,7 @@
 #include "data/image_prep.h"
 #include "data/pack.h"
 #include "data/tokenizer.h"
+#include "data/video_prep.h"
 #include "model/config.h"
 #include "model/llava.h"
 #include "model/pretrained.h"
@@ -108,6 +109,22 @@ TEST(Qwen3VlData, PreparerComesFromTheModelConfig) {
   // Without a preprocessor_config.json the geometry is the encoder's.
   const auto fallback = gmod::make_image_preparer(other, s.dc.image, "", *s.tok);
   EXPECT_NE(fallback->describe().find("patch 16, merge 2"), std::string::npos) << fallback->describe();
+}
+
+// Videos stay refused: make_video_preparer builds none for Qwen3-VL (its videos are per-frame grids with timestamps,
+// not built), so a video record is a named bad record, as for any model without video input.
+TEST(Qwen3VlData, VideoRecordsAreRefusedByName) {
+  QwenData s = qwen_data();
+  s.dc.video_preparer = gmod::make_video_preparer(s.model, dir() + "/model", *s.tok);
+  EXPECT_EQ(s.dc.video_preparer, nullptr);
+  s.dc.data_path = fixture("qwen2_5_vl/video/train.json");  // record 0: a LLaVA-Video record with one video
+  s.dc.image_folder = fixture("");
+  gmod::Dataset ds(s.dc, s.tok);
+  gmod::PreparedSample p;
+  gmod::BadRecord bad;
+  EXPECT_FALSE(ds.try_prepare(0, p, bad));
+  EXPECT_EQ(bad.reason, "video");
+  EXPECT_NE(bad.message.find("this model takes no video input"), std::string::npos) << bad.message;
 }
 
 // A system message that is set is written as chatml writes it; none by default (SamplesMatchTheProcessor).
