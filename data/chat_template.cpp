@@ -92,12 +92,20 @@ std::string hf_chat_template(const ConversationConfig& c, bool bos_first) {
                          "{%- endif -%}{{- turn(m) -}}" + lit(" [/INST]"),
                      "{{- turn(m) -}}{{- eos_token -}}");
   }
+  const std::string rounds =
+      for_turns(lit("<|im_start|>user\n") + "{{- turn(m) -}}" + lit("<|im_end|>\n<|im_start|>assistant\n"),
+                "{{- turn(m) -}}" + lit("<|im_end|>\n"));
+  const std::string system_block = lit("<|im_start|>system\n") + "{{- system -}}" + lit("<|im_end|>\n");
+  if (t == "qwen3_vl")  // the system block only for a system message: the conversation's or the config's
+    return head + split_system(c.system_prompt.value_or("")) +
+           (c.system_prompt ? system_block
+                            : "{%- if messages and messages[0]['role'] == 'system' -%}" + system_block +
+                                  "{%- endif -%}") +
+           rounds;
   // chatml, qwen2_5: "<|im_start|>system\nS<|im_end|>\n" then per round
   // "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n" a "<|im_end|>\n".
   return head + split_system(c.system_prompt.value_or(t == "qwen2_5" ? kQwen25System : kChatmlSystem)) +
-         lit("<|im_start|>system\n") + "{{- system -}}" + lit("<|im_end|>\n") +
-         for_turns(lit("<|im_start|>user\n") + "{{- turn(m) -}}" + lit("<|im_end|>\n<|im_start|>assistant\n"),
-                   "{{- turn(m) -}}" + lit("<|im_end|>\n"));
+         system_block + rounds;
 }
 
 }  // namespace gmod

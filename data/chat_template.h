@@ -9,7 +9,7 @@
 // prompt. A user turn already ends with the assistant's header (" ASSISTANT:", "<|im_start|>assistant\n", ...): the
 // prompt to generate from is the rendering of the conversation up to its last user message, whatever
 // add_generation_prompt says.
-// BOS (all templates but chatml and qwen2_5 start with it): with `bos_first` the template writes `bos_token` first, as
+// BOS (all templates but chatml, qwen2_5 and qwen3_vl start with it): with `bos_first` the template writes `bos_token` first, as
 // LLaMA-3's and Mistral's own templates do, for a text LLM's tokenizer (its apply_chat_template adds no special
 // tokens). Without, as llava-hf's templates: LlavaProcessor's tokenizer adds it (the documented
 // `processor(images=..., text=processor.apply_chat_template(...))` would otherwise start with two).

@@ -18,7 +18,8 @@ const char* const kLlama3System =
 const char* const kLlama31Preamble = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
 
 namespace {
-const char* const kTemplates[] = {"vicuna_v1", "plain", "chatml", "qwen2_5", "llama3", "llama3_1", "mistral"};
+const char* const kTemplates[] = {"vicuna_v1", "plain",  "chatml",   "qwen2_5",
+                                  "qwen3_vl",  "llama3", "llama3_1", "mistral"};
 bool is_template(const std::string& name) {
   return std::find(std::begin(kTemplates), std::end(kTemplates), name) != std::end(kTemplates);
 }
@@ -27,15 +28,15 @@ bool is_template(const std::string& name) {
 bool is_conversation_template(const std::string& name) { return name == "auto" || is_template(name); }
 
 const char* conversation_template_list() {
-  return "vicuna_v1, plain, chatml, qwen2_5, llama3, llama3_1, mistral or auto (the model family's)";
+  return "vicuna_v1, plain, chatml, qwen2_5, qwen3_vl, llama3, llama3_1, mistral or auto (the model family's)";
 }
 
 // LLaMA-3's 128256-id vocabulary tells it from LLaMA-1/2 (32000); its 3.1+ releases use rope_scaling llama3.
 std::string resolve_conversation_template(const std::string& name, const LlamaConfig& llm) {
   if (name != "auto") return name;
   switch (llm.family) {
-    case LlmFamily::kQwen2:
-      return "chatml";
+    case LlmFamily::kQwen2:  // Qwen3-VL's text model (interleaved M-RoPE) has its own template
+      return llm.mrope_interleaved ? "qwen3_vl" : "chatml";
     case LlmFamily::kMistral:
       return "mistral";
     case LlmFamily::kLlama:
@@ -118,7 +119,7 @@ ConversationEncoder::ConversationEncoder(std::shared_ptr<const Tokenizer> tokeni
       if (!tok_->token_to_id(s))
         throw std::invalid_argument("template " + t + " needs the token " + s + " in the tokenizer");
   };
-  if (t == "chatml" || t == "qwen2_5") {
+  if (t == "chatml" || t == "qwen2_5" || t == "qwen3_vl") {
     need({"<|im_start|>", "<|im_end|>"});
     pad_id_ = config_.pad_id.value_or(tok_->pad_id().value_or(tok_->eos_id().value_or(0)));
   } else if (t == "llama3" || t == "llama3_1") {
@@ -139,7 +140,7 @@ ConversationEncoder::ConversationEncoder(std::shared_ptr<const Tokenizer> tokeni
 
 std::optional<int32_t> ConversationEncoder::end_of_turn_id() const {
   const std::string& t = config_.template_name;
-  if (t == "chatml" || t == "qwen2_5") return tok_->token_to_id("<|im_end|>");
+  if (t == "chatml" || t == "qwen2_5" || t == "qwen3_vl") return tok_->token_to_id("<|im_end|>");
   if (t == "llama3" || t == "llama3_1") return tok_->token_to_id("<|eot_id|>");
   if (t == "vicuna_v1") return tok_->token_to_id("</s>");
   return tok_->eos_id();
@@ -240,10 +241,11 @@ EncodedConversation ConversationEncoder::encode(const Record& record, const std:
       add_text(pieces, turns[k + 1].value, TokenRole::kAnswer, true);
       pieces.push_back({Piece::kToken, "", *eos_, TokenRole::kAnswer, true, true, true});
     }
-  } else {  // chatml, qwen2_5
+  } else {  // chatml, qwen2_5, qwen3_vl (no system block unless one is set)
     const char* default_system = tname == "qwen2_5" ? kQwen25System : kChatmlSystem;
-    add_text(pieces, "<|im_start|>system\n" + config_.system_prompt.value_or(default_system) + "<|im_end|>\n",
-             TokenRole::kSystem);
+    if (tname != "qwen3_vl" || config_.system_prompt)
+      add_text(pieces, "<|im_start|>system\n" + config_.system_prompt.value_or(default_system) + "<|im_end|>\n",
+               TokenRole::kSystem);
     for (size_t k = 0; k < turns.size(); k += 2) {
       add_text(pieces,
                std::string(k == 0 ? "" : "\n") + "<|im_start|>user\n" + turns[k].value +

@@ -8,6 +8,8 @@
 //              "<|im_start|>system\nSYSTEM<|im_end|>\n<|im_start|>user\nq1<|im_end|>\n"
 //              "<|im_start|>assistant\na1<|im_end|>\n..."
 //   qwen2_5    chatml with Qwen2.5 Instruct's default system message ("You are Qwen, created by ...")
+//   qwen3_vl   Qwen3-VL Instruct: chatml without a default system message (its template writes the system block
+//              only when the conversation has one; a set system message writes it)
 //   llama3     Meta-Llama-3-Instruct, every message stripped (the template's `| trim`):
 //              "<|begin_of_text|>" ["<|start_header_id|>system<|end_header_id|>\n\nSYSTEM<|eot_id|>"]
 //              "<|start_header_id|>user<|end_header_id|>\n\nq1<|eot_id|>"
@@ -18,7 +20,7 @@
 //   mistral    Mistral-7B-Instruct v0.1/v0.2: "<s>[INST] q1 [/INST]a1</s>[INST] q2 [/INST]a2</s>"; no system
 //              message by default, one that is set goes before the first question, "SYSTEM\n\nq1" (as v0.3)
 //   auto       not a template: resolve_conversation_template picks the model family's (LLaMA-2 vicuna_v1,
-//              LLaMA-3 vocabularies llama3 / llama3_1, Qwen2 chatml, Mistral mistral)
+//              LLaMA-3 vocabularies llama3 / llama3_1, Qwen2 chatml, Qwen3-VL qwen3_vl, Mistral mistral)
 // Only assistant answers and their end-of-turn token ("</s>", "<|im_end|>", "<|eot_id|>"; for plain the
 // caption and "\n") are supervised; the "\n" after "<|im_end|>" and the headers are not (LLaVA-NeXT's
 // preprocess_qwen / preprocess_llama3 also supervise every header and separator token; docs/data.md). Each

@@ -124,9 +124,18 @@ std::shared_ptr<const ImagePreparer> make_image_preparer(const LlavaConfig& mode
                                   " (the tiles are the tower's input)");
     return make_anyres_image_preparer(clip, *model.anyres, model.vision->patch_size, model.image_token_id);
   }
-  if (!model.qwen_vision)
+  if (!model.qwen_vision && !model.qwen3_vision)
     return make_clip_image_preparer(clip, model.image_token_id, std::max(model.image_seq_length(), 1));
-  const Qwen25VisionConfig& v = *model.qwen_vision;
+  // Qwen2.5-VL and Qwen3-VL share the image processor (transformers maps both to Qwen2VLImageProcessor); only the
+  // encoder's patch geometry differs (Qwen3-VL: patch 16), and it comes from whichever encoder the model has.
+  struct Geometry {
+    int64_t patch_size, temporal_patch_size, spatial_merge_size;
+  };
+  const Geometry v = model.qwen_vision ? Geometry{model.qwen_vision->patch_size, model.qwen_vision->temporal_patch_size,
+                                                  model.qwen_vision->spatial_merge_size}
+                                       : Geometry{model.qwen3_vision->patch_size,
+                                                  model.qwen3_vision->temporal_patch_size,
+                                                  model.qwen3_vision->spatial_merge_size};
   const std::filesystem::path pre = std::filesystem::path(preprocessor_dir) / "preprocessor_config.json";
   NativeResolutionConfig cfg;
   std::string source = "the defaults";
