@@ -101,8 +101,10 @@ inline void add_text_options(CLI::App& app, TextOptions& o, bool with_max_len = 
       ->type_name("PATH");
   // Checked by data/conversation.cpp, which owns the list of templates.
   add(app, "--template", o.template_name,
-      "conversation template: vicuna_v1, plain, chatml, qwen2_5, llama3, llama3_1, mistral or auto (the "
-      "model family's: LLaMA-2 vicuna_v1, LLaMA-3 llama3/llama3_1, Qwen2 chatml, Mistral mistral)");
+      "conversation template: vicuna_v1, plain, chatml, qwen2_5, qwen3_vl, llama3, llama3_1, mistral or auto "
+      "(the "
+      "model family's: LLaMA-2 vicuna_v1, LLaMA-3 llama3/llama3_1, Qwen2 chatml, Qwen3-VL qwen3_vl, Mistral "
+      "mistral)");
   if (with_max_len)
     add(app, "--max-len", o.max_len, "tokens per sample after truncation (default: the model's context)")
         ->check(positive());

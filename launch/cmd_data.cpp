@@ -83,7 +83,7 @@ Runner setup_data(CLI::App& app) {
       ->type_name("PATH")
       ->required();
   add(*check, "--template", c.template_name,
-      "conversation template: vicuna_v1, plain, chatml, qwen2_5, llama3, llama3_1 or mistral");
+      "conversation template: vicuna_v1, plain, chatml, qwen2_5, qwen3_vl, llama3, llama3_1 or mistral");
   add(*check, "--max-len", c.max_len, "tokens per sample after truncation")->check(positive());
   add(*check, "--image-tokens", c.image_tokens, "tokens each image expands to")->check(non_negative());
   add(*check, "--image-token-id", c.image_token_id, "id of the image placeholder token")
@@ -109,8 +109,9 @@ Runner setup_data(CLI::App& app) {
 
   CLI::App* chat = app.add_subcommand(
       "chat-template", "print the Hugging Face chat template (Jinja) gmod export writes for a conversation template");
-  add(*chat, "--template", o->chat_template, "conversation template: vicuna_v1, plain, chatml, qwen2_5, llama3, "
-                                             "llama3_1 or mistral");
+  add(*chat, "--template", o->chat_template,
+      "conversation template: vicuna_v1, plain, chatml, qwen2_5, qwen3_vl, "
+      "llama3, llama3_1 or mistral");
   add(*chat, "--system", o->system, "system prompt (default: the template's)");
   add_flag(*chat, "--no-image-first", o->chat_no_image_first, "keep <image> where the text puts it");
   add_flag(*chat, "--for-processor", o->chat_for_processor,

@@ -43,7 +43,7 @@ except ImportError as e:
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUESTION = "What shape is in the picture? Answer briefly."
-TEMPLATES = ["vicuna_v1", "plain", "chatml", "qwen2_5", "llama3", "llama3_1", "mistral"]
+TEMPLATES = ["vicuna_v1", "plain", "chatml", "qwen2_5", "qwen3_vl", "llama3", "llama3_1", "mistral"]
 
 
 def run(cmd, **kw):
