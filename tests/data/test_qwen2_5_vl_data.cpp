@@ -22,6 +22,7 @@
 #include "model/llava.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
+#include "tests/common/fixture_io.h"
 #include "tests/common/paths.h"
 
 using gmod::test::fixture;
@@ -37,19 +38,10 @@ constexpr float kFloatTol = 1e-6f;
 std::string dir() { return fixture("qwen2_5_vl/data"); }
 
 nlohmann::json reference() {
-  std::ifstream f(dir() + "/reference.json");
-  EXPECT_TRUE(f.good()) << "missing reference (run tests/fixtures/make_qwen2_5_vl_data_fixtures.py)";
-  return nlohmann::json::parse(f);
+  return gmod::test::read_reference(dir(), "tests/fixtures/make_qwen2_5_vl_data_fixtures.py");
 }
 
-std::vector<float> read_floats(const std::string& path, size_t count) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << "cannot open fixture " << path;
-  std::vector<float> out(count);
-  f.read(reinterpret_cast<char*>(out.data()), std::streamsize(count * sizeof(float)));
-  EXPECT_EQ(size_t(f.gcount()), count * sizeof(float)) << path;
-  return out;
-}
+using gmod::test::read_floats;
 
 struct QwenData {
   std::shared_ptr<const gmod::Tokenizer> tok;
