@@ -86,7 +86,7 @@ PreparedSample Dataset::prepare(size_t index, bool decode_images) const {
       const std::string path = resolve(rel);
       try {
         const ImageInfo info = probe_image_file(path, config_.max_image_pixels);
-        spans.push_back(preparer_->tokens(info.width, info.height));
+        spans.push_back(preparer_->tokens_among(info.width, info.height, rec.images.size()));
       } catch (const std::exception& e) {
         throw image_error(rel, e);
       }
@@ -122,7 +122,8 @@ PreparedSample Dataset::prepare(size_t index, bool decode_images) const {
     const std::string path = resolve(rel);
     try {
       if (decode_images) {
-        PreparedImage img = preparer_->prepare(decode_image_file(path, config_.max_image_pixels));
+        PreparedImage img =
+            preparer_->prepare_among(decode_image_file(path, config_.max_image_pixels), rec.images.size());
         out.pixels.push_back(std::move(img.pixels));
         if (img.native()) out.grids.push_back(img.grid_thw);
         if (img.anyres()) out.image_sizes.push_back(img.image_size);

@@ -65,6 +65,20 @@ class AnyresImagePreparer final : public ImagePreparer {
     return {std::nullopt, id_, anyres_image_tokens(height, width, anyres_, cfg_.crop, cfg_.crop / patch_),
             std::nullopt};
   }
+  ImageTokens tokens_among(int width, int height, size_t images) const override {
+    if (!base_only(images)) return tokens(width, height);
+    const int side = cfg_.crop / patch_;
+    return {std::nullopt, id_, int64_t(side) * side + 1, std::nullopt};
+  }
+  PreparedImage prepare_among(const Image& img, size_t images) const override {
+    if (!base_only(images)) return prepare(img);
+    ClipPreprocessConfig square = cfg_;  // LlavaOnevisionImageProcessor: pad to a square with the mean colour
+    square.pad_to_square = true;
+    PreparedImage out;
+    out.pixels = clip_preprocess(img, square);
+    out.image_size = {-int64_t(img.height), -int64_t(img.width)};  // anyres_base_only
+    return out;
+  }
   PreparedImage prepare(const Image& img) const override {
     AnyresImage a = anyres_preprocess(img, cfg_, anyres_);
     PreparedImage out;
@@ -78,10 +92,12 @@ class AnyresImagePreparer final : public ImagePreparer {
     for (const auto& p : anyres_.pinpoints)
       pins += (pins.empty() ? "" : ", ") + std::to_string(p[0]) + "x" + std::to_string(p[1]);
     return "AnyRes tiles " + std::to_string(cfg_.crop) + "x" + std::to_string(cfg_.crop) + ", pinpoints (h x w) " +
-           pins;
+           pins + (anyres_.max_patches > 0 ? ", anyres_max_" + std::to_string(anyres_.max_patches) : "");
   }
 
  private:
+  bool base_only(size_t images) const { return anyres_.max_patches > 0 && images > 1; }
+
   ClipPreprocessConfig cfg_;
   AnyresConfig anyres_;
   int patch_;
@@ -93,9 +109,10 @@ class AnyresImagePreparer final : public ImagePreparer {
 std::shared_ptr<const ImagePreparer> make_anyres_image_preparer(const ClipPreprocessConfig& cfg,
                                                                 const AnyresConfig& anyres, int patch_size,
                                                                 int32_t image_token_id) {
-  if (patch_size < 1 || cfg.crop < 1 || cfg.crop % patch_size != 0)
+  // SigLIP's patch conv drops the pixels past the last whole patch (384 px at patch 14: 27^2 patches).
+  if (patch_size < 1 || cfg.crop < patch_size)
     throw std::invalid_argument("AnyRes image preparer: the crop size " + std::to_string(cfg.crop) +
-                                " is not a multiple of the tower's patch size " + std::to_string(patch_size));
+                                " is smaller than the tower's patch size " + std::to_string(patch_size));
   if (anyres.pinpoints.empty()) throw std::invalid_argument("AnyRes image preparer: no image_grid_pinpoints");
   return std::make_shared<AnyresImagePreparer>(cfg, anyres, patch_size, image_token_id);
 }

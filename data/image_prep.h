@@ -9,7 +9,10 @@
 //   AnyRes (LLaVA-NeXT): an image becomes its base tile and the tiles of its best pinpoint ([1 + tiles, 3, S, S],
 //     data/anyres.h) with its (height, width) for the model's image_sizes, and takes anyres_image_tokens positions
 //     of image_token_id (base patches + unpadded grid + one newline a row, as model/llava_next.h packs them);
-//     `<image>` moves to the front of its turn as for LLaVA-1.5.
+//     `<image>` moves to the front of its turn as for LLaVA-1.5. LLaVA-OneVision (anyres_max_N) is AnyRes with its
+//     downscale of large grids in the token count, and an image of a record with several images is its base image
+//     only (padded to a square with the mean colour, as LlavaOnevisionImageProcessor does), side^2 + 1 tokens, its
+//     image_size negated (model/anyres_grid.h, anyres_base_only).
 // The dataset, the collator and the trainer ask the preparer; none of them tests which model it is.
 #pragma once
 
@@ -46,7 +49,7 @@ struct PreparedImage {
   std::array<int64_t, 3> grid_thw{};  // {0, 0, 0}: a fixed-size crop
   std::array<int64_t, 2> image_size{};  // AnyRes: the original (height, width); {0, 0} otherwise
   bool native() const { return grid_thw[0] > 0; }
-  bool anyres() const { return image_size[0] > 0; }
+  bool anyres() const { return image_size[0] != 0; }  // negative: a base-only OneVision image
 };
 
 class ImagePreparer {
@@ -58,6 +61,10 @@ class ImagePreparer {
   virtual ImageTokens tokens(int width, int height) const = 0;
   // Pixel values of a decoded image.
   virtual PreparedImage prepare(const Image& img) const = 0;
+  // tokens() and prepare() for an image of a record with `images` images in all: LLaVA-OneVision treats an image of
+  // a record with several differently (its base image only); every other preparer ignores the count.
+  virtual ImageTokens tokens_among(int width, int height, size_t /*images*/) const { return tokens(width, height); }
+  virtual PreparedImage prepare_among(const Image& img, size_t /*images*/) const { return prepare(img); }
   // Whether `<image>` placeholders move to the front of their turn (LLaVA's preprocess_multimodal) or stay put.
   virtual bool image_first() const = 0;
   // One line for logs: "CLIP crops 336x336, 576 tokens each" / "native resolution, patch 14, merge 2, ...".

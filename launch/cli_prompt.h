@@ -64,8 +64,8 @@ inline PromptImages prepare_prompt_images(const ImagePreparer& prep, const std::
   std::vector<at::Tensor> pixels;
   std::vector<int64_t> grids, sizes;
   for (const Image& img : images) {
-    if (prep.size_dependent()) out.spans.push_back(prep.tokens(img.width, img.height));
-    const PreparedImage p = prep.prepare(img);
+    if (prep.size_dependent()) out.spans.push_back(prep.tokens_among(img.width, img.height, images.size()));
+    const PreparedImage p = prep.prepare_among(img, images.size());
     const int64_t n = static_cast<int64_t>(p.pixels.size());
     at::Tensor t = at::from_blob(const_cast<float*>(p.pixels.data()), {n}, at::kFloat).clone();
     if (p.native()) {

@@ -17,6 +17,16 @@ int round7_then_int(double x) {
   return static_cast<int>(x);
 }
 
+// Python's float a // b for a >= 0, b > 0 (CPython's float_floor_div: from fmod, not floor(a / b), which can round
+// up across an integer).
+double py_floordiv(double a, double b) {
+  const double mod = std::fmod(a, b);
+  const double div = (a - mod) / b;
+  double q = std::floor(div);
+  if (div - q > 0.5) q += 1.0;
+  return q;
+}
+
 void check_size(int height, int width, const char* what) {
   if (height <= 0 || width <= 0)
     throw std::invalid_argument(std::string(what) + ": image size " + std::to_string(height) + "x" +
@@ -56,7 +66,15 @@ std::array<int, 2> anyres_grid_shape(int height, int width, const AnyresConfig& 
   return {best[0] / tile, best[1] / tile};
 }
 
+std::array<int, 2> anyres_max_grid(int rows, int cols, int side, int max_patches) {
+  if (max_patches <= 0 || side <= 0) return {rows, cols};
+  const double ratio = std::sqrt(static_cast<double>(int64_t(rows) * cols) / (double(max_patches) * side * side));
+  if (!(ratio > 1.1)) return {rows, cols};
+  return {static_cast<int>(py_floordiv(rows, ratio)), static_cast<int>(py_floordiv(cols, ratio))};
+}
+
 int anyres_num_tiles(int height, int width, const AnyresConfig& c, int tile) {
+  if (c.max_patches > 0 && anyres_base_only(height, width)) return 1;
   const auto g = anyres_grid_shape(height, width, c, tile);
   return g[0] * g[1] + 1;
 }
@@ -82,9 +100,11 @@ UnpadBox anyres_unpad_box(int height, int width, int rows, int cols, bool trunca
 }
 
 int anyres_image_tokens(int height, int width, const AnyresConfig& c, int tile, int side) {
+  if (c.max_patches > 0 && anyres_base_only(height, width)) return side * side + 1;
   const auto g = anyres_grid_shape(height, width, c, tile);
   const auto b = anyres_unpad_box(height, width, g[0] * side, g[1] * side, c.unpad_truncates);
-  return side * side + (b.r1 - b.r0) * (b.c1 - b.c0 + 1);
+  const auto m = anyres_max_grid(b.r1 - b.r0, b.c1 - b.c0, side, c.max_patches);
+  return side * side + m[0] * (m[1] + 1);
 }
 
 }  // namespace gmod

@@ -363,16 +363,12 @@ LlavaConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
       errors.push_back(where + "a list of vision_feature_layer values is not supported");
     else r.optional("vision_feature_layer", c.vision_feature_layer);
     r.optional("vision_feature_select_strategy", c.vision_feature_select_strategy);
-    if (top_type == "llava_onevision")  // its SigLIP + Qwen2 parts are read above, as LLaVA's
-      errors.push_back(where + "model_type llava_onevision: its SigLIP tower and Qwen2 LLM are read, but its AnyRes "
-                       "tiling (vision_aspect_ratio " + (j.contains("vision_aspect_ratio") ? j["vision_aspect_ratio"].dump() : "-") +
-                       ", image_grid_pinpoints), image_newline and video frames are not built yet (issue 46): as a "
-                       "LLaVA-1.5 model it would not compute what LLaVA-OneVision computes");
     // Tied embeddings may be declared at the top level in LLaVA configs.
     if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
         !j["text_config"].contains("tie_word_embeddings"))
       c.text.tie_word_embeddings = j["tie_word_embeddings"];
-    if (top_type == "llava_next") parse_llava_next_fields(j, where, /*original=*/false, c, errors);
+    if (top_type == "llava_next" || top_type == "llava_onevision")  // AnyRes; OneVision's anyres_max_N too
+      parse_llava_next_fields(j, where, /*original=*/false, c, errors);
   } else {
     c.text = parse_llama_config(j, where, errors);
     if (j.contains("mm_vision_tower") || j.contains("mm_hidden_size")) {  // original LLaVA

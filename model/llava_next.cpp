@@ -23,6 +23,16 @@ at::Tensor pack_anyres_features(const at::Tensor& features, const at::Tensor& im
   int64_t at_tile = 0;
   for (int64_t i = 0; i < n_images; ++i) {
     const int h = static_cast<int>(hw[2 * i]), w = static_cast<int>(hw[2 * i + 1]);
+    if (c.max_patches > 0 && anyres_base_only(h, w)) {  // OneVision, one of several images: base tile + newline
+      if (at_tile >= features.size(0))
+        throw std::invalid_argument("AnyRes image " + std::to_string(i) + " (base tile only) needs tile " +
+                                    std::to_string(at_tile) + " but the batch has " +
+                                    std::to_string(features.size(0)) + " tiles");
+      parts.push_back(features[at_tile]);
+      parts.push_back(nl.view({1, D}));
+      at_tile += 1;
+      continue;
+    }
     const auto g = anyres_grid_shape(h, w, c, tile);
     const int64_t n = int64_t(g[0]) * g[1] + 1;
     if (at_tile + n > features.size(0))
@@ -38,6 +48,11 @@ at::Tensor pack_anyres_features(const at::Tensor& features, const at::Tensor& im
                     .reshape({rows, cols, D});  // the grid's feature map
     const auto b = anyres_unpad_box(h, w, rows, cols, c.unpad_truncates);
     grid = grid.narrow(0, b.r0, b.r1 - b.r0).narrow(1, b.c0, b.c1 - b.c0);
+    const auto m = anyres_max_grid(static_cast<int>(grid.size(0)), static_cast<int>(grid.size(1)), side,
+                                   c.max_patches);
+    if (m[0] != grid.size(0) || m[1] != grid.size(1))  // anyres_max_N: bilinear, as F.interpolate (no corners)
+      grid = at::upsample_bilinear2d(grid.permute({2, 0, 1}).unsqueeze(0).contiguous(), {m[0], m[1]}, false)[0]
+                 .permute({1, 2, 0});
     grid = at::cat({grid, nl.view({1, 1, D}).expand({grid.size(0), 1, D})}, 1);  // a newline ends every row
     parts.push_back(grid.reshape({-1, D}));
     at_tile += n;

@@ -2,6 +2,9 @@
 // LLaVA code's spatial_unpad branch): per image, the base image's patch features, then the grid tiles' features
 // laid out as one feature map of (rows * side) x (cols * side), cut to the image by spatial_unpad
 // (model/anyres_grid.h), with the learned `image_newline` appended to every row of it, read row by row.
+// LLaVA-OneVision (AnyresConfig::max_patches, transformers' LlavaOnevisionModel.pack_image_features): a large grid
+// is downscaled bilinearly first (anyres_max_grid), and a base-only image (anyres_base_only) is its base features
+// and one newline.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -44,6 +44,23 @@ bool read_pairs(const nlohmann::json& v, std::vector<std::array<int, 2>>& out) {
   return true;
 }
 
+// transformers' LlavaOnevisionConfig default: 384-px tiles, 1 to 6 of them each way, (height, width), rows first.
+std::vector<std::array<int, 2>> onevision_default_pinpoints() {
+  std::vector<std::array<int, 2>> p;
+  for (int h = 1; h <= 6; ++h)
+    for (int w = 1; w <= 6; ++w) p.push_back({384 * h, 384 * w});
+  return p;
+}
+
+// "anyres_max_N" -> N (> 0); 0 when the text is anything else.
+int parse_anyres_max(const std::string& s) {
+  const std::string prefix = "anyres_max_";
+  if (s.size() <= prefix.size() || s.size() > prefix.size() + 6 || s.compare(0, prefix.size(), prefix) != 0) return 0;
+  for (size_t i = prefix.size(); i < s.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(s[i]))) return 0;
+  return std::stoi(s.substr(prefix.size()));
+}
+
 }  // namespace
 
 bool original_config_is_anyres(const nlohmann::json& j) {
@@ -67,9 +84,21 @@ void parse_llava_next_fields(const nlohmann::json& j, const std::string& where, 
       errors.push_back(where + "mm_patch_merge_type '" + merge +
                        "' is not supported with AnyRes (LLaVA-NeXT: 'spatial_unpad')");
   }
+  const bool onevision = !original && j.value("model_type", std::string()) == "llava_onevision";
+  if (onevision) {
+    std::string aspect = "anyres_max_9";  // LlavaOnevisionConfig's default
+    if (j.contains("vision_aspect_ratio") && !j["vision_aspect_ratio"].is_null()) {
+      if (j["vision_aspect_ratio"].is_string()) aspect = j["vision_aspect_ratio"].get<std::string>();
+      else aspect = j["vision_aspect_ratio"].dump();
+    }
+    a.max_patches = parse_anyres_max(aspect);
+    if (a.max_patches <= 0)
+      errors.push_back(where + "vision_aspect_ratio '" + aspect + "' is not supported (LLaVA-OneVision: "
+                       "'anyres_max_N' with N > 0)");
+  }
   if (!j.contains("image_grid_pinpoints") || j["image_grid_pinpoints"].is_null()) {
     if (original) errors.push_back(where + "missing field 'image_grid_pinpoints' (AnyRes)");
-    else a.pinpoints = kDefaultPinpoints;
+    else a.pinpoints = onevision ? onevision_default_pinpoints() : kDefaultPinpoints;
   } else if (!read_pairs(j["image_grid_pinpoints"], a.pinpoints)) {
     errors.push_back(where + "field 'image_grid_pinpoints' must be a list of [" +
                      (original ? "width, height" : "height, width") + "] pairs, got " +
@@ -89,11 +118,13 @@ void parse_llava_next_fields(const nlohmann::json& j, const std::string& where, 
         break;
       }
   }
-  // The tiles' patch features are laid out on the grid, so they must be patches only (transformers cannot
-  // reshape them with the class token either).
-  if (c.vision_feature_select_strategy != "default")
-    errors.push_back(where + "AnyRes needs vision_feature_select_strategy 'default' (mm_vision_select_feature "
-                     "'patch'), got '" + c.vision_feature_select_strategy + "'");
+  // The tiles' patch features are laid out on the grid, so they must be the patches, all of them (transformers
+  // cannot reshape them otherwise either): CLIP without its class token ('default'), SigLIP whole ('full').
+  const std::string patches_only = c.vision && c.vision->siglip() ? "full" : "default";
+  if (c.vision_feature_select_strategy != patches_only)
+    errors.push_back(where + "AnyRes with a " + (c.vision && c.vision->siglip() ? "SigLIP" : "CLIP") +
+                     " tower needs vision_feature_select_strategy '" + patches_only +
+                     "' (its patch tokens, all of them), got '" + c.vision_feature_select_strategy + "'");
   c.anyres = a;
 }
 
@@ -104,8 +135,10 @@ void llava_next_fields_to_json(const LlavaConfig& c, bool original, nlohmann::js
     pins.push_back(original ? nlohmann::json{p[1], p[0]} : nlohmann::json{p[0], p[1]});
   j["image_grid_pinpoints"] = pins;
   if (!original) {
-    j["architectures"] = {"LlavaNextForConditionalGeneration"};
-    j["model_type"] = "llava_next";
+    const bool onevision = c.anyres->max_patches > 0;
+    j["architectures"] = {onevision ? "LlavaOnevisionForConditionalGeneration" : "LlavaNextForConditionalGeneration"};
+    j["model_type"] = onevision ? "llava_onevision" : "llava_next";
+    if (onevision) j["vision_aspect_ratio"] = "anyres_max_" + std::to_string(c.anyres->max_patches);
     return;
   }
   const LlmFamily f = c.text.family;

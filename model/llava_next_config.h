@@ -3,7 +3,10 @@
 // the original LLaVA code's LlavaLlamaForCausalLM / LlavaMistralForCausalLM (model_type "llava_llama" /
 // "llava_mistral" with `image_aspect_ratio: "anyres"`, `mm_patch_merge_type: "spatial_unpad"` and
 // `image_grid_pinpoints` as (width, height) pairs, a list or its Python text). Parsed into LlavaConfig::anyres
-// (model/anyres_grid.h), every problem collected in one list, like model/config.h.
+// (model/anyres_grid.h), every problem collected in one list, like model/config.h. transformers'
+// LlavaOnevisionForConditionalGeneration (model_type "llava_onevision") is the transformers layout plus
+// `vision_aspect_ratio: "anyres_max_N"` (AnyresConfig::max_patches; default anyres_max_9) and its own default
+// pinpoints (384-px tiles, 1 to 6 each way); the original code's OneVision layout (llava_qwen) is not read.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -27,7 +30,8 @@ void parse_llava_next_fields(const nlohmann::json& j, const std::string& where, 
 
 // The same fields back into a config.json being written: the original layout's model_type (llava_llama,
 // llava_mistral, llava_qwen), image_aspect_ratio, mm_patch_merge_type and (width, height) pinpoints, or
-// transformers' architecture, model_type llava_next and (height, width) pinpoints. Nothing without c.anyres.
+// transformers' architecture, model_type llava_next (llava_onevision with its vision_aspect_ratio when
+// max_patches > 0) and (height, width) pinpoints. Nothing without c.anyres.
 void llava_next_fields_to_json(const LlavaConfig& c, bool original, nlohmann::json& j);
 
 }  // namespace gmod

@@ -60,8 +60,9 @@ PreparedPrompt prepare_prompt(const ChatRequest& req, const ConversationEncoder&
     PreparedImage px;
     try {
       const Image decoded = decode_image_memory(img.bytes.data(), img.bytes.size(), img.where, max_image_pixels);
-      if (prep.size_dependent()) spans.push_back(prep.tokens(decoded.width, decoded.height));
-      px = prep.prepare(decoded);
+      if (prep.size_dependent())
+        spans.push_back(prep.tokens_among(decoded.width, decoded.height, req.images.size()));
+      px = prep.prepare_among(decoded, req.images.size());
     } catch (const std::exception& ex) {
       throw bad(ex.what(), img.where + ".image_url");
     }

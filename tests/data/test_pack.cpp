@@ -19,10 +19,10 @@ using namespace gmod;
 
 namespace {
 
-struct Demo {
+struct PackDemo {
   gmod::test::TempDir dir;
   std::shared_ptr<const Tokenizer> tok = load_tokenizer(gmod::test::fixture("tokenizer/sp/tokenizer.model"));
-  Demo() {
+  PackDemo() {
     DemoDatasetOptions o;
     o.num_train = 40;
     o.num_heldout = 2;
@@ -103,7 +103,7 @@ TEST(Packing, BadLengthsAndBudgetsAreNamedErrors) {
 }
 
 TEST(Packing, PackedBatchHoldsTheUnpackedSamplesImagesInTokenOrder) {
-  Demo demo;
+  PackDemo demo;
   Dataset ds(demo.config(), demo.tok);
   std::vector<PreparedSample> a, b;
   for (size_t i = 0; i < 12; ++i) {
@@ -148,7 +148,7 @@ TEST(Packing, PackedBatchHoldsTheUnpackedSamplesImagesInTokenOrder) {
 }
 
 TEST(Packing, SampleOverTheBudgetIsANamedError) {
-  Demo demo;
+  PackDemo demo;
   Dataset ds(demo.config(), demo.tok);
   std::vector<PreparedSample> s{ds.prepare(0), ds.prepare(1)};
   const int64_t n = static_cast<int64_t>(s[1].sample.ids.size());
@@ -164,7 +164,7 @@ TEST(Packing, SampleOverTheBudgetIsANamedError) {
 }
 
 TEST(Packing, LoaderPacksTheSameSamplesPerMicroBatchAndResumes) {
-  Demo demo;
+  PackDemo demo;
   Dataset ds(demo.config(), demo.tok);
   DataLoader plain(ds, loader_config(6, 0, 0));
   std::vector<Batch> packed_runs[2];

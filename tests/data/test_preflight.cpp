@@ -22,10 +22,10 @@ using namespace gmod;
 namespace test_preflight {
 namespace {
 
-struct Demo {
+struct PreflightDemo {
   gmod::test::TempDir dir;
   std::shared_ptr<const Tokenizer> tok = load_tokenizer(gmod::test::fixture("tokenizer/sp/tokenizer.model"));
-  explicit Demo(int n = 8) {
+  explicit PreflightDemo(int n = 8) {
     DemoDatasetOptions o;
     o.num_train = n;
     o.num_heldout = 2;
@@ -106,7 +106,7 @@ std::vector<PreflightReport> run_ranks(const Dataset& ds, const std::vector<size
 }  // namespace
 
 TEST(Preflight, SameVerdictAndCountsForAnyWorldSize) {
-  Demo demo;
+  PreflightDemo demo;
   demo.write("mixed.json", mixed_records());
   Dataset mixed(demo.config("mixed.json"), demo.tok);
   ASSERT_EQ(mixed.size(), 20u);
@@ -155,7 +155,7 @@ TEST(Preflight, SameVerdictAndCountsForAnyWorldSize) {
 }
 
 TEST(Preflight, NoUsableRecordOrNoRecordAlwaysFails) {
-  Demo demo;
+  PreflightDemo demo;
   demo.write("allbad.json", {image_record("a", "images/nope.png"), image_record("b", "/etc/passwd"),
                              text_record("c").replace(text_record("c").find("gpt"), 3, "human")});
   Dataset ds(demo.config("allbad.json"), demo.tok);
@@ -189,7 +189,7 @@ TEST(Preflight, NoUsableRecordOrNoRecordAlwaysFails) {
 
 // Paths are checked on their text: absolute, NUL, or climbing above the folder is refused; staying inside is fine.
 TEST(Preflight, ImagePathsMustStayInsideTheImageFolder) {
-  Demo demo;
+  PreflightDemo demo;
   demo.write("one.json", {text_record("x")});
   Dataset ds(demo.config("one.json"), demo.tok);
   for (const char* ok : {"images/a.png", "./images/a.png", "images/../b.png", "a/b/../../c.png", "images//a.png"})
@@ -209,7 +209,7 @@ TEST(Preflight, ImagePathsMustStayInsideTheImageFolder) {
 // data.max_image_pixels through Dataset and --max-image-pixels through `gmod data check` (the demo images are 32 x 32
 // = 1024 pixels); an empty dataset is exit code 1, named.
 TEST(Preflight, PixelLimitAndEmptyDatasetInDataCheck) {
-  Demo demo;
+  PreflightDemo demo;
   DatasetConfig c = demo.config("train.json");
   c.max_image_pixels = 1023;
   Dataset ds(c, demo.tok);
@@ -252,7 +252,7 @@ TEST(Preflight, PixelLimitAndEmptyDatasetInDataCheck) {
 // ARank's sampling walks the order once and stops with a named error when nothing fits (no endless loop): every
 // record unusable, or only text-only records for the paper's image-only protocol.
 TEST(Preflight, ArankStopsWithANamedErrorWithoutUsableSamples) {
-  Demo demo;
+  PreflightDemo demo;
   demo.write("allbad.json", {image_record("a", "images/nope.png"), image_record("b", "../x.png")});
   demo.write("text.json", {text_record("a"), text_record("b"), text_record("c")});
   ARankSampling opt;
@@ -291,7 +291,7 @@ TEST(Preflight, ArankStopsWithANamedErrorWithoutUsableSamples) {
 // Issue 45: records.h reads videos; a model without video input (here LLaVA: no VideoPreparer) refuses them: reason
 // "video", naming the record (Qwen2.5-VL trains on them: test_qwen2_5_vl_video.cpp).
 TEST(Preflight, VideoRecordsAreRefusedByName) {
-  Demo demo;
+  PreflightDemo demo;
   demo.write("video.json", {text_record("t0"),
                             R"({"id": "v0", "video": "clips/a.mp4", "conversations": [{"from": "human", "value": )"
                             R"("<video>What happens?"}, {"from": "gpt", "value": "A ball rolls."}]})",

@@ -288,7 +288,7 @@ TEST(LlavaNext, ConfigProblemsAreNamed) {
   };
   auto j = base;
   j["vision_feature_select_strategy"] = "full";
-  expect_error(j, "AnyRes needs vision_feature_select_strategy 'default'");
+  expect_error(j, "needs vision_feature_select_strategy 'default'");
   j = base;
   j["image_grid_pinpoints"] = {{8, 12}};
   expect_error(j, "is not a positive multiple of the tower's image_size 8");

@@ -175,22 +175,18 @@ TEST(Siglip, CheckpointedLayersGiveBitwiseTheSameGradientsAndAreZero3Units) {
   for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_TRUE(grads[0][i].equal(grads[1][i])) << i;
 }
 
-// transformers' LlavaOnevisionConfig (tests/fixtures/siglip/llava_onevision): its SigLIP and Qwen2 parts read; the
-// model is refused with one problem, naming what is not built yet (AnyRes), rather than run as LLaVA-1.5.
-TEST(Siglip, LlavaOnevisionConfigReadsItsPartsAndIsRefusedForAnyRes) {
+// transformers' LlavaOnevisionConfig (tests/fixtures/siglip/llava_onevision): its SigLIP and Qwen2 parts read, and
+// its AnyRes fields (anyres_max_9, 36 pinpoints of 384-px tiles; tests/model/test_llava_onevision.cpp has the rest).
+TEST(Siglip, LlavaOnevisionConfigReadsItsPartsAndAnyresMax) {
   std::ifstream f(test::fixture("siglip/llava_onevision/config.json"));
   ASSERT_TRUE(f.good());
   nlohmann::json j;
   f >> j;
-  try {
-    parse_model_config(j, "onevision.json");
-    ADD_FAILURE() << "llava_onevision parsed as a LLaVA-1.5 model";
-  } catch (const std::runtime_error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("(1 problem)"), std::string::npos) << what;
-    EXPECT_NE(what.find("AnyRes"), std::string::npos) << what;
-    EXPECT_NE(what.find("anyres_max_9"), std::string::npos) << what;
-  }
+  const auto ov = parse_model_config(j, "onevision.json");
+  ASSERT_TRUE(ov.anyres.has_value());
+  EXPECT_EQ(ov.anyres->max_patches, 9);
+  EXPECT_EQ(ov.anyres->pinpoints.size(), 36u);
+  EXPECT_FALSE(ov.anyres->unpad_truncates);
   j.erase("model_type");  // the same parts as a LLaVA config
   const auto c = parse_model_config(j, "onevision.json");
   ASSERT_TRUE(c.vision.has_value());
