@@ -24,6 +24,8 @@ struct AnyresConfig {
   // than about N base images' patches is downscaled (anyres_max_grid), and an image of a sample with several images
   // takes its base tile and one newline only (anyres_base_only).
   int max_patches = 0;
+  // LLaVA-OneVision's video_token_index (-1: none): a video's frames take these positions (model/llava_next.h).
+  int video_token_id = -1;
 };
 
 // LLaVA-OneVision's multi-image rule in an image_sizes row: a sample with several images gives each of them its

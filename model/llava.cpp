@@ -103,7 +103,32 @@ at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Ten
   auto emb = llm->embed(config.image_token_id >= config.text.vocab_size ? input_ids.masked_fill(is_img, 0)
                                                                            : input_ids);  // [B, L, D]
   at::Tensor image_feats;  // set when images and videos went through the encoder together
-  if (pixel_values_videos.defined() && pixel_values_videos.size(0) > 0) {
+  if (config.anyres && config.anyres->max_patches > 0 && pixel_values_videos.defined() &&
+      pixel_values_videos.size(0) > 0) {
+    // LLaVA-OneVision's videos (model/llava_next.h): one tower pass over the images' tiles and the videos' frames
+    // (every encoder unit once a forward), then each packed its own way; the images' features are spliced below.
+    const int64_t n_tiles = pixel_values.defined() ? pixel_values.size(0) : 0;
+    const auto frames = n_tiles ? pixel_values_videos.to(pixel_values.scalar_type()) : pixel_values_videos;
+    const auto f = projector->forward(vision->features(n_tiles ? at::cat({pixel_values, frames}) : frames)
+                                          .to(projector->linear_1->weight.scalar_type()));
+    const int tile = vision->image_size(), side = tile / config.vision->patch_size;
+    if (n_tiles) {
+      if (!image_sizes.defined())
+        throw std::invalid_argument("an AnyRes (LLaVA-NeXT) model needs image_sizes with its images' tiles");
+      image_feats = pack_anyres_features(f.narrow(0, 0, n_tiles), image_sizes, *config.anyres, tile, side,
+                                         image_newline);
+    }
+    const auto vf = pack_onevision_video_features(f.narrow(0, n_tiles, f.size(0) - n_tiles), video_grid_thw, side,
+                                                  image_newline);
+    const auto is_vid = input_ids == config.anyres->video_token_id;
+    const int64_t n_vid = is_vid.sum().item<int64_t>();
+    if (n_vid != vf.size(0))
+      throw std::invalid_argument("batch has " + std::to_string(n_vid) + " video-token positions (id " +
+                                  std::to_string(config.anyres->video_token_id) + ") but " +
+                                  std::to_string(frames.size(0)) + " video frames give " +
+                                  std::to_string(vf.size(0)) + " video tokens");
+    emb = emb.masked_scatter(is_vid.unsqueeze(-1), vf.to(emb.scalar_type()));
+  } else if (pixel_values_videos.defined() && pixel_values_videos.size(0) > 0) {
     // Videos (Qwen2.5-VL): their features replace the video token's positions in order. With images as well, one
     // encoder pass takes both (images first): attention never crosses an image or a video (per-frame and window
     // segments), so the features are those of transformers' separate get_image_features / get_video_features, and

@@ -63,4 +63,41 @@ at::Tensor pack_anyres_features(const at::Tensor& features, const at::Tensor& im
   return at::cat(parts, 0);
 }
 
+at::Tensor pack_onevision_video_features(const at::Tensor& features, const at::Tensor& video_grid_thw, int side,
+                                         const at::Tensor& newline) {
+  if (features.dim() != 3 || features.size(1) != int64_t(side) * side)
+    throw std::invalid_argument("LLaVA-OneVision video frame features must be [frames, " +
+                                std::to_string(side * side) + ", D], got " + std::to_string(features.dim()) +
+                                " dimensions");
+  if (!video_grid_thw.defined() || video_grid_thw.dim() != 2 || video_grid_thw.size(1) != 3)
+    throw std::invalid_argument("LLaVA-OneVision videos need video_grid_thw [N_videos, 3] (frames, side, side)");
+  const auto grid = video_grid_thw.to(at::kCPU, at::kLong).contiguous();
+  const int64_t D = features.size(2), pooled = (side + 1) / 2;
+  // apply_pooling: [frames, D, side, side] -> bilinear to ceil(side / 2), as F.interpolate without corners
+  auto maps = features.view({features.size(0), side, side, D}).permute({0, 3, 1, 2}).contiguous();
+  auto pooled_maps = at::upsample_bilinear2d(maps, {pooled, pooled}, false)
+                         .permute({0, 2, 3, 1})
+                         .reshape({features.size(0), pooled * pooled, D});
+  const auto nl = newline.to(features.scalar_type()).view({1, D});
+  std::vector<at::Tensor> parts;
+  int64_t at_frame = 0;
+  for (int64_t v = 0; v < grid.size(0); ++v) {
+    const int64_t frames = grid[v][0].item<int64_t>();
+    if (frames < 1 || grid[v][1].item<int64_t>() != side || grid[v][2].item<int64_t>() != side ||
+        at_frame + frames > features.size(0))
+      throw std::invalid_argument("LLaVA-OneVision video " + std::to_string(v) + ": video_grid_thw row (" +
+                                  std::to_string(frames) + ", " + std::to_string(grid[v][1].item<int64_t>()) + ", " +
+                                  std::to_string(grid[v][2].item<int64_t>()) + ") does not fit the batch's " +
+                                  std::to_string(features.size(0)) + " frames of " + std::to_string(side) + "x" +
+                                  std::to_string(side) + " patches from frame " + std::to_string(at_frame));
+    parts.push_back(pooled_maps.narrow(0, at_frame, frames).reshape({-1, D}));
+    parts.push_back(nl);
+    at_frame += frames;
+  }
+  if (at_frame != features.size(0))
+    throw std::invalid_argument("LLaVA-OneVision videos: " + std::to_string(features.size(0)) +
+                                " frames but video_grid_thw accounts for " + std::to_string(at_frame));
+  return at::cat(parts, 0);
+}
+
 }  // namespace gmod

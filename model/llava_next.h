@@ -21,4 +21,18 @@ namespace gmod {
 at::Tensor pack_anyres_features(const at::Tensor& features, const at::Tensor& image_sizes, const AnyresConfig& c,
                                 int tile, int side, const at::Tensor& newline);
 
+// LLaVA-OneVision's video features (transformers' LlavaOnevisionModel.get_video_features after the projector):
+// `features` [frames, side * side, D], every video's frames in order; `video_grid_thw` [N_videos, 3] int64 (frames,
+// side, side) per video. Each frame's side x side map is resized bilinearly to ceil(side / 2) a side (apply_pooling),
+// a video's frames follow one another, and one `newline` [D] ends the video. Returns [sum of frames *
+// ceil(side / 2)^2 + 1, D]. Throws std::invalid_argument naming the video when the frames do not add up.
+at::Tensor pack_onevision_video_features(const at::Tensor& features, const at::Tensor& video_grid_thw, int side,
+                                         const at::Tensor& newline);
+
+// Positions one video of `frames` frames takes: frames * ceil(side / 2)^2 + 1 (LlavaOnevisionProcessor's count).
+inline int64_t onevision_video_tokens(int64_t frames, int side) {
+  const int64_t pooled = (side + 1) / 2;
+  return frames * pooled * pooled + 1;
+}
+
 }  // namespace gmod

@@ -92,6 +92,11 @@ void parse_llava_next_fields(const nlohmann::json& j, const std::string& where, 
       else aspect = j["vision_aspect_ratio"].dump();
     }
     a.max_patches = parse_anyres_max(aspect);
+    a.video_token_id = 151647;  // LlavaOnevisionConfig's default video_token_index
+    if (j.contains("video_token_index") && j["video_token_index"].is_number_integer())
+      a.video_token_id = j["video_token_index"].get<int>();
+    else if (j.contains("video_token_id") && j["video_token_id"].is_number_integer())
+      a.video_token_id = j["video_token_id"].get<int>();
     if (a.max_patches <= 0)
       errors.push_back(where + "vision_aspect_ratio '" + aspect + "' is not supported (LLaVA-OneVision: "
                        "'anyres_max_N' with N > 0)");
@@ -139,6 +144,7 @@ void llava_next_fields_to_json(const LlavaConfig& c, bool original, nlohmann::js
     j["architectures"] = {onevision ? "LlavaOnevisionForConditionalGeneration" : "LlavaNextForConditionalGeneration"};
     j["model_type"] = onevision ? "llava_onevision" : "llava_next";
     if (onevision) j["vision_aspect_ratio"] = "anyres_max_" + std::to_string(c.anyres->max_patches);
+    if (onevision && c.anyres->video_token_id >= 0) j["video_token_index"] = c.anyres->video_token_id;
     return;
   }
   const LlmFamily f = c.text.family;

@@ -2,8 +2,9 @@
 // LlavaOnevisionForConditionalGeneration on a committed fixture (tests/fixtures/make_llava_onevision_fixtures.py ->
 // tests/fixtures/hf/llava_onevision_tiny): committed images through LlavaOnevisionImageProcessorPil, a batch with
 // two images downscaled (one where floor and rounding part), one under the threshold, a sample with two images
-// (base tiles only), a text-only row, right and left padding. Tolerances as test_llava_next.cpp: logits 1e-5 max abs
-// on real tokens, loss 1e-5, every gradient 1e-4 relative (image_newline's included); token counts exact.
+// (base tiles only), a text-only row, a video (frames pooled 2x2, one newline), right and left padding. Tolerances
+// as test_llava_next.cpp: logits 1e-5 max abs on real tokens, loss 1e-5, every gradient 1e-4 relative
+// (image_newline's included); token counts exact.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,6 +15,7 @@
 
 #include "model/anyres_grid.h"
 #include "model/hf_names.h"
+#include "model/llava_next.h"
 #include "model/pretrained.h"
 #include "model/safetensors.h"
 #include "tests/common/paths.h"
@@ -51,6 +53,12 @@ ModelInputs inputs_from(const SafetensorsFile& ref) {
   in.labels = ref.tensor("input.labels").clone();
   in.image_sizes = marked_sizes(ref);
   in.pixel_values = ref.tensor("input.pixel_values").to(at::kFloat);  // [tiles, 3, S, S], image by image
+  // transformers' [videos, frames, 3, S, S] as gmod carries videos: every frame [frames, 3, S, S] and per video
+  // (frames, side, side)
+  const auto v = ref.tensor("input.pixel_values_videos").to(at::kFloat);
+  in.pixel_values_videos = v.flatten(0, 1);
+  const int64_t side = v.size(-1) / 4;  // the fixture's 4-px patches
+  in.video_grid_thw = at::tensor({v.size(1), side, side}, at::kLong).view({1, 3}).expand({v.size(0), 3}).contiguous();
   return in;
 }
 
@@ -146,6 +154,36 @@ TEST(LlavaOnevision, TokenAndTileCountsMatchTheProcessor) {
   }
   EXPECT_EQ(image, sizes.size(0));
   EXPECT_EQ(tiles, ref.tensor("input.pixel_values").size(0));
+  // The video: frames * ceil(side / 2)^2 + 1, LlavaOnevisionProcessor's count and the ids' run.
+  const int64_t frames = meta.at("video_frames").get<int64_t>();
+  EXPECT_EQ(onevision_video_tokens(frames, side), meta.at("processor_video_tokens").get<int64_t>());
+  const auto ids = ref.tensor("input.input_ids");
+  EXPECT_EQ((ids == c.anyres->video_token_id).sum().item<int64_t>(), onevision_video_tokens(frames, side));
+}
+
+TEST(LlavaOnevision, VideoFramesThatDoNotAddUpAreNamed) {
+  const auto dir = test::fixture(kCase);
+  auto model = load_pretrained(dir);
+  SafetensorsFile ref(dir + "/reference.safetensors");
+  auto in = inputs_from(ref);
+  at::NoGradGuard ng;
+  auto expect_error = [&](const ModelInputs& bad, const std::string& fragment) {
+    try {
+      model->forward(bad);
+      ADD_FAILURE() << "no error for " << fragment;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  auto bad = in;
+  bad.pixel_values_videos = in.pixel_values_videos.narrow(0, 0, 2);  // a frame lost
+  expect_error(bad, "LLaVA-OneVision video 0: video_grid_thw row (3, 4, 4) does not fit the batch's 2 frames");
+  bad = in;
+  bad.video_grid_thw = at::tensor({2, 4, 4}, at::kLong).view({1, 3});  // one frame fewer than given
+  expect_error(bad, "LLaVA-OneVision videos: 3 frames but video_grid_thw accounts for 2");
+  bad = in;
+  bad.input_ids = in.input_ids.masked_fill(in.input_ids == model->config.anyres->video_token_id, 5);
+  expect_error(bad, "batch has 0 video-token positions (id 62) but 3 video frames give 13 video tokens");
 }
 
 TEST(LlavaOnevision, FixtureHoldsTheCasesItClaims) {
