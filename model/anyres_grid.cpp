@@ -1,6 +1,7 @@
 // AnyRes geometry (see anyres_grid.h).
 #include "model/anyres_grid.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -97,6 +98,21 @@ UnpadBox anyres_unpad_box(int height, int width, int rows, int cols, bool trunca
     b.c1 = cols - pad;
   }
   return b;
+}
+
+int64_t anyres_max_image_tokens(const AnyresConfig& c, int tile, int side) {
+  int64_t best = int64_t(side) * side + 1;  // a base-only image (OneVision) or the base image alone
+  for (const auto& p : c.pinpoints) {
+    if (tile <= 0) break;
+    const int rows = p[0] / tile * side, cols = p[1] / tile * side;
+    auto consider = [&](int r, int k) {
+      const auto m = anyres_max_grid(r, k, side, c.max_patches);
+      best = std::max(best, int64_t(side) * side + int64_t(m[0]) * (m[1] + 1));
+    };
+    for (int r = 1; r <= rows; ++r) consider(r, cols);
+    for (int k = 1; k <= cols; ++k) consider(rows, k);
+  }
+  return best;
 }
 
 int anyres_image_tokens(int height, int width, const AnyresConfig& c, int tile, int side) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,11 @@ struct UnpadBox {
   int r0 = 0, r1 = 0, c0 = 0, c1 = 0;
 };
 UnpadBox anyres_unpad_box(int height, int width, int rows, int cols, bool truncate);
+
+// The most LLM positions one image can take under `c` (for planning): over every pinpoint's grid and every extent
+// spatial_unpad can leave (one side whole, the other 1 to whole), after anyres_max_grid. Without max_patches that is
+// the whole largest grid; with it, a grid just under anyres_max_N's threshold can take more than a downscaled one.
+int64_t anyres_max_image_tokens(const AnyresConfig& c, int tile, int side);
 
 // LLM positions of one image: the base image's patches (side^2, `side` = tower image size / patch size), plus
 // the unpadded grid feature map (after anyres_max_grid) with one newline per row (rows * (cols + 1)); side^2 + 1 for a

@@ -235,6 +235,28 @@ TEST(LlavaOnevision, AnyresMaxGridFollowsTransformersFormula) {
   EXPECT_EQ(anyres_max_grid(81, 162, 27, 9), (std::array<int, 2>{57, 114}));  // ratio sqrt 2: 57.3, 114.6
 }
 
+// The planner's bound (anyres_max_image_tokens): no image of 1 to 300 pixels a side takes more under the fixture's
+// config; with anyres_max_9's 36 pinpoints of 27^2-patch tiles it is far under the whole 6x6 grid.
+TEST(LlavaOnevision, MaxImageTokensBoundsEveryImage) {
+  const auto c = load_model_config(test::fixture(kCase));
+  const int64_t bound = anyres_max_image_tokens(*c.anyres, 16, 4);
+  int64_t most = 0;
+  for (int h = 1; h <= 300; ++h)
+    for (int w = 1; w <= 300; ++w) most = std::max<int64_t>(most, anyres_image_tokens(h, w, *c.anyres, 16, 4));
+  std::printf("[ info ] fixture config: at most %lld positions for images of 1 to 300 px a side, bound %lld\n",
+              static_cast<long long>(most), static_cast<long long>(bound));
+  EXPECT_LE(most, bound);
+  AnyresConfig ov;
+  for (int h = 1; h <= 6; ++h)
+    for (int w = 1; w <= 6; ++w) ov.pinpoints.push_back({384 * h, 384 * w});
+  ov.max_patches = 9;
+  const int64_t real = anyres_max_image_tokens(ov, 384, 27);
+  std::printf("[ info ] anyres_max_9, 36 pinpoints: at most %lld positions an image (the whole 6x6 grid: %d)\n",
+              static_cast<long long>(real), 729 + 162 * 163);
+  EXPECT_LT(real, 729 + 162 * 163);
+  EXPECT_GE(real, 729 + 81 * 82);  // a 6x6 grid downscaled
+}
+
 TEST(LlavaOnevision, ConfigReadsAnyresMaxAndNamesWhatItRefuses) {
   const auto dir = test::fixture(kCase);
   std::ifstream f(dir + "/config.json");

@@ -96,6 +96,9 @@ AnyresBound anyres_image_bound(const LlavaConfig& c) {
     b.tiles = std::max(b.tiles, 1 + rows * cols);
     b.tokens = std::max(b.tokens, side * side + rows * side * (cols * side + 1));
   }
+  // LLaVA-OneVision: anyres_max_N caps the grid, so the whole largest grid is far above what an image takes.
+  if (c.anyres->max_patches > 0)
+    b.tokens = anyres_max_image_tokens(*c.anyres, static_cast<int>(tile), static_cast<int>(side));
   return b;
 }
 

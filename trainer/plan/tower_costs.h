@@ -53,7 +53,8 @@ std::unique_ptr<TowerCosts> tower_costs(const LlavaConfig& c);
 // The crops and LLM tokens of one image for the CLIP family: {1, image_seq_length()}. For AnyRes (LLaVA-NeXT) the
 // most one image can take: every image's grid is one of the pinpoints', and an image of a pinpoint's size fills its
 // grid (nothing cut), so the bound is the largest over the pinpoints of 1 + rows * cols tiles and of
-// side^2 + rows * side * (cols * side + 1) tokens (each maximised on its own; model/anyres_grid.h).
+// side^2 + rows * side * (cols * side + 1) tokens (each maximised on its own; model/anyres_grid.h). LLaVA-OneVision's
+// anyres_max_N: the tokens are anyres_max_image_tokens' (every extent the unpad can leave, after the downscale).
 struct AnyresBound {
   int64_t tiles = 1;
   int64_t tokens = 0;
