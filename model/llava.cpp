@@ -229,7 +229,7 @@ at::Tensor MultimodalLM::logits(const at::Tensor& hidden) const {
   return at::linear(hidden, lm_head_weight()).to(at::kFloat);
 }
 
-at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) {
+at::Tensor MultimodalLM::decoder_inputs(const ModelInputs& in, ForwardState& st) {
   const bool given_3d = in.positions.defined() && in.positions.dim() == 3;
   if (given_3d) {  // explicit M-RoPE positions: the temporal row stands for the 1-D ones (what MoD layers read)
     ModelInputs flat = in;
@@ -265,6 +265,11 @@ at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) 
                           in.video_grid_thw, &deepstack);
   st.deepstack = deepstack;
   st.visual_mask = deepstack.empty() ? at::Tensor() : in.input_ids == config.image_token_id;
+  return emb;
+}
+
+at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) {
+  const auto emb = decoder_inputs(in, st);
   return llm->forward(emb, st);
 }
 

@@ -78,6 +78,11 @@ class MultimodalLM : public torch::nn::Module {
   // The decoder's final-normed hidden states [B, L, D] for `in` (ForwardState prepared here, M-RoPE positions
   // included).
   at::Tensor hidden_states(const ModelInputs& in, ForwardState& st);
+  // hidden_states' first part, for callers that run the decoder's layers themselves (ARank): `st` prepared as
+  // the forward prepares it (positions, masks, M-RoPE ids, DeepStack features and their positions) and the
+  // input embeddings [B, L, D] returned. Then LlamaModel::prepare_rotary, each layer,
+  // LlamaModel::add_deepstack.
+  at::Tensor decoder_inputs(const ModelInputs& in, ForwardState& st);
   // Full forward. `st` may request attention maps; routing layers report into it.
   ModelOutput forward(const ModelInputs& in, ForwardState& st);
   ModelOutput forward(const ModelInputs& in) {
