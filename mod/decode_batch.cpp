@@ -45,7 +45,8 @@ int64_t DecodeBatch::active_rows() const { return std::count(active_.begin(), ac
 void DecodeBatch::reset() {
   caches_.clear();
   key_buf_ = positions_ = at::Tensor();
-  ids_ = full_mask_ = full_positions_ = roles_ = pixel_values_ = full_mrope_ = grid_thw_ = image_sizes_ = at::Tensor();
+  ids_ = full_mask_ = full_positions_ = roles_ = full_mrope_ = at::Tensor();
+  visuals_ = ModelInputs();
   n_images_ = 0;
   column_ = 0;
   active_.clear();
@@ -162,32 +163,18 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
     if (len < 1) throw std::invalid_argument("generate: every prompt needs at least one token");
   const int64_t n_images = prompt.pixel_values.defined() ? prompt.pixel_values.size(0) : 0;
   auto n = mask.sum(1);  // each row's next position: its prompt length (M-RoPE: below)
-  // M-RoPE prompts: 3-D positions (given, or from the images' grids as MultimodalLM::hidden_states makes them); the
-  // next token then sits at the largest id + 1 (prompt length + rope_delta) on all three axes.
-  at::Tensor mrope;  // [3, B, L]
-  if (prompt.positions.defined() && prompt.positions.dim() == 3)
-    mrope = prompt.positions;
-  else if (model_.config.mrope && prompt.image_grid_thw.defined() && !prompt.positions.defined())
-    mrope = mrope_positions(prompt.input_ids, mask, prompt.image_grid_thw, {}, {}, *model_.config.mrope)
-                .positions.to(device_);
-  auto positions = mrope.defined()              ? mrope.select(0, 0)
-                   : prompt.positions.defined() ? prompt.positions
-                                                : at::arange(L, lopts).unsqueeze(0).expand({B, L});
-  if (mrope.defined()) n = mrope.amax(0).masked_fill(mask.logical_not(), -1).amax(1) + 1;
-
   std::vector<KVCache> fresh(model_.llm->layers->size());
   Admitted out;
+  at::Tensor mrope, positions;  // [3, B, L] M-RoPE ids (M-RoPE prompts with images or videos); [B, L]
   {
     ForwardState st;
-    prepare_forward_state(st, prompt.input_ids, prompt.attention_mask, positions);
-    st.mrope_positions = mrope;
-    st.token_roles = prompt.token_roles;
     if (opt_.use_cache) st.caches = &fresh;
-    std::vector<at::Tensor> deepstack;  // Qwen3-VL: added to the first layers at the image positions
-    auto emb = model_.embed_inputs(prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw, prompt.image_sizes,
-                                   {}, {}, &deepstack);  // (prompts take images, not videos)
-    st.deepstack = deepstack;
-    if (!deepstack.empty()) st.visual_mask = prompt.input_ids == model_.config.image_token_id;
+    // The forward's own inputs (MultimodalLM::decoder_inputs): positions and masks, 3-D ids from the images'
+    // and videos' grids, the images and videos spliced in, DeepStack features and their positions.
+    auto emb = model_.decoder_inputs(prompt, st);
+    mrope = st.mrope_positions;
+    if (mrope.defined()) st.positions = mrope.select(0, 0);  // the temporal row stands for the 1-D ids
+    positions = st.positions;
     auto h = model_.llm->forward(emb, st);
     const auto last_at = mask.sum(1);  // right padding: each row's last prompt token
     auto last = h.gather(1, (last_at - 1).view({B, 1, 1}).expand({B, 1, h.size(2)})).squeeze(1);
@@ -197,6 +184,8 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
     shape.head_tokens = B;  // the last prompt position of each sample
     compute_.add(account_forward(st.tokens, model_.config, shape));
   }
+  // M-RoPE: the next token sits at the largest id + 1 (prompt length + rope_delta) on all three axes.
+  if (mrope.defined()) n = mrope.amax(0).masked_fill(mask.logical_not(), -1).amax(1) + 1;
   out.rows = take_rows(B);
   if (!joining) {
     caches_ = std::move(fresh);
@@ -208,10 +197,14 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
       full_mask_ = mask;
       full_positions_ = positions;
       roles_ = prompt.token_roles;
-      pixel_values_ = prompt.pixel_values;
       full_mrope_ = mrope;
-      grid_thw_ = prompt.image_grid_thw;
-      image_sizes_ = prompt.image_sizes;
+      visuals_ = ModelInputs();
+      visuals_.pixel_values = prompt.pixel_values;
+      visuals_.image_grid_thw = prompt.image_grid_thw;
+      visuals_.image_sizes = prompt.image_sizes;
+      visuals_.pixel_values_videos = prompt.pixel_values_videos;
+      visuals_.video_grid_thw = prompt.video_grid_thw;
+      visuals_.second_per_grid_ts = prompt.second_per_grid_ts;
       n_images_ = n_images;
     }
   }
@@ -313,13 +306,13 @@ at::Tensor DecodeBatch::recompute_step(const at::Tensor& tokens, const at::Tenso
   if (full_mrope_.defined())  // the new token: text, the same id on all three axes
     full_mrope_ = at::cat({full_mrope_, positions_.view({1, -1, 1}).expand({3, -1, 1})}, 2);
   if (roles_.defined()) roles_ = at::cat({roles_, step_roles}, 1);
-  prepare_forward_state(st, ids_, full_mask_, full_positions_);
-  st.mrope_positions = full_mrope_;
-  st.token_roles = roles_;
-  std::vector<at::Tensor> deepstack;
-  auto emb = model_.embed_inputs(ids_, pixel_values_, grid_thw_, image_sizes_, {}, {}, &deepstack);
-  st.deepstack = deepstack;
-  if (!deepstack.empty()) st.visual_mask = ids_ == model_.config.image_token_id;
+  // The prompt's images and videos with every token so far, at the 3-D ids so far (given: not recomputed).
+  ModelInputs in = visuals_;
+  in.input_ids = ids_;
+  in.attention_mask = full_mask_;
+  in.positions = full_mrope_.defined() ? full_mrope_ : full_positions_;
+  in.token_roles = roles_;
+  auto emb = model_.decoder_inputs(in, st);
   return model_.llm->forward(emb, st).select(1, ids_.size(1) - 1);
 }
 
