@@ -354,7 +354,7 @@ void Trainer::setup_data() {
   // Fixed-size crops or native-resolution patches (Qwen2.5-VL): decided once, from the model and its processor files.
   dc.image_preparer = make_image_preparer(model_->config, dc.image, preprocessor_source(cfg_.model), *tokenizer_);
   dc.conversation.image_first = dc.image_preparer->image_first();
-  dc.video_preparer = make_video_preparer(model_->config, preprocessor_source(cfg_.model), *tokenizer_);
+  dc.video_preparer = make_video_preparer(model_->config, preprocessor_source(cfg_.model), tokenizer_);
   // Native-resolution images carry their own token counts (ImagePreparer::tokens); the encoder's fixed count, which
   // must be >= 1, is then never used.
   if (dc.image_preparer->size_dependent()) dc.conversation.image_seq_length = 1;
