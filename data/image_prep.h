@@ -39,10 +39,10 @@ struct ImageTokens {
   int64_t total() const { return count + (start ? 1 : 0) + (end ? 1 : 0); }
 };
 
-// The tokens of one video in the sequence, in order. The positions holding `id` (the video token) carry the video's
-// features (TokenRole::kImage); the others (vision start / end, Qwen3-VL's "<t seconds>" text) are text the model
-// sees, of the surrounding turn's role and never supervised. Each model family's layout writes them
-// (data/video_layout.h).
+// The tokens of one video in the sequence, in order. The positions holding `id` (the video token) carry the
+// video's features (TokenRole::kImage); the others (vision start / end, Qwen3-VL's "<t seconds>" text) are
+// text the model sees, of the surrounding turn's role and never supervised. Each model family's layout writes
+// them (data/video_layout.h).
 struct VideoTokens {
   std::vector<int32_t> ids;
   int32_t id = 0;

@@ -177,9 +177,11 @@ std::vector<int64_t> sample_frame_indices(int64_t total_frames, double video_fps
   return idx;
 }
 
-std::vector<int64_t> sample_frame_indices_uniform(int64_t total_frames, double video_fps, const VideoSampling& s) {
+std::vector<int64_t> sample_frame_indices_uniform(int64_t total_frames, double video_fps,
+                                                  const VideoSampling& s) {
   if (total_frames <= 0) throw std::invalid_argument("sample_frame_indices: the video has no frames");
-  if (s.fps && s.num_frames) throw std::invalid_argument("sample_frame_indices: give fps or num_frames, not both");
+  if (s.fps && s.num_frames)
+    throw std::invalid_argument("sample_frame_indices: give fps or num_frames, not both");
   int64_t n = total_frames;
   if (s.num_frames) {
     n = *s.num_frames;
@@ -190,11 +192,12 @@ std::vector<int64_t> sample_frame_indices_uniform(int64_t total_frames, double v
   }
   if (n <= 0) throw std::invalid_argument("sample_frame_indices: no frames to sample");
   if (n > total_frames)
-    throw std::invalid_argument("sample_frame_indices: " + std::to_string(n) + " frames asked of a video of " +
-                                std::to_string(total_frames));
+    throw std::invalid_argument("sample_frame_indices: " + std::to_string(n) +
+                                " frames asked of a video of " + std::to_string(total_frames));
   // np.linspace: start + i * step in double, the last value exactly the stop; np.round: halves to even.
   std::vector<int64_t> idx(static_cast<size_t>(n));
-  const double stop = static_cast<double>(total_frames - 1), step = n > 1 ? stop / static_cast<double>(n - 1) : 0.0;
+  const double stop = static_cast<double>(total_frames - 1),
+               step = n > 1 ? stop / static_cast<double>(n - 1) : 0.0;
   for (int64_t i = 0; i < n; ++i)
     idx[static_cast<size_t>(i)] =
         static_cast<int64_t>(std::nearbyint(i == n - 1 && n > 1 ? stop : static_cast<double>(i) * step));
@@ -204,8 +207,8 @@ std::vector<int64_t> sample_frame_indices_uniform(int64_t total_frames, double v
 std::array<int, 2> smart_resize_video(int64_t frames, int height, int width, int temporal_factor, int factor,
                                       int64_t min_pixels, int64_t max_pixels) {
   if (frames < temporal_factor)
-    throw std::invalid_argument("smart_resize: " + std::to_string(frames) + " frames, fewer than temporal_patch_size " +
-                                std::to_string(temporal_factor));
+    throw std::invalid_argument("smart_resize: " + std::to_string(frames) +
+                                " frames, fewer than temporal_patch_size " + std::to_string(temporal_factor));
   if (height <= 0 || width <= 0 || factor <= 0 || temporal_factor <= 0)
     throw std::invalid_argument("smart_resize: height, width and factors must be positive, got " +
                                 std::to_string(height) + "x" + std::to_string(width));
@@ -216,7 +219,8 @@ std::array<int, 2> smart_resize_video(int64_t frames, int height, int width, int
   }
   const double ratio = static_cast<double>(std::max(height, width)) / std::min(height, width);
   if (ratio > 200)
-    throw std::invalid_argument("smart_resize: aspect ratio must be at most 200, got " + std::to_string(ratio));
+    throw std::invalid_argument("smart_resize: aspect ratio must be at most 200, got " +
+                                std::to_string(ratio));
   int64_t h_bar = static_cast<int64_t>(std::nearbyint(static_cast<double>(height) / factor)) * factor;
   int64_t w_bar = static_cast<int64_t>(std::nearbyint(static_cast<double>(width) / factor)) * factor;
   const int64_t t_bar =
@@ -318,8 +322,9 @@ std::vector<Image> decode_video_frames(const std::string& path, const std::vecto
   return decode_frames(path, indices, max_pixels, std::nullopt);
 }
 
-NativeVideo decode_native_video(const std::string& path, const NativeResolutionConfig& cfg, const VideoInfo& info,
-                                std::vector<int64_t> indices, std::array<int, 2> height_width, int64_t max_pixels) {
+NativeVideo decode_native_video(const std::string& path, const NativeResolutionConfig& cfg,
+                                const VideoInfo& info, std::vector<int64_t> indices,
+                                std::array<int, 2> height_width, int64_t max_pixels) {
   NativeVideo v;
   v.info = info;
   v.indices = std::move(indices);

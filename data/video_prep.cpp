@@ -11,11 +11,10 @@
 
 namespace gmod {
 
-VideoProcessorConfig default_video_processor_config() {
-  return make_qwen2_5_vl_video_layout({})->defaults();
-}
+VideoProcessorConfig default_video_processor_config() { return make_qwen2_5_vl_video_layout({})->defaults(); }
 
-VideoProcessorConfig load_video_processor_config(const std::string& path, const VideoProcessorConfig& defaults) {
+VideoProcessorConfig load_video_processor_config(const std::string& path,
+                                                 const VideoProcessorConfig& defaults) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error(path + ": cannot open video preprocessor config");
   nlohmann::json j;
@@ -68,7 +67,8 @@ VideoProcessorConfig load_video_processor_config(const std::string& path, const 
     c.sampling.num_frames.reset();
   } else {
     if (has("fps") && has("num_frames"))
-      throw std::runtime_error(path + ": 'fps' and 'num_frames' exclude each other (transformers refuses both)");
+      throw std::runtime_error(path +
+                               ": 'fps' and 'num_frames' exclude each other (transformers refuses both)");
     if (has("fps")) {
       if (!j["fps"].is_number() || j["fps"].get<double>() <= 0)
         throw std::runtime_error(path + ": 'fps' must be a positive number, got " + j["fps"].dump());
@@ -128,7 +128,8 @@ std::string VideoPreparer::describe() const {
          std::to_string(r.max_pixels) + " pixels (the family's resize bounds)";
 }
 
-std::shared_ptr<const VideoPreparer> make_video_preparer(const LlavaConfig& model, const std::string& preprocessor_dir,
+std::shared_ptr<const VideoPreparer> make_video_preparer(const LlavaConfig& model,
+                                                         const std::string& preprocessor_dir,
                                                          std::shared_ptr<const Tokenizer> tokenizer) {
   if ((!model.qwen_vision && !model.qwen3_vision) || !model.mrope) return nullptr;
   if (!tokenizer) throw std::invalid_argument("make_video_preparer: no tokenizer");
@@ -136,7 +137,8 @@ std::shared_ptr<const VideoPreparer> make_video_preparer(const LlavaConfig& mode
   const int64_t patch = model.qwen_vision ? model.qwen_vision->patch_size : model.qwen3_vision->patch_size;
   const int64_t temporal =
       model.qwen_vision ? model.qwen_vision->temporal_patch_size : model.qwen3_vision->temporal_patch_size;
-  const int64_t merge = model.qwen_vision ? model.qwen_vision->spatial_merge_size : model.qwen3_vision->spatial_merge_size;
+  const int64_t merge =
+      model.qwen_vision ? model.qwen_vision->spatial_merge_size : model.qwen3_vision->spatial_merge_size;
   auto need = [&](const char* name) {
     const auto id = tokenizer->token_to_id(name);
     if (!id) throw std::invalid_argument(std::string("videos need the token ") + name + " in the tokenizer");
@@ -145,8 +147,10 @@ std::shared_ptr<const VideoPreparer> make_video_preparer(const LlavaConfig& mode
   const VideoTokenIds ids{need("<|video_pad|>"), need("<|vision_start|>"), need("<|vision_end|>")};
   if (ids.video != model.mrope->video_token_id)
     throw std::invalid_argument("the tokenizer's <|video_pad|> is id " + std::to_string(ids.video) +
-                                ", the model's video_token_id " + std::to_string(model.mrope->video_token_id));
-  // The one place that picks the family's layout: Qwen3-VL's encoder writes timestamps, Qwen2.5-VL's does not.
+                                ", the model's video_token_id " +
+                                std::to_string(model.mrope->video_token_id));
+  // The one place that picks the family's layout: Qwen3-VL's encoder writes timestamps, Qwen2.5-VL's does
+  // not.
   std::shared_ptr<const VideoLayout> layout =
       model.qwen3_vision ? make_qwen3_vl_video_layout(ids, tokenizer) : make_qwen2_5_vl_video_layout(ids);
   VideoProcessorConfig cfg = layout->defaults();
@@ -167,11 +171,11 @@ std::shared_ptr<const VideoPreparer> make_video_preparer(const LlavaConfig& mode
   }
   const auto& r = cfg.resolution;
   if (r.patch_size != patch || r.temporal_patch_size != temporal || r.merge_size != merge)
-    throw std::invalid_argument(source + ": patch_size " + std::to_string(r.patch_size) + ", temporal_patch_size " +
-                                std::to_string(r.temporal_patch_size) + ", merge_size " +
-                                std::to_string(r.merge_size) + " differ from the vision encoder's (" +
-                                std::to_string(patch) + ", " + std::to_string(temporal) + ", " +
-                                std::to_string(merge) + ")");
+    throw std::invalid_argument(source + ": patch_size " + std::to_string(r.patch_size) +
+                                ", temporal_patch_size " + std::to_string(r.temporal_patch_size) +
+                                ", merge_size " + std::to_string(r.merge_size) +
+                                " differ from the vision encoder's (" + std::to_string(patch) + ", " +
+                                std::to_string(temporal) + ", " + std::to_string(merge) + ")");
   return std::make_shared<VideoPreparer>(std::move(cfg), std::move(layout));
 }
 

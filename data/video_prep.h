@@ -1,9 +1,9 @@
-// How the videos of a record become model input (Qwen2.5-VL, Qwen3-VL): the settings the family's video processor
-// reads from a model directory, the tokens a video occupies in the sequence (known from the container's header
-// before decoding), and its patches, grid and seconds per temporal grid step (data/video.h). What differs between
-// families (defaults, frame sampling, frame size, tokens) is the model's VideoLayout (data/video_layout.h). Models
-// without video input have no preparer: the dataset then refuses a record with a video as a bad record (reason
-// "video").
+// How the videos of a record become model input (Qwen2.5-VL, Qwen3-VL): the settings the family's video
+// processor reads from a model directory, the tokens a video occupies in the sequence (known from the
+// container's header before decoding), and its patches, grid and seconds per temporal grid step
+// (data/video.h). What differs between families (defaults, frame sampling, frame size, tokens) is the model's
+// VideoLayout (data/video_layout.h). Models without video input have no preparer: the dataset then refuses a
+// record with a video as a bad record (reason "video").
 #pragma once
 
 #include <array>
@@ -25,15 +25,16 @@ class Tokenizer;
 // processor's), min_frames 4, max_frames 768, do_sample_frames false.
 VideoProcessorConfig default_video_processor_config();
 
-// Reads a video_preprocessor_config.json, or a preprocessor_config.json (what from_pretrained falls back to): the keys
-// of load_native_resolution_config plus do_sample_frames, fps, num_frames, min_frames and max_frames (fps / num_frames
-// only count with do_sample_frames true, as in transformers); a missing key keeps `defaults`' value (the family's
-// class defaults, VideoLayout::defaults). Throws std::runtime_error naming the file and the key.
-VideoProcessorConfig load_video_processor_config(const std::string& path,
-                                                 const VideoProcessorConfig& defaults = default_video_processor_config());
+// Reads a video_preprocessor_config.json, or a preprocessor_config.json (what from_pretrained falls back to):
+// the keys of load_native_resolution_config plus do_sample_frames, fps, num_frames, min_frames and max_frames
+// (fps / num_frames only count with do_sample_frames true, as in transformers); a missing key keeps
+// `defaults`' value (the family's class defaults, VideoLayout::defaults). Throws std::runtime_error naming
+// the file and the key.
+VideoProcessorConfig load_video_processor_config(
+    const std::string& path, const VideoProcessorConfig& defaults = default_video_processor_config());
 
-// What a video will be, from its header: the sampled frame indices, the frame size, the grid, the tokens and the
-// seconds per step.
+// What a video will be, from its header: the sampled frame indices, the frame size, the grid, the tokens and
+// the seconds per step.
 struct VideoPlan {
   VideoInfo info;
   std::vector<int64_t> indices;
@@ -60,13 +61,15 @@ class VideoPreparer {
   std::shared_ptr<const VideoLayout> layout_;
 };
 
-// The model's video preparer: null unless it has a Qwen2.5-VL or Qwen3-VL vision encoder (the layout follows the
-// encoder). The settings come from `preprocessor_dir`'s video_preprocessor_config.json, else its
-// preprocessor_config.json, else the family's defaults with the encoder's patch, temporal patch and merge sizes;
-// <|vision_start|>, <|vision_end|> and <|video_pad|> from `tokenizer`, which must give <|video_pad|> the model's
-// video_token_id (Qwen3-VL's layout keeps the tokenizer for its timestamps). Throws std::invalid_argument naming what
-// disagrees.
-std::shared_ptr<const VideoPreparer> make_video_preparer(const LlavaConfig& model, const std::string& preprocessor_dir,
+// The model's video preparer: null unless it has a Qwen2.5-VL or Qwen3-VL vision encoder (the layout follows
+// the encoder). The settings come from `preprocessor_dir`'s video_preprocessor_config.json, else its
+// preprocessor_config.json, else the family's defaults with the encoder's patch, temporal patch and merge
+// sizes;
+// <|vision_start|>, <|vision_end|> and <|video_pad|> from `tokenizer`, which must give <|video_pad|> the
+// model's video_token_id (Qwen3-VL's layout keeps the tokenizer for its timestamps). Throws
+// std::invalid_argument naming what disagrees.
+std::shared_ptr<const VideoPreparer> make_video_preparer(const LlavaConfig& model,
+                                                         const std::string& preprocessor_dir,
                                                          std::shared_ptr<const Tokenizer> tokenizer);
 
 }  // namespace gmod

@@ -75,12 +75,13 @@ MRopePositions mrope_positions(const at::Tensor& input_ids, const at::Tensor& at
       if (int64_t(end - k) != t * h * w)
         throw std::invalid_argument(std::string("mrope_positions: row ") + std::to_string(b) + ": " + what +
                                     " " + std::to_string(next) +
-                                    (step_run ? " step " + std::to_string(video_step) : std::string()) + " has " +
-                                    std::to_string(end - k) + " tokens, its grid " + grid_text(t, h * m, w * m) +
-                                    " gives " + std::to_string(t * h * w));
+                                    (step_run ? " step " + std::to_string(video_step) : std::string()) +
+                                    " has " + std::to_string(end - k) + " tokens, its grid " +
+                                    grid_text(t, h * m, w * m) + " gives " + std::to_string(t * h * w));
       // Frames step by tokens_per_second * seconds per grid, in fp32 and truncated, as transformers computes
       // them.
-      const float step = video && !step_run ? static_cast<float>(c.tokens_per_second) * secs[next].item<float>() : 1.0f;
+      const float step =
+          video && !step_run ? static_cast<float>(c.tokens_per_second) * secs[next].item<float>() : 1.0f;
       size_t q = k;
       for (int64_t f = 0; f < t; ++f) {
         const int64_t tid = cur + static_cast<int64_t>(static_cast<float>(f) * step);

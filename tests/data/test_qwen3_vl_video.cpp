@@ -1,10 +1,11 @@
-// Qwen3-VL samples with videos through gmod's data pipeline (data/video_layout.h's Qwen3-VL layout, Dataset, collate,
-// pack) and the model, against transformers' Qwen3VLProcessor and Qwen3VLForConditionalGeneration
+// Qwen3-VL samples with videos through gmod's data pipeline (data/video_layout.h's Qwen3-VL layout, Dataset,
+// collate, pack) and the model, against transformers' Qwen3VLProcessor and Qwen3VLForConditionalGeneration
 // (tests/fixtures/make_qwen3_vl_video_fixtures.py -> tests/fixtures/qwen3_vl/video/, the model of
-// tests/fixtures/qwen3_vl/data/model): ids with the "<t seconds>" text of every temporal step, supervised spans and
-// grids exactly, the 3-D position ids of Qwen3VLModel.get_rope_index (per-frame video blocks) exactly, padded and
-// packed; pixel_values_videos within one uint8 step of the normalisation (the decoders' RGB rounding, test_video.cpp);
-// logits and loss within test_qwen3_vl_data.cpp's 1e-5, a video before an image included (DeepStack's joint order).
+// tests/fixtures/qwen3_vl/data/model): ids with the "<t seconds>" text of every temporal step, supervised
+// spans and grids exactly, the 3-D position ids of Qwen3VLModel.get_rope_index (per-frame video blocks)
+// exactly, padded and packed; pixel_values_videos within one uint8 step of the normalisation (the decoders'
+// RGB rounding, test_video.cpp); logits and loss within test_qwen3_vl_data.cpp's 1e-5, a video before an
+// image included (DeepStack's joint order).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,28 +86,33 @@ std::vector<int64_t> answer_positions(const nlohmann::json& record) {
   return positions;
 }
 
-// Logits of batch row `row` at record k's supervised positions against the reference's, the worst absolute difference.
+// Logits of batch row `row` at record k's supervised positions against the reference's, the worst absolute
+// difference.
 double worst_answer_logits(const at::Tensor& logits, int64_t row, const nlohmann::json& ref,
                            gmod::SafetensorsFile& tensors, size_t k) {
-  const at::Tensor ours = logits[row].index_select(0, at::tensor(answer_positions(ref["records"][k]), at::kLong));
+  const at::Tensor ours =
+      logits[row].index_select(0, at::tensor(answer_positions(ref["records"][k]), at::kLong));
   const at::Tensor theirs = tensors.tensor("record" + std::to_string(k) + ".answer_logits");
   EXPECT_EQ(ours.sizes(), theirs.sizes()) << "record " << k;
   if (ours.sizes() != theirs.sizes()) return 1e9;
   return (ours - theirs).abs().max().item<double>();
 }
 
-// The processor's video pixels in place of gmod's decode (a decoder's rounding would otherwise move the logits).
+// The processor's video pixels in place of gmod's decode (a decoder's rounding would otherwise move the
+// logits).
 void use_reference_video(gmod::Batch& b, const nlohmann::json& ref, int copies) {
   const auto shape = ref["records"][0]["pixel_values_videos_shape"].get<std::vector<int64_t>>();
-  const auto px = gmod::test::read_floats(dir() + "/record0.pixel_values_videos.bin", size_t(shape[0] * shape[1]));
+  const auto px =
+      gmod::test::read_floats(dir() + "/record0.pixel_values_videos.bin", size_t(shape[0] * shape[1]));
   const at::Tensor one = at::tensor(px, at::kFloat).view({shape[0], shape[1]});
   b.pixel_values_videos = copies == 1 ? one : one.repeat({copies, 1});
 }
 
 }  // namespace
 
-// The video processor's settings from video_preprocessor_config.json (Qwen3VLVideoProcessor's keys), its frame
-// sampling (evenly spread, np.linspace rounded), its resize over all frames, and the timestamps' group means.
+// The video processor's settings from video_preprocessor_config.json (Qwen3VLVideoProcessor's keys), its
+// frame sampling (evenly spread, np.linspace rounded), its resize over all frames, and the timestamps' group
+// means.
 TEST(Qwen3VlVideo, PreparerFollowsQwen3VideoProcessor) {
   const QwenData s = qwen_data();
   ASSERT_TRUE(s.dc.video_preparer);
@@ -119,9 +125,11 @@ TEST(Qwen3VlVideo, PreparerFollowsQwen3VideoProcessor) {
   EXPECT_EQ(*c.sampling.fps, 3.0);
   EXPECT_EQ(c.sampling.min_frames, 4);
   EXPECT_EQ(c.sampling.max_frames, 16);
-  // shapes.mp4: 20 frames at 10 fps, 64x48 -> int(20 / 10 * 3) = 6 frames, linspace(0, 19, 6) rounded; 6 frames of
-  // 48x64 exceed 1536 pixels: beta = sqrt(6 * 48 * 64 / 1536) -> 12x16, grid 3x6x8, 12 tokens per step.
-  const gmod::VideoPlan p = s.dc.video_preparer->plan(fixture("video/shapes.mp4"), gmod::kDefaultMaxImagePixels);
+  // shapes.mp4: 20 frames at 10 fps, 64x48 -> int(20 / 10 * 3) = 6 frames, linspace(0, 19, 6) rounded; 6
+  // frames of 48x64 exceed 1536 pixels: beta = sqrt(6 * 48 * 64 / 1536) -> 12x16, grid 3x6x8, 12 tokens per
+  // step.
+  const gmod::VideoPlan p =
+      s.dc.video_preparer->plan(fixture("video/shapes.mp4"), gmod::kDefaultMaxImagePixels);
   EXPECT_EQ(p.indices, (std::vector<int64_t>{0, 4, 8, 11, 15, 19}));
   EXPECT_EQ(flat(std::vector<std::array<int64_t, 3>>{p.grid_thw}), (std::vector<int64_t>{3, 6, 8}));
   EXPECT_EQ(p.tokens.count(), 36);
@@ -189,7 +197,8 @@ TEST(Qwen3VlVideo, CollatedVideoMatchesTheProcessor) {
   EXPECT_TRUE(b.video_grid_thw.flatten().equal(at::tensor(std::vector<int64_t>{3, 6, 8}, at::kLong)));
   const auto shape = ref["records"][0]["pixel_values_videos_shape"].get<std::vector<int64_t>>();
   ASSERT_EQ(b.pixel_values_videos.sizes(), at::IntArrayRef(shape));
-  const auto want = gmod::test::read_floats(dir() + "/record0.pixel_values_videos.bin", size_t(shape[0] * shape[1]));
+  const auto want =
+      gmod::test::read_floats(dir() + "/record0.pixel_values_videos.bin", size_t(shape[0] * shape[1]));
   const float* got = b.pixel_values_videos.data_ptr<float>();
   const float step = 1.0f / (255.0f * 0.5f);
   size_t off = 0;
@@ -204,8 +213,9 @@ TEST(Qwen3VlVideo, CollatedVideoMatchesTheProcessor) {
   EXPECT_LE(worst, step + 1e-5f);
 }
 
-// M-RoPE ids of Qwen3VLModel.get_rope_index: each temporal step of a video is a (1, h, w) block after its timestamp's
-// text. Each record alone, then all four right-padded in one batch (each row's real tokens keep their ids).
+// M-RoPE ids of Qwen3VLModel.get_rope_index: each temporal step of a video is a (1, h, w) block after its
+// timestamp's text. Each record alone, then all four right-padded in one batch (each row's real tokens keep
+// their ids).
 TEST(Qwen3VlVideo, PositionIdsMatchGetRopeIndex) {
   const QwenData s = qwen_data();
   gmod::Dataset ds(s.dc, s.tok);
@@ -220,7 +230,8 @@ TEST(Qwen3VlVideo, PositionIdsMatchGetRopeIndex) {
     const auto want = ref["records"][k]["position_ids"].get<std::vector<std::vector<int64_t>>>();
     for (int64_t a = 0; a < 3; ++a) {
       const auto row = got.positions[a][0].contiguous();
-      EXPECT_EQ(std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel()), want[size_t(a)])
+      EXPECT_EQ(std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel()),
+                want[size_t(a)])
           << ref["records"][k]["id"] << " axis " << a;
     }
   }
@@ -238,10 +249,11 @@ TEST(Qwen3VlVideo, PositionIdsMatchGetRopeIndex) {
   }
 }
 
-// The batch (video record, image record, text-only row, right-padded) drives the model as the processor's outputs
-// drive transformers (each record alone): logits at every supervised position and the batch's loss within 1e-5; then
-// the record with a video before an image, whose DeepStack features go in sequence order (video, then image) while the
-// encoder gives the image's first.
+// The batch (video record, image record, text-only row, right-padded) drives the model as the processor's
+// outputs drive transformers (each record alone): logits at every supervised position and the batch's loss
+// within 1e-5; then the video record alone (no images in the batch) and the record with a video before an
+// image, whose DeepStack features go in sequence order (video, then image) while the encoder gives the
+// image's first.
 TEST(Qwen3VlVideo, ModelOnTheBatchMatchesTransformers) {
   const QwenData s = qwen_data();
   gmod::Dataset ds(s.dc, s.tok);
@@ -261,12 +273,24 @@ TEST(Qwen3VlVideo, ModelOnTheBatchMatchesTransformers) {
     worst_own = std::max(worst_own, worst_answer_logits(own.logits, int64_t(k), r, ref, k));
   }
   const double loss = out.lm_loss.item<double>(), want = ref.tensor("batch_loss").item<double>();
-  std::printf("logits at %d supervised positions: max abs difference %.3g (with gmod's decoded video %.3g); loss "
-              "%.9f vs %.9f (gmod's video %.9f)\n",
-              int(out.supervised_tokens), worst, worst_own, loss, want, own.lm_loss.item<double>());
+  std::printf(
+      "logits at %d supervised positions: max abs difference %.3g (with gmod's decoded video %.3g); loss "
+      "%.9f vs %.9f (gmod's video %.9f)\n",
+      int(out.supervised_tokens), worst, worst_own, loss, want, own.lm_loss.item<double>());
   EXPECT_LT(worst, 1e-5);
   EXPECT_NEAR(loss, want, 1e-5);
   EXPECT_LT(worst_own, 1e-2);  // one uint8 step in a few pixel values
+
+  // The video record alone: a batch without images (the encoder on the video only, its DeepStack rows all
+  // video).
+  std::vector<gmod::PreparedSample> video_only = {ds.prepare(0)};
+  gmod::Batch v = gmod::collate(video_only, ds.encoder().pad_id(), ds.config().image.crop);
+  ASSERT_FALSE(v.pixel_values.defined() && v.pixel_values.size(0) > 0);
+  use_reference_video(v, r, 1);
+  const double worst_video =
+      worst_answer_logits(model->forward(gmod::to_model_inputs(v, at::kCPU)).logits, 0, r, ref, 0);
+  std::printf("video record alone: max abs difference %.3g\n", worst_video);
+  EXPECT_LT(worst_video, 1e-5);
 
   std::vector<gmod::PreparedSample> mixed = {ds.prepare(3)};
   gmod::Batch m = gmod::collate(mixed, ds.encoder().pad_id(), ds.config().image.crop);
@@ -274,13 +298,15 @@ TEST(Qwen3VlVideo, ModelOnTheBatchMatchesTransformers) {
   use_reference_video(m, r, 1);
   const gmod::ModelOutput mo = model->forward(gmod::to_model_inputs(m, at::kCPU));
   const double worst_mixed = worst_answer_logits(mo.logits, 0, r, ref, 3);
-  std::printf("video then image (DeepStack order): logits at %d supervised positions, max abs difference %.3g\n",
-              int(mo.supervised_tokens), worst_mixed);
+  std::printf(
+      "video then image (DeepStack order): logits at %d supervised positions, max abs difference %.3g\n",
+      int(mo.supervised_tokens), worst_mixed);
   EXPECT_LT(worst_mixed, 1e-5);
 }
 
-// Packing (data.pack_to) with video samples: the four samples in one row give the unpadded batch's loss, and each
-// video record's supervised logits, within 1e-5: its segment keeps its own per-frame 3-D ids, video and DeepStack rows.
+// Packing (data.pack_to) with video samples: the four samples in one row give the unpadded batch's loss, and
+// each video record's supervised logits, within 1e-5: its segment keeps its own per-frame 3-D ids, video and
+// DeepStack rows.
 TEST(Qwen3VlVideo, PackedVideoSamplesMatchUnpacked) {
   const QwenData s = qwen_data();
   gmod::Dataset ds(s.dc, s.tok);
@@ -298,12 +324,14 @@ TEST(Qwen3VlVideo, PackedVideoSamplesMatchUnpacked) {
   EXPECT_EQ(u.supervised_tokens, p.supervised_tokens);
   const double d = std::abs(u.lm_loss.item<double>() - p.lm_loss.item<double>());
   double lg = 0;
-  for (int64_t rec : {int64_t(0), int64_t(3)}) {  // the video records' segments, where collate_packed put them
+  for (int64_t rec :
+       {int64_t(0), int64_t(3)}) {  // the video records' segments, where collate_packed put them
     int64_t start = 0;
     for (size_t k = 0; k < packed.indices.size() && int64_t(packed.indices[k]) != rec; ++k)
       start += packed.segments->rows[0][k];
     const int64_t len = int64_t(a[size_t(rec)].sample.ids.size());
-    lg = std::max(lg, (p.logits[0].narrow(0, start, len) - u.logits[rec].narrow(0, 0, len)).abs().max().item<double>());
+    lg = std::max(
+        lg, (p.logits[0].narrow(0, start, len) - u.logits[rec].narrow(0, 0, len)).abs().max().item<double>());
   }
   std::printf("packed vs unpacked: loss %.3g apart, the video segments' logits %.3g\n", d, lg);
   EXPECT_LT(d, 1e-5);
@@ -325,7 +353,8 @@ TEST(Qwen3VlVideo, BadVideosAreNamedBadRecords) {
       EXPECT_FALSE(ds.try_prepare(i, p, bad, decode)) << i;
       EXPECT_EQ(bad.reason, "video") << bad.message;
       EXPECT_NE(bad.message.find("record " + std::to_string(i)), std::string::npos) << bad.message;
-      EXPECT_NE(bad.message.find(i == 1 ? "no_such_clip.mp4" : "manifest.json"), std::string::npos) << bad.message;
+      EXPECT_NE(bad.message.find(i == 1 ? "no_such_clip.mp4" : "manifest.json"), std::string::npos)
+          << bad.message;
     }
   }
 }
