@@ -4,6 +4,7 @@
 // where an image goes in its turn. Each caller then sets what is its own (the data file, the template, max_len).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "data/dataset.h"
@@ -21,6 +22,6 @@ class Tokenizer;
 // (std::runtime_error / std::invalid_argument, naming the file or what disagrees) as make_image_preparer and
 // make_video_preparer do.
 void configure_for_model(DatasetConfig& dc, const LlavaConfig& model, const std::string& preprocessor_dir,
-                         const Tokenizer& tokenizer);
+                         const std::shared_ptr<const Tokenizer>& tokenizer);
 
 }  // namespace gmod

@@ -219,7 +219,8 @@ inline std::shared_ptr<const Tokenizer> load_cli_tokenizer(const TextOptions& t,
 // Conversation and image settings that follow the model (image tokens, crop size, preprocessor_config.json) and
 // the image preparer the model takes (fixed-size crops or native-resolution patches, data/image_prep.h), decided as
 // the trainer decides it (trainer/trainer.cpp setup_data); `tok` gives the vision start / end tokens.
-inline DatasetConfig cli_dataset_config(const TextOptions& t, const CliModel& m, const Tokenizer& tok) {
+inline DatasetConfig cli_dataset_config(const TextOptions& t, const CliModel& m,
+                                        const std::shared_ptr<const Tokenizer>& tok) {
   DatasetConfig dc;
   dc.conversation.template_name = resolve_conversation_template(t.template_name, m.model->config.text);
   // Default: the model's context (LLaVA-1.5 trains at 2048).
@@ -237,7 +238,7 @@ inline DatasetConfig cli_dataset_config(const TextOptions& t, const CliModel& m,
 // --data JSON --images DIR (default: the data file's folder).
 inline std::unique_ptr<Dataset> make_cli_dataset(const DataOptions& d, const TextOptions& t,
                                                  const CliModel& m, std::shared_ptr<const Tokenizer> tok) {
-  DatasetConfig dc = cli_dataset_config(t, m, *tok);
+  DatasetConfig dc = cli_dataset_config(t, m, tok);
   dc.data_path = d.data;
   dc.image_folder = d.images.empty() ? std::filesystem::path(d.data).parent_path().string() : d.images;
   return std::make_unique<Dataset>(dc, std::move(tok));

@@ -45,9 +45,8 @@ int64_t DecodeBatch::active_rows() const { return std::count(active_.begin(), ac
 void DecodeBatch::reset() {
   caches_.clear();
   key_buf_ = positions_ = at::Tensor();
-  ids_ = full_mask_ = full_positions_ = roles_ = full_mrope_ = at::Tensor();
-  visuals_ = ModelInputs();
-  n_images_ = 0;
+  ids_ = full_mask_ = full_positions_ = roles_ = full_mrope_ = prompt_emb_ = prompt_visual_mask_ = at::Tensor();
+  prompt_deepstack_.clear();
   column_ = 0;
   active_.clear();
   context_len_.clear();
@@ -172,6 +171,11 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
     // The forward's own inputs (MultimodalLM::decoder_inputs): positions and masks, 3-D ids from the images'
     // and videos' grids, the images and videos spliced in, DeepStack features and their positions.
     auto emb = model_.decoder_inputs(prompt, st);
+    if (!opt_.use_cache && !joining) {  // the recomputing decoder reuses the prompt's spliced-in embeddings
+      prompt_emb_ = emb;
+      prompt_deepstack_ = st.deepstack;
+      prompt_visual_mask_ = st.visual_mask;
+    }
     mrope = st.mrope_positions;
     if (mrope.defined()) st.positions = mrope.select(0, 0);  // the temporal row stands for the 1-D ids
     positions = st.positions;
@@ -198,14 +202,6 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
       full_positions_ = positions;
       roles_ = prompt.token_roles;
       full_mrope_ = mrope;
-      visuals_ = ModelInputs();
-      visuals_.pixel_values = prompt.pixel_values;
-      visuals_.image_grid_thw = prompt.image_grid_thw;
-      visuals_.image_sizes = prompt.image_sizes;
-      visuals_.pixel_values_videos = prompt.pixel_values_videos;
-      visuals_.video_grid_thw = prompt.video_grid_thw;
-      visuals_.second_per_grid_ts = prompt.second_per_grid_ts;
-      n_images_ = n_images;
     }
   }
   for (int64_t b = 0; b < B; ++b) {
@@ -258,7 +254,8 @@ at::Tensor DecodeBatch::step(const at::Tensor& tokens) {
     ++column_;
   } else {
     h = recompute_step(tokens, valid, roles, st);
-    shape = ForwardShape::full(sample_lengths(full_mask_), n_images_);  // everything recomputed
+    // The decoder recomputes every token; the vision encoder ran once, in the prefill.
+    shape = ForwardShape::full(sample_lengths(full_mask_), 0);
   }
   auto logits = model_.logits(h);
   shape.head_tokens = n_active;
@@ -306,14 +303,21 @@ at::Tensor DecodeBatch::recompute_step(const at::Tensor& tokens, const at::Tenso
   if (full_mrope_.defined())  // the new token: text, the same id on all three axes
     full_mrope_ = at::cat({full_mrope_, positions_.view({1, -1, 1}).expand({3, -1, 1})}, 2);
   if (roles_.defined()) roles_ = at::cat({roles_, step_roles}, 1);
-  // The prompt's images and videos with every token so far, at the 3-D ids so far (given: not recomputed).
-  ModelInputs in = visuals_;
-  in.input_ids = ids_;
-  in.attention_mask = full_mask_;
-  in.positions = full_mrope_.defined() ? full_mrope_ : full_positions_;
-  in.token_roles = roles_;
-  auto emb = model_.decoder_inputs(in, st);
-  return model_.llm->forward(emb, st).select(1, ids_.size(1) - 1);
+  prepare_forward_state(st, ids_, full_mask_, full_positions_);
+  st.mrope_positions = full_mrope_;
+  st.token_roles = roles_;
+  // The prompt's embeddings as its prefill made them (images and videos spliced in, the encoder not run again), then
+  // the generated tokens as text: a generated id that equals an image or video token's is text, as in transformers'
+  // generate. DeepStack features stay at the prompt's visual positions.
+  const int64_t P = prompt_emb_.size(1), T = ids_.size(1);
+  auto emb = at::cat({prompt_emb_, model_.llm->embed(ids_.narrow(1, P, T - P)).to(prompt_emb_.scalar_type())}, 1);
+  st.deepstack = prompt_deepstack_;
+  if (prompt_visual_mask_.defined())
+    st.visual_mask = at::cat({prompt_visual_mask_, at::zeros({T - P}, prompt_visual_mask_.options())
+                                                       .unsqueeze(0)
+                                                       .expand({prompt_visual_mask_.size(0), T - P})},
+                             1);
+  return model_.llm->forward(emb, st).select(1, T - 1);
 }
 
 void DecodeBatch::release(int64_t row) {

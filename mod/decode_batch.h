@@ -106,8 +106,9 @@ class DecodeBatch {
   // use_cache = false: the whole sequences so far.
   at::Tensor ids_, full_mask_, full_positions_, roles_;
   at::Tensor full_mrope_;  // M-RoPE: [3, R, T] positions so far
-  ModelInputs visuals_;    // the prompt's images and videos (pixels, grids, AnyRes sizes), nothing else
-  int64_t n_images_ = 0;
+  // The prompt's input embeddings [R, P, D] (images and videos spliced in), DeepStack features and their positions.
+  at::Tensor prompt_emb_, prompt_visual_mask_;
+  std::vector<at::Tensor> prompt_deepstack_;
   ComputeReport compute_;
   std::vector<LayerTokens> layer_tokens_;
 };

@@ -341,7 +341,7 @@ void Trainer::setup_data() {
   dc.max_image_pixels = cfg_.data.max_image_pixels;
   // The image token, preprocessing and the image / video preparers, as every command decides them
   // (data/model_data.h).
-  configure_for_model(dc, model_->config, preprocessor_source(cfg_.model), *tokenizer_);
+  configure_for_model(dc, model_->config, preprocessor_source(cfg_.model), tokenizer_);
   auto t0 = Clock::now();
   train_set_ = std::make_unique<Dataset>(dc, tokenizer_);
   data_index_s_ = seconds_since(t0);

@@ -43,7 +43,7 @@ TEST(VideoGenerate, FirstStepFromAVideoPromptMatchesTransformers) {
   dc.use_index_cache = false;  // never write next to the committed fixture
   dc.conversation.template_name = resolve_conversation_template("auto", model->config.text);
   dc.sample.max_len = 4096;
-  configure_for_model(dc, model->config, model_dir(), *tok);  // as `gmod train` and `gmod eval` set it up
+  configure_for_model(dc, model->config, model_dir(), tok);  // as `gmod train` and `gmod eval` set it up
   ASSERT_TRUE(dc.video_preparer);
   Dataset ds(dc, tok);
   std::vector<PreparedSample> samples = {ds.prepare(0)};
