@@ -33,14 +33,7 @@ std::string full_dir() { return test::fixture("qwen3_vl/full"); }
 std::string mod_ref() { return test::fixture("qwen3_vl/mod/reference.safetensors"); }
 
 ModelInputs batch(const MultimodalLM& model) {
-  SafetensorsFile ref(full_dir() + "/reference.safetensors");
-  ModelInputs in;
-  in.input_ids = ref.tensor("input.input_ids").clone();
-  in.attention_mask = ref.tensor("input.attention_mask").to(at::kBool);
-  in.pixel_values = ref.tensor("input.pixel_values").clone();
-  in.image_grid_thw = ref.tensor("input.image_grid_thw").clone();
-  in.token_roles = test::make_roles(in.input_ids, in.attention_mask, model.config.image_token_id);
-  return in;
+  return test::native_reference_inputs(full_dir() + "/reference.safetensors", model);
 }
 
 TEST(Qwen3VLMoD, ARankReadsTransformersMapsWithDeepStack) {
