@@ -152,7 +152,7 @@ EncodedConversation ConversationEncoder::encode(const Record& record, const std:
 
 EncodedConversation ConversationEncoder::encode(const Record& record, const std::string& where,
                                                 const std::vector<ImageTokens>& image_tokens,
-                                                const std::vector<ImageTokens>& video_tokens) const {
+                                                const std::vector<VideoTokens>& video_tokens) const {
   auto fail = [&](const std::string& reason, const std::string& why) {
     throw SampleError(reason, where + ": " + why);
   };
@@ -286,12 +286,10 @@ EncodedConversation ConversationEncoder::encode(const Record& record, const std:
       ++i;
       continue;
     }
-    if (p.kind == Piece::kVideo) {  // as a native-resolution image, with the video's own span
+    if (p.kind == Piece::kVideo) {  // the family's layout of the video's tokens (data/video_layout.h)
       const TokenRole around = i > 0 ? pieces[i - 1].role : TokenRole::kQuestion;
-      const ImageTokens& span = video_tokens[out.video_ends.size()];
-      if (span.start) push(*span.start, around, false);
-      for (int64_t k = 0; k < span.count; ++k) push(span.id, TokenRole::kImage, false);
-      if (span.end) push(*span.end, around, false);
+      const VideoTokens& span = video_tokens[out.video_ends.size()];
+      for (int32_t id : span.ids) push(id, id == span.id ? TokenRole::kImage : around, false);
       out.video_ends.push_back(out.ids.size());
       ++i;
       continue;

@@ -116,7 +116,7 @@ class ConversationEncoder {
   // LLaMA-Factory) stands where its video goes and never moves. A record with videos and no spans is refused.
   EncodedConversation encode(const Record& record, const std::string& where,
                              const std::vector<ImageTokens>& image_tokens,
-                             const std::vector<ImageTokens>& video_tokens = {}) const;
+                             const std::vector<VideoTokens>& video_tokens = {}) const;
 
   int32_t pad_id() const { return pad_id_; }
   // The token that ends an answer, where generation stops: "</s>" / EOS (vicuna_v1, plain, mistral),

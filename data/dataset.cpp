@@ -93,7 +93,7 @@ PreparedSample Dataset::prepare(size_t index, bool decode_images) const {
     }
   }
   // Videos: every header is read and its frames sampled first (the span depends on both); decoded after truncation.
-  std::vector<ImageTokens> video_spans;
+  std::vector<VideoTokens> video_spans;
   auto video_error = [&](const std::string& rel, const std::exception& e) {
     return SampleError("video", where(index, rec.id) + ": video '" + rel + "': " + e.what());
   };

@@ -42,6 +42,20 @@ struct ImageTokens {
   int64_t total() const { return count + (start ? 1 : 0) + (end ? 1 : 0); }
 };
 
+// The tokens of one video in the sequence, in order. The positions holding `id` (the video token) carry the
+// video's features (TokenRole::kImage); the others (vision start / end, Qwen3-VL's "<t seconds>" text) are
+// text the model sees, of the surrounding turn's role and never supervised. Each model family's layout writes
+// them (data/video_layout.h).
+struct VideoTokens {
+  std::vector<int32_t> ids;
+  int32_t id = 0;
+  int64_t count() const {
+    int64_t n = 0;
+    for (int32_t v : ids) n += v == id;
+    return n;
+  }
+};
+
 // One image's pixel values: a CHW crop [3, S, S] (grid_thw all 0), patches [rows, row_size] with their grid, or
 // AnyRes tiles [tiles, 3, S, S] with the image's (height, width).
 struct PreparedImage {

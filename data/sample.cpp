@@ -14,7 +14,7 @@ TruncationMode parse_truncation_mode(const std::string& s) {
 TokenizedSample make_sample(const Record& record, size_t index, const ConversationEncoder& encoder,
                             const SampleConfig& config, const std::string& where,
                             const std::vector<ImageTokens>& image_tokens,
-                            const std::vector<ImageTokens>& video_tokens) {
+                            const std::vector<VideoTokens>& video_tokens) {
   EncodedConversation enc = encoder.encode(record, where, image_tokens, video_tokens);
   TokenizedSample s;
   s.id = record.id;

@@ -39,6 +39,6 @@ struct TokenizedSample {
 TokenizedSample make_sample(const Record& record, size_t index, const ConversationEncoder& encoder,
                             const SampleConfig& config, const std::string& where,
                             const std::vector<ImageTokens>& image_tokens = {},
-                            const std::vector<ImageTokens>& video_tokens = {});
+                            const std::vector<VideoTokens>& video_tokens = {});
 
 }  // namespace gmod

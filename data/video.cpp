@@ -1,4 +1,4 @@
-// Video decoding with FFmpeg and Qwen2-VL frame sampling. See video.h.
+// Video decoding with FFmpeg, Qwen2-VL's and Qwen3-VL's frame sampling and sizes. See video.h.
 #include "data/video.h"
 
 #include <algorithm>
@@ -177,6 +177,67 @@ std::vector<int64_t> sample_frame_indices(int64_t total_frames, double video_fps
   return idx;
 }
 
+std::vector<int64_t> sample_frame_indices_uniform(int64_t total_frames, double video_fps,
+                                                  const VideoSampling& s) {
+  if (total_frames <= 0) throw std::invalid_argument("sample_frame_indices: the video has no frames");
+  if (s.fps && s.num_frames)
+    throw std::invalid_argument("sample_frame_indices: give fps or num_frames, not both");
+  int64_t n = total_frames;
+  if (s.num_frames) {
+    n = *s.num_frames;
+  } else if (s.fps) {
+    const double rate = video_fps > 0 ? video_fps : 24.0;
+    n = static_cast<int64_t>(static_cast<double>(total_frames) / rate * *s.fps);  // Python int(): truncation
+    n = std::min({std::max<int64_t>(n, s.min_frames), int64_t{s.max_frames}, total_frames});
+  }
+  if (n <= 0) throw std::invalid_argument("sample_frame_indices: no frames to sample");
+  if (n > total_frames)
+    throw std::invalid_argument("sample_frame_indices: " + std::to_string(n) +
+                                " frames asked of a video of " + std::to_string(total_frames));
+  // np.linspace: start + i * step in double, the last value exactly the stop; np.round: halves to even.
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  const double stop = static_cast<double>(total_frames - 1),
+               step = n > 1 ? stop / static_cast<double>(n - 1) : 0.0;
+  for (int64_t i = 0; i < n; ++i)
+    idx[static_cast<size_t>(i)] =
+        static_cast<int64_t>(std::nearbyint(i == n - 1 && n > 1 ? stop : static_cast<double>(i) * step));
+  return idx;
+}
+
+std::array<int, 2> smart_resize_video(int64_t frames, int height, int width, int temporal_factor, int factor,
+                                      int64_t min_pixels, int64_t max_pixels) {
+  if (frames < temporal_factor)
+    throw std::invalid_argument("smart_resize: " + std::to_string(frames) +
+                                " frames, fewer than temporal_patch_size " + std::to_string(temporal_factor));
+  if (height <= 0 || width <= 0 || factor <= 0 || temporal_factor <= 0)
+    throw std::invalid_argument("smart_resize: height, width and factors must be positive, got " +
+                                std::to_string(height) + "x" + std::to_string(width));
+  if (height < factor || width < factor) {
+    const double scale = std::max(static_cast<double>(factor) / height, static_cast<double>(factor) / width);
+    height = static_cast<int>(height * scale);
+    width = static_cast<int>(width * scale);
+  }
+  const double ratio = static_cast<double>(std::max(height, width)) / std::min(height, width);
+  if (ratio > 200)
+    throw std::invalid_argument("smart_resize: aspect ratio must be at most 200, got " +
+                                std::to_string(ratio));
+  int64_t h_bar = static_cast<int64_t>(std::nearbyint(static_cast<double>(height) / factor)) * factor;
+  int64_t w_bar = static_cast<int64_t>(std::nearbyint(static_cast<double>(width) / factor)) * factor;
+  const int64_t t_bar =
+      static_cast<int64_t>(std::nearbyint(static_cast<double>(frames) / temporal_factor)) * temporal_factor;
+  const double volume = static_cast<double>(frames) * height * width;
+  if (t_bar * h_bar * w_bar > max_pixels) {
+    const double beta = std::sqrt(volume / static_cast<double>(max_pixels));
+    h_bar = std::max<int64_t>(factor, static_cast<int64_t>(std::floor(height / beta / factor)) * factor);
+    w_bar = std::max<int64_t>(factor, static_cast<int64_t>(std::floor(width / beta / factor)) * factor);
+  } else if (t_bar * h_bar * w_bar < min_pixels) {
+    const double beta = std::sqrt(static_cast<double>(min_pixels) / volume);
+    h_bar = static_cast<int64_t>(std::ceil(height * beta / factor)) * factor;
+    w_bar = static_cast<int64_t>(std::ceil(width * beta / factor)) * factor;
+  }
+  return {static_cast<int>(h_bar), static_cast<int>(w_bar)};
+}
+
 namespace {
 
 // decode_video_frames; a non-empty `resize_to` {height, width} resizes each frame as soon as it is converted, so a
@@ -261,23 +322,32 @@ std::vector<Image> decode_video_frames(const std::string& path, const std::vecto
   return decode_frames(path, indices, max_pixels, std::nullopt);
 }
 
-NativeVideo preprocess_native_video(const std::string& path, const NativeResolutionConfig& cfg,
-                                    const VideoSampling& sampling, int64_t max_pixels) {
+NativeVideo decode_native_video(const std::string& path, const NativeResolutionConfig& cfg,
+                                const VideoInfo& info, std::vector<int64_t> indices,
+                                std::array<int, 2> height_width, int64_t max_pixels) {
   NativeVideo v;
-  v.info = probe_video_file(path, max_pixels);
-  try {
-    v.indices = sample_frame_indices(v.info.total_frames, v.info.fps, sampling, cfg.temporal_patch_size);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(path + ": " + e.what());
-  }
-  const auto hw = smart_resize(v.info.height, v.info.width, cfg.factor(), cfg.min_pixels, cfg.max_pixels);
-  const std::vector<Image> frames = decode_frames(path, v.indices, max_pixels, hw);
+  v.info = info;
+  v.indices = std::move(indices);
+  const std::vector<Image> frames = decode_frames(path, v.indices, max_pixels, height_width);
   v.patches = patchify_frames(frames, cfg);
   // transformers' VideoMetadata.sampled_fps (24 when the frame rate is unknown) and Qwen2_5_VLProcessor.
   const double sampled_fps = v.info.fps > 0 ? static_cast<double>(v.indices.size()) / v.info.total_frames * v.info.fps
                                             : 24.0;
   v.second_per_grid_ts = cfg.temporal_patch_size / sampled_fps;
   return v;
+}
+
+NativeVideo preprocess_native_video(const std::string& path, const NativeResolutionConfig& cfg,
+                                    const VideoSampling& sampling, int64_t max_pixels) {
+  const VideoInfo info = probe_video_file(path, max_pixels);
+  std::vector<int64_t> indices;
+  try {
+    indices = sample_frame_indices(info.total_frames, info.fps, sampling, cfg.temporal_patch_size);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(path + ": " + e.what());
+  }
+  const auto hw = smart_resize(info.height, info.width, cfg.factor(), cfg.min_pixels, cfg.max_pixels);
+  return decode_native_video(path, cfg, info, std::move(indices), hw, max_pixels);
 }
 
 }  // namespace gmod

@@ -1,11 +1,14 @@
-// Video input for Qwen2-VL / Qwen2.5-VL: decoding with FFmpeg's libraries (libavformat, libavcodec, libswscale,
-// libavutil) to 8-bit RGB frames, frame sampling as transformers 5.24's Qwen2VLVideoProcessor does it (by fps or by
-// a frame count, multiples of temporal_patch_size), then the native-resolution resize, normalisation and patch layout
-// of data/native_resolution.h with temporal_patch_size frames per temporal patch, and the seconds per temporal grid
-// step Qwen2.5-VL's M-RoPE needs. The frames match transformers' default video backend (PyAV, `to_ndarray("rgb24")`):
-// swscale with SWS_BILINEAR and the frame's own colour space, as PyAV calls it. Torch-free.
+// Video input for Qwen2-VL / Qwen2.5-VL / Qwen3-VL: decoding with FFmpeg's libraries (libavformat,
+// libavcodec, libswscale, libavutil) to 8-bit RGB frames, frame sampling as transformers 5.24's
+// Qwen2VLVideoProcessor does it (by fps or by a frame count, multiples of temporal_patch_size;
+// Qwen3VLVideoProcessor's evenly spread frames), then the native-resolution resize, normalisation and patch
+// layout of data/native_resolution.h with temporal_patch_size frames per temporal patch, and the seconds per
+// temporal grid step Qwen2.5-VL's M-RoPE needs. The frames match transformers' default video backend (PyAV,
+// `to_ndarray("rgb24")`): swscale with SWS_BILINEAR and the frame's own colour space, as PyAV calls it.
+// Torch-free.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -47,6 +50,22 @@ VideoInfo probe_video_file(const std::string& path, int64_t max_pixels = kDefaul
 std::vector<int64_t> sample_frame_indices(int64_t total_frames, double video_fps, const VideoSampling& sampling,
                                           int temporal_patch_size);
 
+// Qwen3VLVideoProcessor.sample_frames (transformers 5.24): n frames spread over the whole video,
+// np.linspace(0, total - 1, n) rounded half to even. n: num_frames as given; with fps, int(total / video_fps
+// * fps) clamped to [min_frames, max_frames] and then to total (a video without a frame rate counts as 24
+// fps, as transformers assumes); neither: every frame. Throws std::invalid_argument when both are given, or
+// when n is 0 or exceeds total_frames (the indices would repeat).
+std::vector<int64_t> sample_frame_indices_uniform(int64_t total_frames, double video_fps,
+                                                  const VideoSampling& sampling);
+
+// Qwen3-VL's smart_resize for videos (video_processing_qwen3_vl.py): as smart_resize, but the pixel bounds
+// hold for the frames together: round(frames / temporal_factor) * temporal_factor frames of h_bar * w_bar
+// pixels are compared with [min_pixels, max_pixels], and beta scales frames * height * width. A side below
+// `factor` is first scaled up (truncating). Throws std::invalid_argument for fewer frames than
+// temporal_factor, non-positive sizes or an aspect ratio above 200.
+std::array<int, 2> smart_resize_video(int64_t frames, int height, int width, int temporal_factor, int factor,
+                                      int64_t min_pixels, int64_t max_pixels);
+
 // Decodes the frames at `indices` (ascending) to RGB, stopping after the last one. Throws std::runtime_error naming
 // the file for everything probe_video_file rejects, for a packet the decoder rejects, and for a video that ends before
 // the last index (a truncated file); never returns fewer frames than asked.
@@ -63,6 +82,11 @@ struct NativeVideo {
   double second_per_grid_ts = 0.0;
   VideoInfo info;
 };
+// The frames `indices` of `path` (probed as `info`) resized to `height_width` and laid out as patches; the
+// seconds per temporal step as preprocess_native_video computes them. Same errors as decode_video_frames.
+NativeVideo decode_native_video(const std::string& path, const NativeResolutionConfig& cfg,
+                                const VideoInfo& info, std::vector<int64_t> indices,
+                                std::array<int, 2> height_width, int64_t max_pixels = kDefaultMaxImagePixels);
 NativeVideo preprocess_native_video(const std::string& path, const NativeResolutionConfig& cfg,
                                     const VideoSampling& sampling = {},
                                     int64_t max_pixels = kDefaultMaxImagePixels);

@@ -18,13 +18,14 @@
 
 #include "data/dataset.h"
 #include "data/image_prep.h"
+#include "data/model_data.h"
 #include "data/tokenizer.h"
 #include "launch/args.h"
 #include "mod/conversion.h"
 #include "mod/method_registry.h"
-#include "mod/token_selection.h"
 #include "mod/mod_checkpoint.h"
 #include "mod/mod_config.h"
+#include "mod/token_selection.h"
 #include "model/config.h"
 #include "model/pretrained.h"
 #include "model/tower_refs.h"
@@ -218,11 +219,10 @@ inline std::shared_ptr<const Tokenizer> load_cli_tokenizer(const TextOptions& t,
 // Conversation and image settings that follow the model (image tokens, crop size, preprocessor_config.json) and
 // the image preparer the model takes (fixed-size crops or native-resolution patches, data/image_prep.h), decided as
 // the trainer decides it (trainer/trainer.cpp setup_data); `tok` gives the vision start / end tokens.
-inline DatasetConfig cli_dataset_config(const TextOptions& t, const CliModel& m, const Tokenizer& tok) {
+inline DatasetConfig cli_dataset_config(const TextOptions& t, const CliModel& m,
+                                        const std::shared_ptr<const Tokenizer>& tok) {
   DatasetConfig dc;
   dc.conversation.template_name = resolve_conversation_template(t.template_name, m.model->config.text);
-  dc.conversation.image_token_id = m.model->config.image_token_id;
-  dc.conversation.image_seq_length = m.model->config.vision ? m.model->config.image_seq_length() : 0;
   // Default: the model's context (LLaVA-1.5 trains at 2048).
   const int positions = m.model->config.text.max_position_embeddings;
   if (t.max_len && *t.max_len > positions)
@@ -230,24 +230,15 @@ inline DatasetConfig cli_dataset_config(const TextOptions& t, const CliModel& m,
                      " is beyond the model's max_position_embeddings (" + std::to_string(positions) + ", " +
                      m.dir + ")");
   dc.sample.max_len = t.max_len.value_or(positions);
-  const auto pre = std::filesystem::path(m.dir) / "preprocessor_config.json";
-  if (std::filesystem::exists(pre))
-    dc.image = load_preprocess_config(pre.string());
-  else if (m.model->config.vision)
-    dc.image.size = dc.image.crop = m.model->config.image_input_size();
-  // LLaVA-HR preprocesses at input_image_size with CLIP's mean/std (its ConvNeXt tower's CLIPImageProcessor).
-  if (m.model->config.multipath) dc.image.size = dc.image.crop = m.model->config.image_input_size();
-  dc.image_preparer = make_image_preparer(m.model->config, dc.image, m.dir, tok);
-  dc.conversation.image_first = dc.image_preparer->image_first();
-  // Native-resolution images carry their own token counts; the encoder's fixed count (>= 1) is then never used.
-  if (dc.image_preparer->size_dependent()) dc.conversation.image_seq_length = 1;
+  // The image token, preprocessing and the image / video preparers, as `gmod train` decides them.
+  configure_for_model(dc, m.model->config, m.dir, tok);
   return dc;
 }
 
 // --data JSON --images DIR (default: the data file's folder).
 inline std::unique_ptr<Dataset> make_cli_dataset(const DataOptions& d, const TextOptions& t,
                                                  const CliModel& m, std::shared_ptr<const Tokenizer> tok) {
-  DatasetConfig dc = cli_dataset_config(t, m, *tok);
+  DatasetConfig dc = cli_dataset_config(t, m, tok);
   dc.data_path = d.data;
   dc.image_folder = d.images.empty() ? std::filesystem::path(d.data).parent_path().string() : d.images;
   return std::make_unique<Dataset>(dc, std::move(tok));

@@ -87,7 +87,7 @@ Answered answer_chunk(const AnswerCliOptions& o, int chunk_idx, int num_chunks) 
   const auto t0 = std::chrono::steady_clock::now();
   CliModel m = load_cli_model(o.model);
   auto tok = load_cli_tokenizer(o.text, m);
-  DatasetConfig dc = cli_dataset_config(o.text, m, *tok);
+  DatasetConfig dc = cli_dataset_config(o.text, m, tok);
   if (!o.system.empty()) dc.conversation.system_prompt = o.system;
   ConversationEncoder enc(tok, dc.conversation);
   const std::string model_id =

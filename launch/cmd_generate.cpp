@@ -59,7 +59,7 @@ void read_pixel_values(const std::string& path, at::Tensor& out) {
 int run_generate(const GenerateCliOptions& o) {
   CliModel m = load_cli_model(o.model);
   auto tok = load_cli_tokenizer(o.text, m);
-  DatasetConfig dc = cli_dataset_config(o.text, m, *tok);
+  DatasetConfig dc = cli_dataset_config(o.text, m, tok);
   if (!o.system.empty()) dc.conversation.system_prompt = o.system;
   ConversationEncoder enc(tok, dc.conversation);
   const std::vector<std::string>& images = o.images;

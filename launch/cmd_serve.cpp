@@ -43,7 +43,7 @@ int run_serve(const ServeCliOptions& o) {
 
   CliModel m = load_cli_model(o.model);
   std::shared_ptr<const Tokenizer> tok = load_cli_tokenizer(o.text, m);
-  const DatasetConfig dc = cli_dataset_config(o.text, m, *tok);
+  const DatasetConfig dc = cli_dataset_config(o.text, m, tok);
   auto enc = std::make_shared<ConversationEncoder>(tok, dc.conversation);
 
   serve::EngineOptions eo;

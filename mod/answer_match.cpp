@@ -9,8 +9,8 @@
 namespace gmod {
 
 namespace {
-// Native-resolution images (image_grid_thw, Qwen2.5-VL): `count` images from grid `first` on, as the rows of the
-// concatenated patches they occupy (offset, rows) and their grids.
+// Native-resolution images or videos (image_grid_thw / video_grid_thw, Qwen2.5-VL, Qwen3-VL): `count` of them
+// from grid `first` on, as the rows of the concatenated patches they occupy (offset, rows) and their grids.
 struct NativeImages {
   int64_t patch_offset = 0, patch_rows = 0;
   at::Tensor grids;
@@ -57,7 +57,14 @@ std::pair<int64_t, int64_t> first_answer_exact_match(MultimodalLM& model, const 
   const at::Tensor ids = in.input_ids.cpu(), labels = in.labels.cpu();
   const bool native = in.image_grid_thw.defined();
   const at::Tensor grids = native ? in.image_grid_thw.cpu() : at::Tensor();
-  const int64_t merge_unit = native && model.config.qwen_vision ? model.config.qwen_vision->merge_unit() : 1;
+  // Tokens per grid cell of native-resolution images and videos (Qwen2.5-VL, Qwen3-VL): spatial_merge_size^2.
+  const int64_t merge_unit =
+      model.config.mrope ? model.config.mrope->spatial_merge_size * model.config.mrope->spatial_merge_size
+                         : 1;
+  const bool videos = in.video_grid_thw.defined() && model.config.mrope;
+  const at::Tensor video_grids = videos ? in.video_grid_thw.cpu() : at::Tensor();
+  const int64_t video_id = videos ? model.config.mrope->video_token_id : -1;
+  int64_t video_offset = 0;
   const int64_t per_image = model.config.vision ? model.config.image_seq_length() : 0;
   const bool anyres = in.image_sizes.defined() && model.config.anyres && model.config.vision;
   AnyresImages ar;
@@ -73,9 +80,13 @@ std::pair<int64_t, int64_t> first_answer_exact_match(MultimodalLM& model, const 
     const int64_t n_images = native   ? images_in_tokens(grids, image_offset, image_tokens, merge_unit)
                              : anyres ? ar.in_tokens(image_offset, image_tokens)
                              : per_image > 0 ? image_tokens / per_image : 0;
+    const int64_t n_videos = videos ? images_in_tokens(video_grids, video_offset,
+                                                       row_ids.eq(video_id).sum().item<int64_t>(), merge_unit)
+                                    : 0;
     const at::Tensor sup = row_labels.ne(-100).nonzero().reshape({-1});
     if (sup.numel() == 0) {
       image_offset += n_images;
+      video_offset += n_videos;
       continue;
     }
     const int64_t start = sup[0].item<int64_t>();
@@ -104,6 +115,18 @@ std::pair<int64_t, int64_t> first_answer_exact_match(MultimodalLM& model, const 
       prompt.pixel_values = in.pixel_values.narrow(0, image_offset, n_images);
     }
     image_offset += n_images;
+    if (n_videos > 0) {  // the prompt's own videos, as for native images
+      const int64_t in_prompt = images_in_tokens(
+          video_grids, video_offset, prompt.input_ids.eq(video_id).sum().item<int64_t>(), merge_unit);
+      if (in_prompt > 0) {
+        const NativeImages v = native_images(video_grids, video_offset, in_prompt);
+        prompt.pixel_values_videos = in.pixel_values_videos.narrow(0, v.patch_offset, v.patch_rows);
+        prompt.video_grid_thw = v.grids.to(in.video_grid_thw.device());
+        if (in.second_per_grid_ts.defined())
+          prompt.second_per_grid_ts = in.second_per_grid_ts.narrow(0, video_offset, in_prompt);
+      }
+    }
+    video_offset += n_videos;
     GenerateOptions g;
     g.max_new_tokens = end - start;
     g.eos_token_id = -1;  // generate exactly the answer's length

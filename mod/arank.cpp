@@ -89,26 +89,12 @@ ARankResult compute_arank(MultimodalLM& model, const std::vector<ModelInputs>& b
     if (opt.max_samples > 0 && seen >= opt.max_samples) break;
     const int64_t B = in.input_ids.size(0);
     const int64_t take = opt.max_samples > 0 ? std::min(B, opt.max_samples - seen) : B;
-    // The model's forward, unrolled so each layer's maps are reduced before the next layer runs.
+    // The model's forward, unrolled so each layer's maps are reduced before the next layer runs: the same
+    // inputs (M-RoPE ids, DeepStack features) as MultimodalLM::hidden_states.
     ForwardState st;
-    // M-RoPE models: the batch's 3-D positions (given, or from the images' grids as the model's forward makes them).
-    at::Tensor mrope;
-    if (in.positions.defined() && in.positions.dim() == 3)
-      mrope = in.positions;
-    else if (model.config.mrope && (in.image_grid_thw.defined() || in.video_grid_thw.defined()) &&
-             !in.positions.defined())
-      mrope = mrope_positions(in.input_ids, in.attention_mask, in.image_grid_thw, in.video_grid_thw,
-                              in.second_per_grid_ts, *model.config.mrope)
-                  .positions.to(in.input_ids.device());
-    prepare_forward_state(st, in.input_ids, in.attention_mask, mrope.defined() ? mrope.select(0, 0) : in.positions);
-    st.token_roles = in.token_roles;
     st.want_attn_probs = true;
-    auto h = model.embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw, in.image_sizes,
-                                in.pixel_values_videos, in.video_grid_thw);
-    st.rope = &model.llm->rope;
-    st.mrope_positions = mrope;
-    std::tie(st.cos, st.sin) = mrope.defined() ? model.llm->mrope->cos_sin(mrope, h.scalar_type())
-                                               : model.llm->rope.cos_sin(st.positions, h.scalar_type());
+    auto h = model.decoder_inputs(in, st);
+    model.llm->prepare_rotary(h, st);
     std::vector<at::Tensor> valid_idx;
     for (int64_t b = 0; b < take; ++b)
       valid_idx.push_back(in.attention_mask.defined() ? in.attention_mask[b].to(at::kBool).nonzero().squeeze(1)
@@ -118,10 +104,12 @@ ARankResult compute_arank(MultimodalLM& model, const std::vector<ModelInputs>& b
       if (st.attn_probs.empty()) throw std::logic_error("compute_arank: layer " + std::to_string(i) + " gave no map");
       auto probs = st.attn_probs.back();  // [B, H, L, L] fp32
       st.attn_probs.clear();
+      if (opt.on_maps) opt.on_maps(i, probs);
       for (int64_t b = 0; b < take; ++b) {
         auto idx = valid_idx[b].to(probs.device());
         acc.add(i, attention_rank(probs[b].index_select(1, idx).index_select(2, idx)));
       }
+      h = model.llm->add_deepstack(h, st, static_cast<size_t>(i));
     }
     seen += take;
   }

@@ -7,6 +7,7 @@
 // layer's [B, H, L, L] probabilities live at a time.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ class ARankAccumulator {
 
 struct ARankOptions {
   int64_t max_samples = 0;  // 0: every sample of every batch (the paper finds ~50 enough)
+  // Called with each layer's attention maps [B, H, L, L] (fp32) as ARank reads them, before they are reduced
+  // (inspection; the tests compare them with the model's forward).
+  std::function<void(int layer, const at::Tensor& maps)> on_maps;
 };
 
 // Runs each batch (no gradients) through a dense model with explicit attention and accumulates ARank

@@ -45,8 +45,8 @@ int64_t DecodeBatch::active_rows() const { return std::count(active_.begin(), ac
 void DecodeBatch::reset() {
   caches_.clear();
   key_buf_ = positions_ = at::Tensor();
-  ids_ = full_mask_ = full_positions_ = roles_ = pixel_values_ = full_mrope_ = grid_thw_ = image_sizes_ = at::Tensor();
-  n_images_ = 0;
+  ids_ = full_mask_ = full_positions_ = roles_ = full_mrope_ = prompt_emb_ = prompt_visual_mask_ = at::Tensor();
+  prompt_deepstack_.clear();
   column_ = 0;
   active_.clear();
   context_len_.clear();
@@ -162,32 +162,23 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
     if (len < 1) throw std::invalid_argument("generate: every prompt needs at least one token");
   const int64_t n_images = prompt.pixel_values.defined() ? prompt.pixel_values.size(0) : 0;
   auto n = mask.sum(1);  // each row's next position: its prompt length (M-RoPE: below)
-  // M-RoPE prompts: 3-D positions (given, or from the images' grids as MultimodalLM::hidden_states makes them); the
-  // next token then sits at the largest id + 1 (prompt length + rope_delta) on all three axes.
-  at::Tensor mrope;  // [3, B, L]
-  if (prompt.positions.defined() && prompt.positions.dim() == 3)
-    mrope = prompt.positions;
-  else if (model_.config.mrope && prompt.image_grid_thw.defined() && !prompt.positions.defined())
-    mrope = mrope_positions(prompt.input_ids, mask, prompt.image_grid_thw, {}, {}, *model_.config.mrope)
-                .positions.to(device_);
-  auto positions = mrope.defined()              ? mrope.select(0, 0)
-                   : prompt.positions.defined() ? prompt.positions
-                                                : at::arange(L, lopts).unsqueeze(0).expand({B, L});
-  if (mrope.defined()) n = mrope.amax(0).masked_fill(mask.logical_not(), -1).amax(1) + 1;
-
   std::vector<KVCache> fresh(model_.llm->layers->size());
   Admitted out;
+  at::Tensor mrope, positions;  // [3, B, L] M-RoPE ids (M-RoPE prompts with images or videos); [B, L]
   {
     ForwardState st;
-    prepare_forward_state(st, prompt.input_ids, prompt.attention_mask, positions);
-    st.mrope_positions = mrope;
-    st.token_roles = prompt.token_roles;
     if (opt_.use_cache) st.caches = &fresh;
-    std::vector<at::Tensor> deepstack;  // Qwen3-VL: added to the first layers at the image positions
-    auto emb = model_.embed_inputs(prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw, prompt.image_sizes,
-                                   {}, {}, &deepstack);  // (prompts take images, not videos)
-    st.deepstack = deepstack;
-    if (!deepstack.empty()) st.visual_mask = prompt.input_ids == model_.config.image_token_id;
+    // The forward's own inputs (MultimodalLM::decoder_inputs): positions and masks, 3-D ids from the images'
+    // and videos' grids, the images and videos spliced in, DeepStack features and their positions.
+    auto emb = model_.decoder_inputs(prompt, st);
+    if (!opt_.use_cache && !joining) {  // the recomputing decoder reuses the prompt's spliced-in embeddings
+      prompt_emb_ = emb;
+      prompt_deepstack_ = st.deepstack;
+      prompt_visual_mask_ = st.visual_mask;
+    }
+    mrope = st.mrope_positions;
+    if (mrope.defined()) st.positions = mrope.select(0, 0);  // the temporal row stands for the 1-D ids
+    positions = st.positions;
     auto h = model_.llm->forward(emb, st);
     const auto last_at = mask.sum(1);  // right padding: each row's last prompt token
     auto last = h.gather(1, (last_at - 1).view({B, 1, 1}).expand({B, 1, h.size(2)})).squeeze(1);
@@ -197,6 +188,8 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
     shape.head_tokens = B;  // the last prompt position of each sample
     compute_.add(account_forward(st.tokens, model_.config, shape));
   }
+  // M-RoPE: the next token sits at the largest id + 1 (prompt length + rope_delta) on all three axes.
+  if (mrope.defined()) n = mrope.amax(0).masked_fill(mask.logical_not(), -1).amax(1) + 1;
   out.rows = take_rows(B);
   if (!joining) {
     caches_ = std::move(fresh);
@@ -208,11 +201,7 @@ DecodeBatch::Admitted DecodeBatch::admit(const ModelInputs& prompt, int64_t max_
       full_mask_ = mask;
       full_positions_ = positions;
       roles_ = prompt.token_roles;
-      pixel_values_ = prompt.pixel_values;
       full_mrope_ = mrope;
-      grid_thw_ = prompt.image_grid_thw;
-      image_sizes_ = prompt.image_sizes;
-      n_images_ = n_images;
     }
   }
   for (int64_t b = 0; b < B; ++b) {
@@ -265,7 +254,8 @@ at::Tensor DecodeBatch::step(const at::Tensor& tokens) {
     ++column_;
   } else {
     h = recompute_step(tokens, valid, roles, st);
-    shape = ForwardShape::full(sample_lengths(full_mask_), n_images_);  // everything recomputed
+    // The decoder recomputes every token; the vision encoder ran once, in the prefill.
+    shape = ForwardShape::full(sample_lengths(full_mask_), 0);
   }
   auto logits = model_.logits(h);
   shape.head_tokens = n_active;
@@ -316,11 +306,18 @@ at::Tensor DecodeBatch::recompute_step(const at::Tensor& tokens, const at::Tenso
   prepare_forward_state(st, ids_, full_mask_, full_positions_);
   st.mrope_positions = full_mrope_;
   st.token_roles = roles_;
-  std::vector<at::Tensor> deepstack;
-  auto emb = model_.embed_inputs(ids_, pixel_values_, grid_thw_, image_sizes_, {}, {}, &deepstack);
-  st.deepstack = deepstack;
-  if (!deepstack.empty()) st.visual_mask = ids_ == model_.config.image_token_id;
-  return model_.llm->forward(emb, st).select(1, ids_.size(1) - 1);
+  // The prompt's embeddings as its prefill made them (images and videos spliced in, the encoder not run again), then
+  // the generated tokens as text: a generated id that equals an image or video token's is text, as in transformers'
+  // generate. DeepStack features stay at the prompt's visual positions.
+  const int64_t P = prompt_emb_.size(1), T = ids_.size(1);
+  auto emb = at::cat({prompt_emb_, model_.llm->embed(ids_.narrow(1, P, T - P)).to(prompt_emb_.scalar_type())}, 1);
+  st.deepstack = prompt_deepstack_;
+  if (prompt_visual_mask_.defined())
+    st.visual_mask = at::cat({prompt_visual_mask_, at::zeros({T - P}, prompt_visual_mask_.options())
+                                                       .unsqueeze(0)
+                                                       .expand({prompt_visual_mask_.size(0), T - P})},
+                             1);
+  return model_.llm->forward(emb, st).select(1, T - 1);
 }
 
 void DecodeBatch::release(int64_t row) {

@@ -104,10 +104,11 @@ class DecodeBatch {
   std::vector<int64_t> context_len_;  // per row: tokens in its history (the dense reference's context)
   std::vector<int64_t> budget_;       // per row: decode steps it may still take
   // use_cache = false: the whole sequences so far.
-  at::Tensor ids_, full_mask_, full_positions_, roles_, pixel_values_;
-  at::Tensor full_mrope_, grid_thw_;  // M-RoPE: [3, R, T] positions so far and the images' grids
-  at::Tensor image_sizes_;            // AnyRes: the images' (height, width), with their tiles in pixel_values_
-  int64_t n_images_ = 0;
+  at::Tensor ids_, full_mask_, full_positions_, roles_;
+  at::Tensor full_mrope_;  // M-RoPE: [3, R, T] positions so far
+  // The prompt's input embeddings [R, P, D] (images and videos spliced in), DeepStack features and their positions.
+  at::Tensor prompt_emb_, prompt_visual_mask_;
+  std::vector<at::Tensor> prompt_deepstack_;
   ComputeReport compute_;
   std::vector<LayerTokens> layer_tokens_;
 };

@@ -1,10 +1,11 @@
 #include "model/llama.h"
 
-#include "model/trace_range.h"
-#include "model/unit_hooks.h"
-
 #include <stdexcept>
 #include <string>
+#include <tuple>
+
+#include "model/trace_range.h"
+#include "model/unit_hooks.h"
 
 namespace gmod {
 
@@ -35,14 +36,24 @@ LlamaModel::LlamaModel(const LlamaConfig& c) : config(c), rope(c.dim_per_head(),
   if (!c.mrope_section.empty()) mrope.emplace(c.dim_per_head(), c.rope_theta, c.mrope_section, c.mrope_interleaved);
 }
 
-at::Tensor LlamaModel::forward(const at::Tensor& inputs_embeds, ForwardState& st) {
+void LlamaModel::prepare_rotary(const at::Tensor& inputs_embeds, ForwardState& st) {
   st.rope = &rope;
   if (st.mrope_positions.defined() && !mrope)
     throw std::invalid_argument("3-D rotary positions given to a model without mrope_section");
-  auto [cos, sin] = st.mrope_positions.defined() ? mrope->cos_sin(st.mrope_positions, inputs_embeds.scalar_type())
-                                                 : rope.cos_sin(st.positions, inputs_embeds.scalar_type());
-  st.cos = cos;
-  st.sin = sin;
+  std::tie(st.cos, st.sin) = st.mrope_positions.defined()
+                                 ? mrope->cos_sin(st.mrope_positions, inputs_embeds.scalar_type())
+                                 : rope.cos_sin(st.positions, inputs_embeds.scalar_type());
+}
+
+at::Tensor LlamaModel::add_deepstack(const at::Tensor& h, const ForwardState& st, size_t layer) const {
+  if (layer >= st.deepstack.size()) return h;
+  // DeepStack (Qwen3-VL): the visual positions get this level's features added
+  const auto m = st.visual_mask.unsqueeze(-1);
+  return h + at::zeros_like(h).masked_scatter(m, st.deepstack[layer].to(h.scalar_type()));
+}
+
+at::Tensor LlamaModel::forward(const at::Tensor& inputs_embeds, ForwardState& st) {
+  prepare_rotary(inputs_embeds, st);
   auto h = inputs_embeds;
   for (size_t i = 0; i < layers->size(); ++i) {
     const int idx = static_cast<int>(i);
@@ -51,10 +62,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& inputs_embeds, ForwardState& st
     h = run_unit(*block, [&] {
       return activation_checkpointing.applies(idx) ? checkpointed_forward(block, h, st, idx) : block->forward(h, st, idx);
     });
-    if (i < st.deepstack.size()) {  // DeepStack (Qwen3-VL): the visual positions get this level's features added
-      const auto m = st.visual_mask.unsqueeze(-1);
-      h = h + at::zeros_like(h).masked_scatter(m, st.deepstack[i].to(h.scalar_type()));
-    }
+    h = add_deepstack(h, st, i);
   }
   return norm->forward(h);
 }

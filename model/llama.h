@@ -15,6 +15,12 @@ class LlamaModel : public torch::nn::Module {
   // inputs_embeds [B, L, D] -> final-normed hidden states [B, L, D]. `st` must hold positions
   // (and masks); this fills the rotary tables.
   at::Tensor forward(const at::Tensor& inputs_embeds, ForwardState& st);
+  // forward's steps, for callers that run the layers one by one (ARank): the rotary tables of `st`'s
+  // positions (1-D, or ForwardState::mrope_positions) for `inputs_embeds`' dtype; after layer `layer`, `h`
+  // with that DeepStack level's features added at ForwardState::visual_mask (unchanged past the levels or
+  // without DeepStack).
+  void prepare_rotary(const at::Tensor& inputs_embeds, ForwardState& st);
+  at::Tensor add_deepstack(const at::Tensor& h, const ForwardState& st, size_t layer) const;
   // Lookups of `padding_idx` give that row no gradient, as transformers' nn.Embedding(vocab, hidden, pad_token_id)
   // in LlamaModel (the row still gets the tied LM head's gradient). The pad id is often a real token of the text
   // (SmolLM2 pads with <|im_end|>, which ends every turn), so this is visible in training.

@@ -129,24 +129,30 @@ at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Ten
                                   std::to_string(vf.size(0)) + " video tokens");
     emb = emb.masked_scatter(is_vid.unsqueeze(-1), vf.to(emb.scalar_type()));
   } else if (pixel_values_videos.defined() && pixel_values_videos.size(0) > 0) {
-    // Videos (Qwen2.5-VL): their features replace the video token's positions in order. With images as well, one
-    // encoder pass takes both (images first): attention never crosses an image or a video (per-frame and window
-    // segments), so the features are those of transformers' separate get_image_features / get_video_features, and
-    // every encoder unit runs once per forward (ZeRO-3 hooks, activation checkpointing).
+    // Videos (Qwen2.5-VL, Qwen3-VL): their features replace the video token's positions in order. With images
+    // as well, one encoder pass takes both (images first): attention never crosses an image or a video
+    // (per-frame and window segments), so the features are those of transformers' separate get_image_features
+    // / get_video_features, and every encoder unit runs once per forward (ZeRO-3 hooks, activation
+    // checkpointing).
     if (!config.mrope || !vision)
-      throw std::invalid_argument("videos given to a model without video tokens (only Qwen2.5-VL takes videos)");
-    if (config.qwen3_vision)  // its videos are frames with text timestamps and DeepStack features: not built yet
-      throw std::invalid_argument("Qwen3-VL: videos are not supported yet (images only)");
+      throw std::invalid_argument(
+          "videos given to a model without video tokens (only Qwen2.5-VL and Qwen3-VL take "
+          "videos)");
+    if (!deepstack && config.qwen3_vision)  // a forward without them would silently compute another model
+      throw std::invalid_argument(
+          "Qwen3-VL: embedding videos needs somewhere to put their DeepStack features "
+          "(embed_inputs' deepstack argument, then ForwardState::deepstack)");
     if (!video_grid_thw.defined() || video_grid_thw.dim() != 2 || video_grid_thw.size(1) != 3)
       throw std::invalid_argument("pixel_values_videos given without video_grid_thw [n_videos, 3]");
     const bool with_images = pixel_values.defined() && pixel_values.size(0) > 0;
     if (with_images && !grid_thw.defined())
       throw std::invalid_argument("videos with fixed-size images: only native-resolution images (image_grid_thw) "
                                   "mix with videos");
-    at::Tensor feats =
-        with_images ? image_token_features(at::cat({pixel_values, pixel_values_videos.to(pixel_values.scalar_type())}),
-                                           at::cat({grid_thw, video_grid_thw.to(grid_thw.device())}))
-                    : image_token_features(pixel_values_videos, video_grid_thw);
+    at::Tensor feats = with_images
+                           ? image_token_features(
+                                 at::cat({pixel_values, pixel_values_videos.to(pixel_values.scalar_type())}),
+                                 at::cat({grid_thw, video_grid_thw.to(grid_thw.device())}), {}, deepstack)
+                           : image_token_features(pixel_values_videos, video_grid_thw, {}, deepstack);
     int64_t n_image_tokens = 0;
     if (with_images) {
       const int64_t m = config.mrope->spatial_merge_size;
@@ -162,6 +168,15 @@ at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Ten
                                   std::to_string(pixel_values_videos.size(0)) + " video patches give " +
                                   std::to_string(vf.size(0)) + " video tokens");
     emb = emb.masked_scatter(is_vid.unsqueeze(-1), vf.to(emb.scalar_type()));
+    if (deepstack && !deepstack->empty()) {
+      // DeepStack rows come out images first, then videos; the LLM adds them at visual_positions() in
+      // sequence order (transformers' Qwen3VLModel.forward joins them the same way).
+      const at::Tensor at_video =
+          is_vid.masked_select(visual_positions(input_ids)).to(at::kLong);  // [n_visual]
+      const at::Tensor source = at::where(at_video.to(at::kBool), at_video.cumsum(0) - 1 + n_image_tokens,
+                                          (1 - at_video).cumsum(0) - 1);
+      for (auto& level : *deepstack) level = level.index_select(0, source.to(level.device()));
+    }
   }
   if (!pixel_values.defined() || pixel_values.size(0) == 0) {
     if (config.image_token_id >= config.text.vocab_size && is_img.any().item<bool>())
@@ -185,6 +200,11 @@ at::Tensor MultimodalLM::embed_inputs(const at::Tensor& input_ids, const at::Ten
     throw std::invalid_argument(os.str());
   }
   return emb.masked_scatter(is_img.unsqueeze(-1), feats);
+}
+
+at::Tensor MultimodalLM::visual_positions(const at::Tensor& input_ids) const {
+  const auto is_img = input_ids == config.image_token_id;
+  return config.mrope ? is_img | (input_ids == config.mrope->video_token_id) : is_img;
 }
 
 void MultimodalLM::check_token_ids(const at::Tensor& input_ids, const at::Tensor& is_img) const {
@@ -254,7 +274,7 @@ at::Tensor MultimodalLM::logits(const at::Tensor& hidden) const {
   return at::linear(hidden, lm_head_weight()).to(at::kFloat);
 }
 
-at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) {
+at::Tensor MultimodalLM::decoder_inputs(const ModelInputs& in, ForwardState& st) {
   const bool given_3d = in.positions.defined() && in.positions.dim() == 3;
   if (given_3d) {  // explicit M-RoPE positions: the temporal row stands for the 1-D ones (what MoD layers read)
     ModelInputs flat = in;
@@ -289,7 +309,12 @@ at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) 
   auto emb = embed_inputs(in.input_ids, in.pixel_values, in.image_grid_thw, in.image_sizes, in.pixel_values_videos,
                           in.video_grid_thw, &deepstack);
   st.deepstack = deepstack;
-  st.visual_mask = deepstack.empty() ? at::Tensor() : in.input_ids == config.image_token_id;
+  st.visual_mask = deepstack.empty() ? at::Tensor() : visual_positions(in.input_ids);
+  return emb;
+}
+
+at::Tensor MultimodalLM::hidden_states(const ModelInputs& in, ForwardState& st) {
+  const auto emb = decoder_inputs(in, st);
   return llm->forward(emb, st);
 }
 

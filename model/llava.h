@@ -61,12 +61,16 @@ class MultimodalLM : public torch::nn::Module {
   // Embeddings with image features spliced in: [B, L, D]. `grid_thw`: ModelInputs::image_grid_thw;
   // `image_sizes`: ModelInputs::image_sizes.
   // `pixel_values_videos` / `video_grid_thw`: ModelInputs' videos, spliced in at the video token's positions.
-  // `deepstack` (DeepStack towers, Qwen3-VL): receives the tower's DeepStack features of the image tokens
-  // (VisionTower::token_features_stacked), which the LLM adds to its first layers (ForwardState::deepstack).
+  // `deepstack` (DeepStack towers, Qwen3-VL): receives the tower's DeepStack features of the image and video
+  // tokens (VisionTower::token_features_stacked) in the order of visual_positions(), which the LLM adds to
+  // its first layers (ForwardState::deepstack).
   at::Tensor embed_inputs(const at::Tensor& input_ids, const at::Tensor& pixel_values,
                           const at::Tensor& grid_thw = {}, const at::Tensor& image_sizes = {},
                           const at::Tensor& pixel_values_videos = {}, const at::Tensor& video_grid_thw = {},
                           std::vector<at::Tensor>* deepstack = nullptr);
+  // The positions that take visual features [B, L] bool: the image token's, and the video token's in a model
+  // with videos (M-RoPE). DeepStack's features follow them in sequence order (ForwardState::visual_mask).
+  at::Tensor visual_positions(const at::Tensor& input_ids) const;
   // Throws a named std::invalid_argument (count, first id, sample and position) when an id that is not an image
   // position (`is_img`) lies outside [0, vocab_size). embed_inputs calls it: every command's forward is covered.
   void check_token_ids(const at::Tensor& input_ids, const at::Tensor& is_img) const;
@@ -78,6 +82,11 @@ class MultimodalLM : public torch::nn::Module {
   // The decoder's final-normed hidden states [B, L, D] for `in` (ForwardState prepared here, M-RoPE positions
   // included).
   at::Tensor hidden_states(const ModelInputs& in, ForwardState& st);
+  // hidden_states' first part, for callers that run the decoder's layers themselves (ARank): `st` prepared as
+  // the forward prepares it (positions, masks, M-RoPE ids, DeepStack features and their positions) and the
+  // input embeddings [B, L, D] returned. Then LlamaModel::prepare_rotary, each layer,
+  // LlamaModel::add_deepstack.
+  at::Tensor decoder_inputs(const ModelInputs& in, ForwardState& st);
   // Full forward. `st` may request attention maps; routing layers report into it.
   ModelOutput forward(const ModelInputs& in, ForwardState& st);
   ModelOutput forward(const ModelInputs& in) {

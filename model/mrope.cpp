@@ -31,7 +31,8 @@ MRopePositions mrope_positions(const at::Tensor& input_ids, const at::Tensor& at
   if (secs.numel() < gv.size(0))
     throw std::invalid_argument("mrope_positions: " + std::to_string(secs.numel()) +
                                 " second_per_grid_ts for " + std::to_string(gv.size(0)) + " videos");
-  int64_t next_image = 0, next_video = 0;
+  int64_t next_image = 0, next_video = 0,
+          video_step = 0;  // video_steps_as_frames: the next temporal step of video next_video
   auto positions = at::zeros({3, B, L}, at::kLong), deltas = at::zeros({B, 1}, at::kLong);
   auto P = positions.accessor<int64_t, 3>();
   const auto I = ids.accessor<int64_t, 2>();
@@ -67,29 +68,33 @@ MRopePositions mrope_positions(const at::Tensor& input_ids, const at::Tensor& at
         throw std::invalid_argument(std::string("mrope_positions: row ") + std::to_string(b) + " has more " +
                                     what + "s than " + what + "_grid_thw rows (" + std::to_string(g.size(0)) +
                                     ")");
-      const int64_t t = g[next][0].item<int64_t>(), h = g[next][1].item<int64_t>() / m,
+      // Qwen3-VL: each run of video tokens is one temporal step of the video, a grid of (1, h, w).
+      const bool step_run = video && c.video_steps_as_frames;
+      const int64_t t = step_run ? 1 : g[next][0].item<int64_t>(), h = g[next][1].item<int64_t>() / m,
                     w = g[next][2].item<int64_t>() / m;
       if (int64_t(end - k) != t * h * w)
         throw std::invalid_argument(std::string("mrope_positions: row ") + std::to_string(b) + ": " + what +
-                                    " " + std::to_string(next) + " has " + std::to_string(end - k) +
-                                    " tokens, its grid " + grid_text(t, h * m, w * m) + " gives " +
-                                    std::to_string(t * h * w));
+                                    " " + std::to_string(next) +
+                                    (step_run ? " step " + std::to_string(video_step) : std::string()) +
+                                    " has " + std::to_string(end - k) + " tokens, its grid " +
+                                    grid_text(t, h * m, w * m) + " gives " + std::to_string(t * h * w));
       // Frames step by tokens_per_second * seconds per grid, in fp32 and truncated, as transformers computes
       // them.
-      const float step = video ? static_cast<float>(c.tokens_per_second) * secs[next].item<float>() : 1.0f;
+      const float step =
+          video && !step_run ? static_cast<float>(c.tokens_per_second) * secs[next].item<float>() : 1.0f;
       size_t q = k;
       for (int64_t f = 0; f < t; ++f) {
         const int64_t tid = cur + static_cast<int64_t>(static_cast<float>(f) * step);
         for (int64_t r = 0; r < h; ++r)
           for (int64_t col = 0; col < w; ++col) put(q++, tid, cur + r, cur + col);
       }
-      ++next;
+      if (!step_run || ++video_step == g[next][0].item<int64_t>()) ++next, video_step = 0;
       cur += std::max(h, w);
       k = end;
     }
     deltas[b][0] = top + 1 - static_cast<int64_t>(cols.size());
   }
-  if (next_image != gi.size(0) || next_video != gv.size(0))
+  if (next_image != gi.size(0) || next_video != gv.size(0) || video_step != 0)
     throw std::invalid_argument("mrope_positions: the batch has " + std::to_string(next_image) +
                                 " images and " + std::to_string(next_video) + " videos but " +
                                 std::to_string(gi.size(0)) + " image and " + std::to_string(gv.size(0)) +

@@ -11,7 +11,9 @@
 // row are found by their ids (a run of consecutive image or video tokens is one image or video), images and
 // videos take the next grid of image_grid_thw / video_grid_thw in batch order, padding (attention_mask false)
 // gets id 0 and is skipped, and rope_deltas = max id + 1 - real tokens per row (what decoding adds to 1-D
-// positions).
+// positions). With MRopeConfig::video_steps_as_frames (Qwen3-VL's get_rope_index) each run of video tokens is
+// one temporal step of the next video, a (1, h, w) block like an image, and the video's grid is used up after
+// grid_t runs.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -38,6 +38,11 @@ struct MRopeConfig {
   double rope_theta = 1e6;
   int64_t head_dim = 128;
   bool interleaved = false;  // Qwen3-VL's mrope_interleaved (LlamaConfig::mrope_interleaved tells how)
+  // Qwen3-VL: a video is split into its temporal steps, each a block of grid (1, h, w) between text (its "<t
+  // seconds>" timestamp and vision start / end tokens): every step's tokens take temporal id = its start, as
+  // an image's, and second_per_grid_ts / tokens_per_second are not used (transformers'
+  // Qwen3VLModel.get_rope_index).
+  bool video_steps_as_frames = false;
   // From a Qwen2.5-VL config.json: token ids at the top, merge size and tokens_per_second in vision_config,
   // the section and theta in text_config.rope_parameters (transformers 5) or the top-level rope_scaling /
   // rope_theta (the published checkpoints), mrope_interleaved beside mrope_section. `where` names the file in errors.

@@ -77,6 +77,7 @@ void parse_qwen3_vl(const nlohmann::json& j, const std::string& where, LlavaConf
   }
   c.text.mrope_interleaved = true;
   c.mrope->interleaved = true;
+  c.mrope->video_steps_as_frames = true;  // timestamps in the text instead of temporal ids
   c.image_token_id = static_cast<int>(c.mrope->image_token_id);
   if (c.image_token_id < 0 || c.image_token_id >= c.text.vocab_size)
     errors.push_back(where + "image_token_id " + std::to_string(c.image_token_id) + " is outside the vocabulary");

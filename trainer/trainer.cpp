@@ -14,15 +14,15 @@
 
 #include "data/arank_samples.h"
 #include "data/demo_dataset.h"
-#include "data/image_prep.h"
-#include "data/video_prep.h"
-#include "model/config.h"
-#include "model/lm_loss.h"
-#include "model/pretrained.h"
+#include "data/model_data.h"
 #include "mod/arank.h"
 #include "mod/conversion.h"
 #include "mod/method_registry.h"
 #include "mod/token_selection.h"
+#include "model/config.h"
+#include "model/lm_loss.h"
+#include "model/pretrained.h"
+#include "model/trace_range.h"
 #include "parallel/sharded_adamw.h"
 #include "parallel/watchdog.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -31,10 +31,9 @@
 #include "trainer/fault_injection.h"
 #include "trainer/model_setup.h"
 #include "trainer/param_freeze.h"
+#include "trainer/peak_flops.h"
 #include "trainer/shared_lengths.h"
 #include "trainer/step_stats.h"
-#include "model/trace_range.h"
-#include "trainer/peak_flops.h"
 
 namespace gmod {
 namespace {
@@ -337,27 +336,12 @@ void Trainer::setup_data() {
   // "auto" -> the LLM family's template; resolved in cfg_ so checkpoints record (and resume compares) the one used.
   cfg_.data.template_name = resolve_conversation_template(cfg_.data.template_name, model_->config.text);
   dc.conversation.template_name = cfg_.data.template_name;
-  dc.conversation.image_token_id = model_->config.image_token_id;
-  dc.conversation.image_seq_length = model_->config.vision ? model_->config.image_seq_length() : 0;
   dc.sample.max_len = cfg_.data.max_len;
   dc.sample.truncation = parse_truncation_mode(cfg_.data.truncation);
   dc.max_image_pixels = cfg_.data.max_image_pixels;
-  const fs::path pre = fs::path(preprocessor_source(cfg_.model)) / "preprocessor_config.json";
-  if (!preprocessor_source(cfg_.model).empty() && fs::exists(pre)) {
-    dc.image = load_preprocess_config(pre.string());
-  } else if (model_->config.vision) {
-    dc.image.size = dc.image.crop = model_->config.image_input_size();
-  }
-  // LLaVA-HR preprocesses at input_image_size with CLIP's mean/std (its ConvNeXt tower's CLIPImageProcessor), MGM
-  // at image_size_aux (CLIP's processor with its size and crop set to it; the tower cuts the CLIP crops itself).
-  if (model_->config.multipath || model_->config.mgm) dc.image.size = dc.image.crop = model_->config.image_input_size();
-  // Fixed-size crops or native-resolution patches (Qwen2.5-VL): decided once, from the model and its processor files.
-  dc.image_preparer = make_image_preparer(model_->config, dc.image, preprocessor_source(cfg_.model), *tokenizer_);
-  dc.conversation.image_first = dc.image_preparer->image_first();
-  dc.video_preparer = make_video_preparer(model_->config, preprocessor_source(cfg_.model), *tokenizer_);
-  // Native-resolution images carry their own token counts (ImagePreparer::tokens); the encoder's fixed count, which
-  // must be >= 1, is then never used.
-  if (dc.image_preparer->size_dependent()) dc.conversation.image_seq_length = 1;
+  // The image token, preprocessing and the image / video preparers, as every command decides them
+  // (data/model_data.h).
+  configure_for_model(dc, model_->config, preprocessor_source(cfg_.model), tokenizer_);
   auto t0 = Clock::now();
   train_set_ = std::make_unique<Dataset>(dc, tokenizer_);
   data_index_s_ = seconds_since(t0);

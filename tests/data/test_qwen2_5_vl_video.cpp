@@ -63,7 +63,7 @@ QwenData qwen_data() {
   s.dc.sample.max_len = 4096;
   s.dc.image_preparer = gmod::make_image_preparer(s.model, s.dc.image, model_dir(), *s.tok);
   s.dc.conversation.image_first = s.dc.image_preparer->image_first();
-  s.dc.video_preparer = gmod::make_video_preparer(s.model, model_dir(), *s.tok);
+  s.dc.video_preparer = gmod::make_video_preparer(s.model, model_dir(), s.tok);
   return s;
 }
 
@@ -114,9 +114,10 @@ TEST(Qwen25VlVideo, PreparerReadsTheVideoProcessorConfig) {
   const gmod::VideoPlan p = s.dc.video_preparer->plan(fixture("video/shapes.mp4"), gmod::kDefaultMaxImagePixels);
   EXPECT_EQ(p.indices.size(), 8u);
   EXPECT_EQ(flat(std::vector<std::array<int64_t, 3>>{p.grid_thw}), (std::vector<int64_t>{4, 6, 8}));
-  EXPECT_EQ(p.tokens.count, 48);
+  EXPECT_EQ(p.tokens.count(), 48);
+  EXPECT_EQ(p.tokens.ids.size(), 50u);
   EXPECT_EQ(p.tokens.id, s.model.mrope->video_token_id);
-  EXPECT_EQ(*p.tokens.start, *s.tok->token_to_id("<|vision_start|>"));
+  EXPECT_EQ(p.tokens.ids.front(), *s.tok->token_to_id("<|vision_start|>"));
   EXPECT_DOUBLE_EQ(p.second_per_grid_ts, 0.5);
   // Without a video config the preprocessor_config.json's sizes hold and every frame is taken (transformers' default).
   const gmod::VideoProcessorConfig fallback = gmod::load_video_processor_config(model_dir() + "/preprocessor_config.json");
@@ -282,7 +283,8 @@ TEST(Qwen25VlVideo, VideoPlaceholdersMustMatchTheVideos) {
   r.id = "x";
   r.videos = {"video/shapes.mp4"};
   r.conversations = {{"human", "<video> and <video>?"}, {"gpt", "Two."}};
-  const gmod::ImageTokens span{std::nullopt, int32_t(s.model.mrope->video_token_id), 2, std::nullopt};
+  const int32_t vid = int32_t(s.model.mrope->video_token_id);
+  const gmod::VideoTokens span{{vid, vid}, vid};
   try {
     enc.encode(r, "f.json: record 3", {}, {span});
     ADD_FAILURE() << "expected a placeholder error";

@@ -103,20 +103,12 @@ TEST(Qwen3VlData, PreparerComesFromTheModelConfig) {
   EXPECT_NE(fallback->describe().find("patch 16, merge 2"), std::string::npos) << fallback->describe();
 }
 
-// Videos stay refused: make_video_preparer builds none for Qwen3-VL (its videos are per-frame grids with timestamps,
-// not built), so a video record is a named bad record, as for any model without video input.
-TEST(Qwen3VlData, VideoRecordsAreRefusedByName) {
-  QwenData s = qwen_data();
-  s.dc.video_preparer = gmod::make_video_preparer(s.model, dir() + "/model", *s.tok);
-  EXPECT_EQ(s.dc.video_preparer, nullptr);
-  s.dc.data_path = fixture("qwen2_5_vl/video/train.json");  // record 0: a LLaVA-Video record with one video
-  s.dc.image_folder = fixture("");
-  gmod::Dataset ds(s.dc, s.tok);
-  gmod::PreparedSample p;
-  gmod::BadRecord bad;
-  EXPECT_FALSE(ds.try_prepare(0, p, bad));
-  EXPECT_EQ(bad.reason, "video");
-  EXPECT_NE(bad.message.find("this model takes no video input"), std::string::npos) << bad.message;
+// Videos take Qwen3-VL's own layout (timestamps per temporal step): tests/data/test_qwen3_vl_video.cpp.
+TEST(Qwen3VlData, VideoPreparerIsQwen3Layout) {
+  const QwenData s = qwen_data();
+  const auto v = gmod::make_video_preparer(s.model, dir() + "/model", s.tok);
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->layout().family(), "Qwen3-VL");
 }
 
 // A system message that is set is written as chatml writes it; none by default (SamplesMatchTheProcessor).

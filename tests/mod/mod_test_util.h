@@ -45,6 +45,21 @@ inline at::Tensor make_roles(const at::Tensor& ids, const at::Tensor& mask, int6
   return roles;
 }
 
+// The batch a native-resolution fixture's reference.safetensors holds (input.input_ids, attention_mask,
+// labels, pixel_values, image_grid_thw; the Qwen2.5-VL and Qwen3-VL generators write them), with roles for
+// `model`.
+inline ModelInputs native_reference_inputs(const std::string& reference, const MultimodalLM& model) {
+  SafetensorsFile ref(reference);
+  ModelInputs in;
+  in.input_ids = ref.tensor("input.input_ids").clone();
+  in.attention_mask = ref.tensor("input.attention_mask").to(at::kBool);
+  in.labels = ref.tensor("input.labels").clone();
+  in.pixel_values = ref.tensor("input.pixel_values").clone();
+  in.image_grid_thw = ref.tensor("input.image_grid_thw").clone();
+  in.token_roles = make_roles(in.input_ids, in.attention_mask, model.config.image_token_id);
+  return in;
+}
+
 inline std::string llava_fixture() { return fixture("hf/llava_layer_m2"); }
 
 inline ModelInputs fixture_inputs() {

@@ -40,15 +40,7 @@ std::string full_dir() { return test::fixture("qwen2_5_vl/full"); }
 std::string mod_ref() { return test::fixture("qwen2_5_vl/mod/reference.safetensors"); }
 
 ModelInputs batch(const MultimodalLM& model) {
-  SafetensorsFile ref(full_dir() + "/reference.safetensors");
-  ModelInputs in;
-  in.input_ids = ref.tensor("input.input_ids").clone();
-  in.attention_mask = ref.tensor("input.attention_mask").to(at::kBool);
-  in.labels = ref.tensor("input.labels").clone();
-  in.pixel_values = ref.tensor("input.pixel_values").clone();
-  in.image_grid_thw = ref.tensor("input.image_grid_thw").clone();
-  in.token_roles = test::make_roles(in.input_ids, in.attention_mask, model.config.image_token_id);
-  return in;
+  return test::native_reference_inputs(full_dir() + "/reference.safetensors", model);
 }
 
 // Rows 0 and 1 of the fixture batch as prompts, each row's tokens moved to the front (right padding), with their

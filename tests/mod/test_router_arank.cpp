@@ -172,7 +172,9 @@ TEST(ARank, ModelWithUniformAttentionLayerHasRankNMinusOne) {
     }
     EXPECT_NEAR(r.layers[1].mean, sum / 3.0, 1e-9);
   }
-  auto r1 = compute_arank(*model, {in}, ARankOptions{2});
+  ARankOptions first_two;
+  first_two.max_samples = 2;
+  auto r1 = compute_arank(*model, {in}, first_two);
   EXPECT_EQ(r1.samples, 2);
   test::TempDir tmp;
   write_arank_json(r, tmp.str("arank.json"));

@@ -58,7 +58,7 @@ ParamCounts count_params(const LlavaConfig& c, const std::vector<int>& mod_layer
   p.lm_head = t.tie_word_embeddings ? 0 : int64_t(t.vocab_size) * D;
   p.llm = p.embed + p.lm_head + D;  // + final norm
   for (int l = 0; l < t.num_hidden_layers; ++l) {
-    int64_t n = attn + mlp + 2 * D;
+    int64_t n = attn + mlp + 2 * D + (t.qk_norm ? 2 * Dh : 0);  // Qwen3: q_norm, k_norm [head_dim]
     if (mods.count(l)) n += costs.layer_router_params;  // a per-layer router (mod/layer_costs.h)
     p.llm_layer.push_back(n);
     p.llm += n;

@@ -1,7 +1,8 @@
-// TowerCosts: what the memory plan (trainer/plan/memory_plan.h) needs from a vision tower, reported by the tower's
-// own cost model instead of a branch per model type inside the planner: its parameters, its ZeRO-3 hooked units,
-// the pixels and LLM tokens of one visual input, and the activations its forward saves for the backward. Each
-// count mirrors the module it stands for. Implemented for Qwen2.5-VL's encoder (model/qwen2_5_vl_vision.h); the
+// TowerCosts: what the memory plan (trainer/plan/memory_plan.h) needs from a vision tower, reported by the
+// tower's own cost model instead of a branch per model type inside the planner: its parameters, its ZeRO-3
+// hooked units, the pixels and LLM tokens of one visual input, and the activations its forward saves for the
+// backward. Each count mirrors the module it stands for. Implemented for the Qwen2.5-VL and Qwen3-VL encoders
+// (model/qwen2_5_vl_vision.h, model/qwen3_vl_vision.h); the
 // CLIP-family towers (LLaVA-1.5, LLaVA-HR, Mini-Gemini) are still counted by the planner's own terms
 // (param_counts.cpp, tower_activation_plan.h), and tower_costs() returns nullptr for them.
 #pragma once
